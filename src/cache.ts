@@ -1,0 +1,332 @@
+import { EventEmitter } from 'node:events';
+import { freshRemaining } from './entry.js';
+import { CacheClosedError, InvalidOptionError, WaitTimeoutError } from './errors.js';
+import type { CacheEvents } from './events.js';
+import { NoFlight, SingleFlight, type Coalescer } from './flight.js';
+import { Io } from './io.js';
+import { entryKeys, validateKey, type EntryKeys } from './keys.js';
+import { LruTier, NO_LOCAL_TIER, type LocalTier } from './local-tier.js';
+import { defineScripts } from './lock/scripts.js';
+import { StoreLock, type LockDeps } from './lock/single.js';
+import type { Grant, Locker, ReleaseNote } from './lock/types.js';
+import {
+  pollDelay,
+  resolveCacheOptions,
+  resolveCallOptions,
+  type CacheOptions,
+  type CallOptions,
+  type LockMode,
+  type ResolvedCache,
+  type ResolvedCall,
+} from './options.js';
+import { Store, type Found } from './store.js';
+import { Bus, Waiters, type Note } from './wait.js';
+
+/** What a loader receives. */
+export interface LoaderContext<T = unknown> {
+  readonly key: string;
+  /** Aborts when every caller sharing this rebuild aborted, the cache closed, or the lock was lost (reason: LockLostError). */
+  readonly signal: AbortSignal;
+  /** The grant's fencing token, strictly increasing per key; `undefined` when Redis was unavailable (degraded). */
+  readonly fencingToken: number | undefined;
+  /** The stale value being refreshed, when this is a background refresh. */
+  readonly staleValue: T | undefined;
+}
+
+export type Loader<T> = (ctx: LoaderContext<T>) => T | Promise<T>;
+
+export function createCache(options: CacheOptions): Cache {
+  return new Cache(options);
+}
+
+/**
+ * A cache whose `getOrCompute` runs one rebuild per key per expiry across every process sharing the
+ * Redis. See README "Guarantees": the lock is an efficiency lock; the cache write is fenced.
+ */
+export class Cache extends EventEmitter<CacheEvents> {
+  private readonly options: ResolvedCache;
+  private readonly io: Io;
+  private readonly bus: Bus;
+  private readonly store: Store;
+  private readonly local: LocalTier;
+  private readonly waiters = new Waiters();
+  private readonly flight = new SingleFlight();
+  private readonly lockers: Record<LockMode, Locker>;
+  private readonly coalescers: Record<LockMode, Coalescer>;
+  /** Background refreshes by key: at most one per key per process. */
+  private readonly refreshing = new Map<string, Promise<void>>();
+  /** Aborts background work on close(). */
+  private readonly lifetime = new AbortController();
+  private closed = false;
+
+  constructor(options: CacheOptions) {
+    super();
+    const o = resolveCacheOptions(options);
+    this.options = o;
+    this.io = new Io(o.redisTimeout, o.breakerThreshold, o.breakerCooldown, o.clock);
+    const scripts = defineScripts(options.redis);
+    this.bus = new Bus(o.prefix);
+    this.local = o.local ? new LruTier(o.local, o.clock) : NO_LOCAL_TIER;
+    this.store = new Store(this.io, scripts, this.bus, o.maxValueBytes, {
+      decodeError: (key, reason, error) => this.emit('decodeError', { key, reason, error }),
+    });
+    const deps: LockDeps = {
+      io: this.io,
+      scripts,
+      bus: this.bus,
+      clock: o.clock,
+      onLost: (key, error) => this.emit('lockLost', { key, error }),
+    };
+    const single = new StoreLock(deps, 'single', true);
+    this.lockers = {
+      none: new StoreLock(deps, 'none', false),
+      local: new StoreLock(deps, 'local', false),
+      single,
+      redlock: single, // replaced when redlock nodes are configured
+    };
+    const none = new NoFlight();
+    this.coalescers = { none, local: this.flight, single: this.flight, redlock: this.flight };
+    this.bus.start(options.redis, (note) => this.onNote(note), (error) => this.emit('degraded', { key: undefined, operation: 'subscribe', error }));
+  }
+
+  /**
+   * Returns the cached value for `key`, or runs `loader` — once across all processes — to rebuild it.
+   * The story: L1 → in-process flight → store → fresh/stale → lock → re-read → loader → fenced write →
+   * release → notify; losers wait to be woken (or poll) until `waitTimeout`.
+   */
+  async getOrCompute<T>(key: string, loader: Loader<T>, ttlOrOptions?: number | CallOptions): Promise<T> {
+    const call = this.resolveCall(key, ttlOrOptions);
+    if (typeof loader !== 'function') throw new InvalidOptionError('loader', loader, 'a function (ctx) => value | Promise<value>', key);
+    const l1 = this.local.get(key);
+    if (l1) {
+      this.emit('hit', { key, tier: 'local' });
+      return l1.value as T;
+    }
+    return this.coalescers[call.lock].run(key, call.signal, (signal) => this.fetch(key, loader as Loader<unknown>, call, signal)) as Promise<T>;
+  }
+
+  /** The fresh value, or `undefined`. Never runs a loader; a Redis failure is reported as `degraded` and reads as a miss. */
+  async get<T = unknown>(key: string): Promise<T | undefined> {
+    this.assertUsable(key);
+    const l1 = this.local.get(key);
+    if (l1) return l1.value as T;
+    try {
+      const found = await this.store.read(key, entryKeys(this.options.prefix, key));
+      return found.state === 'fresh' ? (this.served(key, found) as T) : undefined;
+    } catch (error) {
+      this.emit('degraded', { key, operation: 'read', error });
+      return undefined;
+    }
+  }
+
+  /** Writes a value, fenced like a rebuild (an in-flight rebuild's older write is then rejected). Throws RedisUnavailableError. */
+  async set<T>(key: string, value: T, ttlOrOptions?: number | CallOptions): Promise<void> {
+    const call = this.resolveCall(key, ttlOrOptions);
+    if (value === undefined) throw new InvalidOptionError('value', value, 'a value other than undefined (use delete() to remove)', key);
+    const keys = entryKeys(this.options.prefix, key);
+    const grant = (await this.lockers.local.acquire(key, keys, call)) as Grant;
+    try {
+      await this.store.write(key, keys, grant, value, call.ttl, call.staleTtl, 0, 's');
+      this.local.set(key, value, call.ttl);
+    } finally {
+      await grant.release('');
+    }
+  }
+
+  /** Removes the entry everywhere (store and every process's L1); bumps the fence so no in-flight rebuild resurrects it. */
+  async delete(key: string): Promise<void> {
+    this.assertUsable(key);
+    this.local.delete(key);
+    await this.store.invalidate(key, entryKeys(this.options.prefix, key), this.options.defaults.lockTtl);
+  }
+
+  /** Stops timers, background refreshes and the subscription. Never quits the caller's client. Idempotent. */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    this.lifetime.abort(new CacheClosedError());
+    this.waiters.wakeAll();
+    await this.bus.stop();
+    await Promise.allSettled([...this.refreshing.values()]);
+    this.local.clear();
+  }
+
+  // ------------------------------------------------------------------ the story, step by step
+
+  private async fetch(key: string, loader: Loader<unknown>, call: ResolvedCall, signal: AbortSignal): Promise<unknown> {
+    const keys = entryKeys(this.options.prefix, key);
+    let found: Found;
+    try {
+      found = await this.store.read(key, keys);
+    } catch (error) {
+      return this.computeDegraded(key, loader, call, signal, 'read', error);
+    }
+    if (found.state === 'fresh') return this.served(key, found);
+    if (found.state === 'stale') {
+      this.refreshInBackground(key, keys, loader, call, found.value);
+      return this.served(key, found);
+    }
+    this.emit('miss', { key });
+    return this.rebuildOrWait(key, keys, loader, call, signal);
+  }
+
+  /** Take the lock and rebuild, or wait to be woken by the winner; retry the lock after each wake. */
+  private async rebuildOrWait(key: string, keys: EntryKeys, loader: Loader<unknown>, call: ResolvedCall, signal: AbortSignal): Promise<unknown> {
+    const clock = this.options.clock;
+    const waiter = this.waiters.register(key); // before the first attempt: no notification can slip by
+    const started = clock.now();
+    const deadline = started + call.waitTimeout;
+    try {
+      for (let attempt = 0; ; attempt++) {
+        this.assertRunning(key, signal);
+        let grant: Grant | null;
+        try {
+          grant = await this.lockers[call.lock].acquire(key, keys, call);
+        } catch (error) {
+          return await this.computeDegraded(key, loader, call, signal, 'acquire', error);
+        }
+        if (grant) {
+          if (attempt > 0) this.emit('waited', { key, ms: clock.now() - started, outcome: 'took-over' });
+          return await this.rebuild(key, keys, loader, call, signal, grant, undefined);
+        }
+        const remaining = deadline - clock.now();
+        if (remaining <= 0) {
+          this.emit('waited', { key, ms: clock.now() - started, outcome: 'timeout' });
+          return await this.afterWaitTimeout(key, keys, loader, call, signal);
+        }
+        await waiter.next(pollDelay(call.pollInterval, remaining, Math.random()), signal);
+        this.assertRunning(key, signal);
+        let found: Found;
+        try {
+          found = await this.store.read(key, keys);
+        } catch (error) {
+          return await this.computeDegraded(key, loader, call, signal, 'read', error);
+        }
+        if (found.state !== 'miss') {
+          this.emit('waited', { key, ms: clock.now() - started, outcome: found.state === 'fresh' ? 'value' : 'stale' });
+          return this.served(key, found);
+        }
+      }
+    } finally {
+      waiter.dispose();
+    }
+  }
+
+  /** We hold a grant: re-read (someone may have just written), run the loader, write fenced, release in one finally. */
+  private async rebuild(key: string, keys: EntryKeys, loader: Loader<unknown>, call: ResolvedCall, signal: AbortSignal, grant: Grant, staleValue: unknown): Promise<unknown> {
+    let note: ReleaseNote = 'r';
+    try {
+      if (grant.exclusive) {
+        const again = await this.store.read(key, keys).catch(() => undefined);
+        if (again?.state === 'fresh') {
+          note = '';
+          return this.served(key, again);
+        }
+      }
+      const started = this.options.clock.now();
+      let value: unknown;
+      try {
+        value = await loader({ key, signal: AbortSignal.any([signal, grant.signal]), fencingToken: grant.fence, staleValue });
+      } catch (error) {
+        note = 'e';
+        this.emit('loaderError', { key, error });
+        throw error;
+      }
+      const loadMs = this.options.clock.now() - started;
+      // `undefined` means "do not cache": callers get it, nothing is written, waiters are told to retry.
+      if (value === undefined) return value;
+      const written = await this.writeQuietly(key, keys, grant, value, call, loadMs);
+      if (written) note = '';
+      this.emit('computed', { key, lock: grant.mode, fence: grant.fence, loadMs, written });
+      return value;
+    } finally {
+      await grant.release(note);
+    }
+  }
+
+  private async writeQuietly(key: string, keys: EntryKeys, grant: Grant, value: unknown, call: ResolvedCall, loadMs: number): Promise<boolean> {
+    try {
+      const accepted = await this.store.write(key, keys, grant, value, call.ttl, call.staleTtl, loadMs, 'w');
+      if (accepted) this.local.set(key, value, call.ttl);
+      else this.emit('writeRejected', { key, fence: grant.fence });
+      return accepted;
+    } catch (error) {
+      // Includes values msgpackr cannot encode: the caller still gets the value.
+      this.emit('degraded', { key, operation: 'write', error });
+      return false;
+    }
+  }
+
+  /** After `waitTimeout`: throw, or compute under a fence-only grant (its write still cannot clobber a newer value). */
+  private async afterWaitTimeout(key: string, keys: EntryKeys, loader: Loader<unknown>, call: ResolvedCall, signal: AbortSignal): Promise<unknown> {
+    if (call.onWaitTimeout === 'throw') throw new WaitTimeoutError(key, call.waitTimeout);
+    let grant: Grant;
+    try {
+      grant = (await this.lockers.local.acquire(key, keys, call)) as Grant;
+    } catch (error) {
+      return this.computeDegraded(key, loader, call, signal, 'acquire', error);
+    }
+    return this.rebuild(key, keys, loader, call, signal, grant, undefined);
+  }
+
+  /** Redis failed: run the loader here (still one per key per process through the flight); no store write. */
+  private async computeDegraded(key: string, loader: Loader<unknown>, call: ResolvedCall, signal: AbortSignal, operation: string, error: unknown): Promise<unknown> {
+    this.emit('degraded', { key, operation, error });
+    const started = this.options.clock.now();
+    let value: unknown;
+    try {
+      value = await loader({ key, signal, fencingToken: undefined, staleValue: undefined });
+    } catch (loaderError) {
+      this.emit('loaderError', { key, error: loaderError });
+      throw loaderError;
+    }
+    if (value !== undefined) this.local.set(key, value, call.ttl);
+    this.emit('computed', { key, lock: 'degraded', fence: undefined, loadMs: this.options.clock.now() - started, written: false });
+    return value;
+  }
+
+  /** Stale served: refresh once per key per process, only if this process wins the lock. */
+  private refreshInBackground(key: string, keys: EntryKeys, loader: Loader<unknown>, call: ResolvedCall, staleValue: unknown): void {
+    if (this.refreshing.has(key) || this.closed) return;
+    const refresh = (async () => {
+      const grant = await this.lockers[call.lock].acquire(key, keys, call);
+      if (grant) await this.rebuild(key, keys, loader, call, this.lifetime.signal, grant, staleValue);
+    })()
+      .catch((error: unknown) => void this.emit('refreshError', { key, error }))
+      .finally(() => this.refreshing.delete(key));
+    this.refreshing.set(key, refresh);
+  }
+
+  private served(key: string, found: Found): unknown {
+    if (found.state === 'miss') return undefined;
+    if (found.state === 'fresh') {
+      this.local.set(key, found.value, freshRemaining(found.pttl, found.staleMs));
+      this.emit('hit', { key, tier: 'redis' });
+    } else {
+      this.emit('stale', { key });
+    }
+    return found.value;
+  }
+
+  private onNote(note: Note): void {
+    if (note.origin !== this.bus.origin && (note.kind === 'w' || note.kind === 's' || note.kind === 'd')) this.local.delete(note.key);
+    this.waiters.wake(note.key);
+  }
+
+  // ------------------------------------------------------------------ guards
+
+  private resolveCall(key: string, ttlOrOptions: number | CallOptions | undefined): ResolvedCall {
+    this.assertUsable(key);
+    return resolveCallOptions(this.options.defaults, ttlOrOptions, key);
+  }
+
+  private assertUsable(key: unknown): asserts key is string {
+    validateKey(key, this.options.maxKeyLength);
+    if (this.closed) throw new CacheClosedError(key);
+  }
+
+  private assertRunning(key: string, signal: AbortSignal): void {
+    if (this.closed) throw new CacheClosedError(key);
+    if (signal.aborted) throw signal.reason instanceof Error ? signal.reason : new CacheClosedError(key);
+  }
+}

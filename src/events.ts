@@ -1,0 +1,30 @@
+import type { LockMode } from './options.js';
+
+/**
+ * What the cache reports. Emitting with no listener costs a map lookup; listeners must not throw.
+ * Every event carries the user key (where there is one); count them to see which path calls took.
+ */
+export interface CacheEvents {
+  /** A fresh value was served, from L1 (`local`) or Redis (`redis`). */
+  hit: [{ key: string; tier: 'local' | 'redis' }];
+  /** A stale value was served (a refresh runs or ran in the background). */
+  stale: [{ key: string }];
+  /** No usable value in Redis; this call went on to the lock. */
+  miss: [{ key: string }];
+  /** A loader ran in this process. `written` is false when the fence rejected it or Redis was unavailable. */
+  computed: [{ key: string; lock: LockMode | 'degraded'; fence: number | undefined; loadMs: number; written: boolean }];
+  /** A call waited for another process's rebuild. `outcome` is how the wait ended. */
+  waited: [{ key: string; ms: number; outcome: 'value' | 'stale' | 'took-over' | 'timeout' }];
+  /** A rebuild's lock was lost while its loader ran; `ctx.signal` aborted with `error`. */
+  lockLost: [{ key: string; error: Error }];
+  /** A write was refused because a newer grant, set or delete happened since its grant (fencing at work). */
+  writeRejected: [{ key: string; fence: number }];
+  /** Redis failed or timed out; the call ran degraded (local single-flight, no store). */
+  degraded: [{ key: string | undefined; operation: string; error: unknown }];
+  /** Bytes at a key could not be used (oversized, undecodable, wrong type); treated as a miss. */
+  decodeError: [{ key: string; reason: string; error: unknown }];
+  /** A loader threw or rejected; the error reached its callers. */
+  loaderError: [{ key: string; error: unknown }];
+  /** A background (stale) refresh failed; the stale value stays until it expires. */
+  refreshError: [{ key: string; error: unknown }];
+}

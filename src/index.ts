@@ -1,0 +1,27 @@
+export { Cache, createCache, type Loader, type LoaderContext } from './cache.js';
+export type { CacheEvents } from './events.js';
+export {
+  DEFAULTS,
+  type CacheOptions,
+  type CallOptions,
+  type Clock,
+  type LocalTierOptions,
+  type LockMode,
+  type LockPolicy,
+  type OnWaitTimeout,
+} from './options.js';
+export {
+  AbortedError,
+  CacheClosedError,
+  InvalidKeyError,
+  InvalidOptionError,
+  LoaderTimeoutError,
+  LockLostError,
+  NoQuorumError,
+  RedisUnavailableError,
+  StampedeGuardError,
+  TooManyWaitersError,
+  WaitTimeoutError,
+  type ErrorCode,
+} from './errors.js';
+export type { RedisClient } from './redis-types.js';

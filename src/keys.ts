@@ -1,0 +1,44 @@
+import { createHash } from 'node:crypto';
+import { InvalidKeyError } from './errors.js';
+
+/** The Redis keys of one entry. All share one Cluster hash slot (the `{tag}`). */
+export interface EntryKeys {
+  /** The encoded entry; physical TTL = ttl + staleTtl. */
+  readonly value: string;
+  /** The rebuild lock: a random token, `PX lockTtl`. */
+  readonly lock: string;
+  /** The fencing counter: epoch-seeded, incremented on every grant, expiring. */
+  readonly fence: string;
+}
+
+/**
+ * Validates a user key. Lone surrogates are rejected because `'\uD800'` and `'\uDC00'` both
+ * encode to the same UTF-8 replacement bytes and would silently share one Redis key.
+ */
+export function validateKey(key: unknown, maxKeyLength: number): asserts key is string {
+  if (typeof key !== 'string') throw new InvalidKeyError(key, 'a key must be a string');
+  if (key.length === 0) throw new InvalidKeyError(key, 'a key must not be empty');
+  if (key.length > maxKeyLength) throw new InvalidKeyError(key, `a key is at most ${maxKeyLength} characters (option "maxKeyLength"); got ${key.length}`);
+  if (!key.isWellFormed()) throw new InvalidKeyError(key, 'a key must be well-formed UTF-16 (no lone surrogates)');
+}
+
+/** 8 hex digits of SHA-1: only spreads keys over slots; injectivity comes from the verbatim key. */
+export function slotTag(key: string): string {
+  return createHash('sha1').update(key, 'utf8').digest('hex').slice(0, 8);
+}
+
+/**
+ * `<prefix>:{<tag>}:<kind>:<key>`.
+ * Invariants: the prefix has no braces, so `{<tag>}` is the first brace pair and alone decides the
+ * slot, whatever braces the key holds; the tag has fixed length, so `<kind>` sits at a fixed offset
+ * and distinct (kind, key) pairs give distinct strings — `x:lock` can never collide with a lock key.
+ */
+export function entryKeys(prefix: string, key: string): EntryKeys {
+  const base = `${prefix}:{${slotTag(key)}}:`;
+  return { value: `${base}v:${key}`, lock: `${base}l:${key}`, fence: `${base}f:${key}` };
+}
+
+/** The one pub/sub channel a cache's processes share: writes, deletes and failures of every key. */
+export function eventsChannel(prefix: string): string {
+  return `${prefix}:events`;
+}

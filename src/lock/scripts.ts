@@ -1,0 +1,153 @@
+import type { RedisClient } from '../redis-types.js';
+
+/**
+ * Lua scripts, registered with ioredis `defineCommand` (EVALSHA with a NOSCRIPT fallback).
+ * Each touches only its KEYS, which share one hash slot. Never rely on ordering between a script
+ * and other commands in one pipeline: after SCRIPT FLUSH ioredis retries the script after them.
+ */
+
+/**
+ * Shared: increment the fence of an entry, seeding a missing counter from the server clock.
+ * Seeding with TIME in microseconds is the epoch: a Redis restart without persistence loses the
+ * counter, but the new seed is larger than any token issued before (unless more than one grant per
+ * microsecond was issued, or the Redis host clock went backwards). Tokens stay below 2^53.
+ * Digits are concatenated as strings: Lua would print a large number in exponent form.
+ */
+const BUMP_FENCE = `
+local function bump_fence(fence_key, ttl)
+  if redis.call('EXISTS', fence_key) == 0 then
+    local t = redis.call('TIME')
+    redis.call('SET', fence_key, t[1] .. string.format('%06d', tonumber(t[2])))
+  end
+  local f = redis.call('INCR', fence_key)
+  if redis.call('PTTL', fence_key) < tonumber(ttl) then redis.call('PEXPIRE', fence_key, ttl) end
+  return f
+end
+`;
+
+/**
+ * read: KEYS[1]=value; ARGV[1]=max bytes.
+ * → nil (absent) | {pttl, bytes} | {pttl, -1} (not a string) | {pttl, -2} (larger than the cap: never sent).
+ * The size check happens here, before a single byte crosses the wire or reaches the decoder.
+ */
+export const READ = `
+local t = redis.call('TYPE', KEYS[1]).ok
+if t == 'none' then return nil end
+local pttl = redis.call('PTTL', KEYS[1])
+if t ~= 'string' then return {pttl, -1} end
+if redis.call('STRLEN', KEYS[1]) > tonumber(ARGV[1]) then return {pttl, -2} end
+return {pttl, redis.call('GET', KEYS[1])}
+`;
+
+/**
+ * acquire: KEYS[1]=lock KEYS[2]=fence; ARGV[1]=token ARGV[2]=lockTtl ('0' = fence only, no lock) ARGV[3]=fence ttl.
+ * → {1, fence} granted | {0, lock pttl} held by someone else. Lock and fence move in one atomic step.
+ */
+export const ACQUIRE = `${BUMP_FENCE}
+if ARGV[2] ~= '0' then
+  if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+    return {0, redis.call('PTTL', KEYS[1])}
+  end
+end
+return {1, bump_fence(KEYS[2], ARGV[3])}
+`;
+
+/**
+ * write (fenced): KEYS[1]=value KEYS[2]=fence KEYS[3]=lock; ARGV[1]=token ARGV[2]=fence ARGV[3]=bytes
+ * ARGV[4]=physical ttl ARGV[5]=channel ARGV[6]=message.
+ * Accepts only if no grant (rebuild, set or delete) happened since ours: the counter still equals our
+ * fence. A missing counter (Redis restarted, or it expired) also rejects. Releases our lock either way,
+ * and announces an accepted write. → 1 accepted | 0 rejected.
+ */
+export const WRITE = `
+local ours = redis.call('GET', KEYS[2]) == ARGV[2]
+if ours then
+  redis.call('SET', KEYS[1], ARGV[3], 'PX', ARGV[4])
+end
+if redis.call('GET', KEYS[3]) == ARGV[1] then redis.call('DEL', KEYS[3]) end
+if ours then
+  redis.call('PUBLISH', ARGV[5], ARGV[6])
+  return 1
+end
+return 0
+`;
+
+/**
+ * release: KEYS[1]=lock; ARGV[1]=token ARGV[2]=channel ARGV[3]=message ('' = announce nothing).
+ * Deletes the lock only while it still holds our token: a release never frees another holder's lock.
+ * → 1 released | 0 not ours (expired or taken over).
+ */
+export const RELEASE = `
+local ok = 0
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  ok = 1
+end
+if ARGV[3] ~= '' then redis.call('PUBLISH', ARGV[2], ARGV[3]) end
+return ok
+`;
+
+/**
+ * extend (watchdog): KEYS[1]=lock KEYS[2]=fence; ARGV[1]=token ('' = fence-only grant) ARGV[2]=ttl.
+ * → 1 still ours (lock and fence pushed to at least ttl) | 0 lost.
+ */
+export const EXTEND = `
+if ARGV[1] ~= '' then
+  if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+if redis.call('PTTL', KEYS[2]) < tonumber(ARGV[2]) then redis.call('PEXPIRE', KEYS[2], ARGV[2]) end
+return 1
+`;
+
+/**
+ * invalidate (delete): KEYS[1]=value KEYS[2]=fence; ARGV[1]=fence ttl ARGV[2]=channel ARGV[3]=message.
+ * Bumps the fence first, so a rebuild already in flight cannot resurrect what was deleted.
+ */
+export const INVALIDATE = `${BUMP_FENCE}
+local f = bump_fence(KEYS[2], ARGV[1])
+redis.call('DEL', KEYS[1])
+redis.call('PUBLISH', ARGV[2], ARGV[3])
+return f
+`;
+
+type Arg = string | Buffer | number;
+
+/** The registered commands, as methods the rest of the library calls. */
+export interface Scripts {
+  read(valueKey: string, maxBytes: number): Promise<[number, Buffer | number] | null>;
+  acquire(lockKey: string, fenceKey: string, token: string, lockTtl: number, fenceTtl: number): Promise<[number, number]>;
+  write(keys: [string, string, string], args: [string, string, Buffer, number, string, string]): Promise<number>;
+  release(lockKey: string, token: string, channel: string, message: string): Promise<number>;
+  extend(lockKey: string, fenceKey: string, token: string, ttl: number): Promise<number>;
+  invalidate(valueKey: string, fenceKey: string, fenceTtl: number, channel: string, message: string): Promise<number>;
+}
+
+// Versioned names: a script change gets a new name, so two library versions on one client never clash.
+const NAMES = {
+  read: ['sgReadV1', 1, READ],
+  acquire: ['sgAcquireV1', 2, ACQUIRE],
+  write: ['sgWriteV1', 3, WRITE],
+  release: ['sgReleaseV1', 1, RELEASE],
+  extend: ['sgExtendV1', 2, EXTEND],
+  invalidate: ['sgInvalidateV1', 2, INVALIDATE],
+} as const;
+
+type Command = (...args: Arg[]) => Promise<unknown>;
+
+/** Registers the scripts on a client (idempotent) and returns typed callers. */
+export function defineScripts(client: RedisClient): Scripts {
+  const c = client as unknown as Record<string, Command | undefined>;
+  for (const [name, keys, lua] of Object.values(NAMES)) {
+    if (typeof c[name] !== 'function') client.defineCommand(name, { numberOfKeys: keys, lua });
+  }
+  const call = (name: string, ...args: Arg[]): Promise<unknown> => (c[name] as Command).apply(client, args);
+  return {
+    read: (k, max) => call(`${NAMES.read[0]}Buffer`, k, max) as Promise<[number, Buffer | number] | null>,
+    acquire: (l, f, token, ttl, fttl) => call(NAMES.acquire[0], l, f, token, ttl, fttl) as Promise<[number, number]>,
+    write: (keys, args) => call(NAMES.write[0], ...keys, ...args) as Promise<number>,
+    release: (l, token, ch, msg) => call(NAMES.release[0], l, token, ch, msg) as Promise<number>,
+    extend: (l, f, token, ttl) => call(NAMES.extend[0], l, f, token, ttl) as Promise<number>,
+    invalidate: (v, f, ttl, ch, msg) => call(NAMES.invalidate[0], v, f, ttl, ch, msg) as Promise<number>,
+  };
+}

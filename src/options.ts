@@ -1,0 +1,286 @@
+import { InvalidOptionError } from './errors.js';
+import type { RedisClient } from './redis-types.js';
+
+/**
+ * How a key's rebuild is coordinated.
+ * - `none`: plain cache-aside; every missing call runs the loader (the baseline).
+ * - `local`: one loader per key per process (in-process single-flight only).
+ * - `single`: one loader per key across every process, via a lock on the store's Redis (an efficiency lock).
+ * - `redlock`: as `single`, but the lock needs a quorum of independent Redis masters (`redlock.nodes`).
+ */
+export type LockMode = 'none' | 'local' | 'single' | 'redlock';
+export const LOCK_MODES: readonly LockMode[] = ['none', 'local', 'single', 'redlock'];
+
+/** A lock mode, or a function choosing one from the key (evaluated on every call). */
+export type LockPolicy = LockMode | ((key: string) => LockMode);
+
+/** What a caller that waited `waitTimeout` without seeing a value does next. */
+export type OnWaitTimeout = 'compute' | 'throw';
+
+/** Monotonic milliseconds. Injectable so unit tests can use fake timers. */
+export interface Clock {
+  now(): number;
+}
+export const systemClock: Clock = { now: () => performance.now() };
+
+/** Options accepted per call and, as cache-wide defaults, in `createCache({ defaults })`. */
+export interface CallOptions {
+  /** Fresh time in ms (a positive integer). No default: give it per call or in `defaults`. */
+  ttl?: number;
+  /** How long after `ttl` a stale value may still be served (at once) while one process refreshes it, in ms. Default `0` (no stale serving). */
+  staleTtl?: number;
+  /** Lock mode or per-key policy. Default `'single'`. */
+  lock?: LockPolicy;
+  /** Lifetime of a rebuild lock grant in ms; a watchdog extends it every `lockTtl / 3` while the loader runs. Default `10000`. */
+  lockTtl?: number;
+  /** Longest time a caller waits for another process's rebuild, in ms. Default `5000`. */
+  waitTimeout?: number;
+  /** After `waitTimeout`: `'compute'` runs the loader anyway (fenced), `'throw'` rejects with `WaitTimeoutError`. Default `'compute'`. */
+  onWaitTimeout?: OnWaitTimeout;
+  /** Fallback poll interval while waiting, in ms, jittered ±50%; waiters are normally woken by pub/sub first. Default `250`. */
+  pollInterval?: number;
+  /** The caller's AbortSignal: aborting it rejects this call with `AbortedError` (ERR_ABORTED). Default none. */
+  signal?: AbortSignal;
+}
+
+/** The optional in-process L1 tier. */
+export interface LocalTierOptions {
+  /** Most entries kept (lru-cache `max`). Required. */
+  max: number;
+}
+
+export interface CacheOptions {
+  /** An ioredis `Redis` or `Cluster`, owned by the caller. Required. Never quit by the cache; duplicated once for pub/sub. */
+  redis: RedisClient;
+  /** Key namespace; must not contain `{` or `}`. Default `'sg'`. */
+  prefix?: string;
+  /** The in-process L1 tier; `false` or omitted turns it off. Default off. */
+  local?: LocalTierOptions | false;
+  /** Cache-wide defaults for every per-call option. */
+  defaults?: CallOptions;
+  /** Longest time any single Redis operation may take before the call degrades, in ms. Default `1000`. */
+  redisTimeout?: number;
+  /** Longest accepted key, in UTF-16 code units. Default `1024`. */
+  maxKeyLength?: number;
+  /** Entries larger than this (bytes) are never decoded: treated as a miss and reported. Default `1048576` (1 MiB). */
+  maxValueBytes?: number;
+  /** Consecutive Redis failures that open the circuit breaker (Redis is then skipped for `breakerCooldown`). Default `5`. */
+  breakerThreshold?: number;
+  /** How long the open breaker skips Redis before one probe, in ms. Default `2000`. */
+  breakerCooldown?: number;
+  /** Monotonic clock. Default `performance.now()`. */
+  clock?: Clock;
+}
+
+/**
+ * The one place defaults live. The README's options table lists exactly these.
+ * `ttl` has no default on purpose: how long a value stays fresh is the caller's decision.
+ */
+export const DEFAULTS = Object.freeze({
+  prefix: 'sg',
+  redisTimeout: 1000,
+  maxKeyLength: 1024,
+  maxValueBytes: 1024 * 1024,
+  breakerThreshold: 5,
+  breakerCooldown: 2000,
+  staleTtl: 0,
+  lock: 'single',
+  lockTtl: 10_000,
+  waitTimeout: 5_000,
+  onWaitTimeout: 'compute',
+  pollInterval: 250,
+});
+
+/** Per-call options after merging defaults and validating; frozen. */
+export interface ResolvedCall {
+  readonly ttl: number;
+  readonly staleTtl: number;
+  readonly lock: LockMode;
+  readonly lockTtl: number;
+  readonly waitTimeout: number;
+  readonly onWaitTimeout: OnWaitTimeout;
+  readonly pollInterval: number;
+  readonly signal: AbortSignal | undefined;
+}
+
+/** Cache defaults after validation: everything but ttl/signal may be present. */
+export type ResolvedDefaults = Readonly<Omit<CallOptions, 'signal'> & Required<Pick<CallOptions, 'staleTtl' | 'lock' | 'lockTtl' | 'waitTimeout' | 'onWaitTimeout' | 'pollInterval'>>>;
+
+export interface ResolvedCache {
+  readonly prefix: string;
+  readonly local: LocalTierOptions | false;
+  readonly defaults: ResolvedDefaults;
+  readonly redisTimeout: number;
+  readonly maxKeyLength: number;
+  readonly maxValueBytes: number;
+  readonly breakerThreshold: number;
+  readonly breakerCooldown: number;
+  readonly clock: Clock;
+}
+
+// ---------------------------------------------------------------- validators
+
+const MAX_MS = 2 ** 31 - 1; // setTimeout's ceiling; longer timers fire at once in Node.
+
+function positiveInt(name: string, v: unknown, key?: string): number {
+  if (typeof v !== 'number' || !Number.isInteger(v) || v <= 0 || v > MAX_MS) {
+    throw new InvalidOptionError(name, v, `a positive integer number of milliseconds ≤ ${MAX_MS}`, key);
+  }
+  return v;
+}
+
+function nonNegativeInt(name: string, v: unknown, key?: string): number {
+  if (typeof v !== 'number' || !Number.isInteger(v) || v < 0 || v > MAX_MS) {
+    throw new InvalidOptionError(name, v, `a non-negative integer number of milliseconds ≤ ${MAX_MS}`, key);
+  }
+  return v;
+}
+
+function lockPolicy(v: unknown, key?: string): LockPolicy {
+  if (typeof v === 'function') return v as (key: string) => LockMode;
+  if (typeof v === 'string' && (LOCK_MODES as readonly string[]).includes(v)) return v as LockMode;
+  throw new InvalidOptionError('lock', v, `one of ${LOCK_MODES.map((m) => `'${m}'`).join(', ')} or a function of the key`, key);
+}
+
+function onWaitTimeout(v: unknown, key?: string): OnWaitTimeout {
+  if (v === 'compute' || v === 'throw') return v;
+  throw new InvalidOptionError('onWaitTimeout', v, `'compute' or 'throw'`, key);
+}
+
+function abortSignal(v: unknown, key?: string): AbortSignal | undefined {
+  if (v === undefined || v instanceof AbortSignal) return v;
+  throw new InvalidOptionError('signal', v, 'an AbortSignal', key);
+}
+
+type Validator = (v: unknown, key?: string) => unknown;
+const CALL_VALIDATORS: Record<keyof CallOptions, Validator> = {
+  ttl: (v, k) => positiveInt('ttl', v, k),
+  staleTtl: (v, k) => nonNegativeInt('staleTtl', v, k),
+  lock: lockPolicy,
+  lockTtl: (v, k) => positiveInt('lockTtl', v, k),
+  waitTimeout: (v, k) => positiveInt('waitTimeout', v, k),
+  onWaitTimeout,
+  pollInterval: (v, k) => positiveInt('pollInterval', v, k),
+  signal: abortSignal,
+};
+
+function validateCallOptions(input: object, where: string, key?: string): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  for (const [name, value] of Object.entries(input)) {
+    if (!Object.hasOwn(CALL_VALIDATORS, name)) {
+      throw new InvalidOptionError(`${where}${name}`, value, `no such option; known: ${Object.keys(CALL_VALIDATORS).join(', ')}`, key);
+    }
+    if (value === undefined) continue;
+    out[name] = CALL_VALIDATORS[name as keyof CallOptions](value, key);
+  }
+  return out;
+}
+
+const CACHE_OPTION_NAMES = new Set([
+  'redis', 'prefix', 'local', 'defaults', 'redisTimeout', 'maxKeyLength', 'maxValueBytes',
+  'breakerThreshold', 'breakerCooldown', 'clock', 'redlock',
+]);
+
+function isRedisClient(v: unknown): v is RedisClient {
+  const c = v as Partial<RedisClient> | null;
+  return typeof c === 'object' && c !== null && typeof c.defineCommand === 'function' && typeof c.duplicate === 'function';
+}
+
+/** Validates `createCache` options once; the result is frozen. */
+export function resolveCacheOptions(input: CacheOptions): ResolvedCache {
+  if (typeof input !== 'object' || input === null) throw new InvalidOptionError('options', input, 'an object with at least { redis }');
+  for (const name of Object.keys(input)) {
+    if (!CACHE_OPTION_NAMES.has(name)) {
+      throw new InvalidOptionError(name, (input as unknown as Record<string, unknown>)[name], `no such createCache option; known: ${[...CACHE_OPTION_NAMES].join(', ')}`);
+    }
+  }
+  if (!isRedisClient(input.redis)) throw new InvalidOptionError('redis', input.redis, 'an ioredis Redis or Cluster instance');
+  const prefix = input.prefix ?? DEFAULTS.prefix;
+  if (typeof prefix !== 'string' || prefix.length === 0 || /[{}]/.test(prefix) || !prefix.isWellFormed() || prefix.length > 256) {
+    throw new InvalidOptionError('prefix', prefix, 'a non-empty string of at most 256 characters without "{" or "}"');
+  }
+  let local: LocalTierOptions | false = false;
+  if (input.local !== undefined && input.local !== false) {
+    const l = input.local as unknown;
+    if (typeof l !== 'object' || l === null) throw new InvalidOptionError('local', l, '{ max: <positive integer> } or false');
+    const max = (l as { max?: unknown }).max;
+    if (typeof max !== 'number' || !Number.isInteger(max) || max <= 0) throw new InvalidOptionError('local.max', max, 'a positive integer');
+    local = Object.freeze({ max });
+  }
+  const d = input.defaults ?? {};
+  if (typeof d !== 'object' || d === null) throw new InvalidOptionError('defaults', d, 'an object of per-call options');
+  const given = validateCallOptions(d, 'defaults.');
+  if (given.signal !== undefined) throw new InvalidOptionError('defaults.signal', given.signal, 'no signal in defaults (pass it per call)');
+  const defaults = Object.freeze({
+    staleTtl: DEFAULTS.staleTtl,
+    lock: DEFAULTS.lock,
+    lockTtl: DEFAULTS.lockTtl,
+    waitTimeout: DEFAULTS.waitTimeout,
+    onWaitTimeout: DEFAULTS.onWaitTimeout,
+    pollInterval: DEFAULTS.pollInterval,
+    ...given,
+  }) as ResolvedDefaults;
+  const clock = input.clock ?? systemClock;
+  if (typeof clock !== 'object' || clock === null || typeof clock.now !== 'function') throw new InvalidOptionError('clock', clock, 'an object with now(): number');
+  return Object.freeze({
+    prefix,
+    local,
+    defaults,
+    redisTimeout: positiveInt('redisTimeout', input.redisTimeout ?? DEFAULTS.redisTimeout),
+    maxKeyLength: positiveInt('maxKeyLength', input.maxKeyLength ?? DEFAULTS.maxKeyLength),
+    maxValueBytes: positiveInt('maxValueBytes', input.maxValueBytes ?? DEFAULTS.maxValueBytes),
+    breakerThreshold: positiveInt('breakerThreshold', input.breakerThreshold ?? DEFAULTS.breakerThreshold),
+    breakerCooldown: positiveInt('breakerCooldown', input.breakerCooldown ?? DEFAULTS.breakerCooldown),
+    clock,
+  });
+}
+
+/**
+ * Merges one call's options over the cache defaults. `input` is a ttl number or an options object.
+ * Throws `InvalidOptionError` before any Redis traffic.
+ */
+export function resolveCallOptions(defaults: ResolvedDefaults, input: number | CallOptions | undefined, key: string): ResolvedCall {
+  let given: Record<string, unknown>;
+  if (typeof input === 'number') given = { ttl: positiveInt('ttl', input, key) };
+  else if (input === undefined) given = {};
+  else if (typeof input === 'object' && input !== null) given = validateCallOptions(input, '', key);
+  else throw new InvalidOptionError('ttl', input, 'a ttl in ms or an options object', key);
+  const merged = { ...defaults, ...given } as CallOptions & ResolvedDefaults;
+  if (merged.ttl === undefined) throw new InvalidOptionError('ttl', undefined, 'a positive integer number of ms, per call or in defaults', key);
+  return Object.freeze({
+    ttl: merged.ttl,
+    staleTtl: merged.staleTtl,
+    lock: lockModeFor(merged.lock, key),
+    lockTtl: merged.lockTtl,
+    waitTimeout: merged.waitTimeout,
+    onWaitTimeout: merged.onWaitTimeout,
+    pollInterval: merged.pollInterval,
+    signal: merged.signal,
+  });
+}
+
+// ---------------------------------------------------------------- effective values (pure)
+
+/** The mode a policy picks for a key; a policy function returning garbage is a typed error. */
+export function lockModeFor(policy: LockPolicy, key: string): LockMode {
+  const mode = typeof policy === 'function' ? policy(key) : policy;
+  if (!(LOCK_MODES as readonly string[]).includes(mode)) {
+    throw new InvalidOptionError('lock', mode, `the lock policy to return one of ${LOCK_MODES.join(', ')}`, key);
+  }
+  return mode;
+}
+
+/** How long Redis keeps an entry: fresh time plus the stale window. */
+export function physicalTtl(ttl: number, staleTtl: number): number {
+  return ttl + staleTtl;
+}
+
+/** How often the watchdog extends a grant: a third of its lifetime, so two extensions may fail before it lapses. */
+export function watchdogInterval(lockTtl: number): number {
+  return Math.max(1, Math.floor(lockTtl / 3));
+}
+
+/** The next fallback poll delay: `pollInterval` jittered to [0.5, 1.5)× and never past the deadline. `rand` is in [0, 1). */
+export function pollDelay(pollInterval: number, remainingMs: number, rand: number): number {
+  return Math.max(0, Math.min(remainingMs, Math.round(pollInterval * (0.5 + rand))));
+}

@@ -1,0 +1,23 @@
+/**
+ * The slice of an ioredis client (`Redis` or `Cluster`, ioredis 5 or 6) the cache uses.
+ * Structural on purpose: the caller's ioredis version is theirs, so we never import its classes.
+ */
+export interface RedisClient {
+  defineCommand(name: string, definition: { numberOfKeys?: number; lua: string }): void;
+  /** ioredis `duplicate()`: a new connection with the same options; used once, for pub/sub only. */
+  duplicate(...args: never[]): unknown;
+  /** True on an ioredis `Cluster`. */
+  readonly isCluster?: boolean;
+  readonly status?: string;
+}
+
+/** What the subscriber connection (our duplicate) must offer. */
+export interface SubscriberClient {
+  subscribe(...channels: string[]): Promise<unknown>;
+  unsubscribe(...channels: string[]): Promise<unknown>;
+  on(event: 'messageBuffer', listener: (channel: Buffer, message: Buffer) => void): unknown;
+  on(event: 'error', listener: (err: Error) => void): unknown;
+  on(event: 'ready', listener: () => void): unknown;
+  quit(): Promise<unknown>;
+  disconnect(): void;
+}

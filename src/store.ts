@@ -1,0 +1,70 @@
+import { decodeEntry, encodeEntry } from './codec.js';
+import { entryState, type EntryState } from './entry.js';
+import type { Io } from './io.js';
+import type { EntryKeys } from './keys.js';
+import type { Grant } from './lock/types.js';
+import type { Scripts } from './lock/scripts.js';
+import { physicalTtl } from './options.js';
+import type { Bus, NoteKind } from './wait.js';
+
+export type Found =
+  | { readonly state: 'miss' }
+  | { readonly state: EntryState; readonly value: unknown; readonly pttl: number; readonly staleMs: number; readonly fence: number };
+
+const MISS: Found = Object.freeze({ state: 'miss' });
+
+export interface StoreEvents {
+  decodeError(key: string, reason: string, error?: unknown): void;
+}
+
+/** Entry reads and fenced writes on the store's Redis. Throws RedisUnavailableError; never a decode error. */
+export class Store {
+  constructor(
+    private readonly io: Io,
+    private readonly scripts: Scripts,
+    private readonly bus: Bus,
+    private readonly maxValueBytes: number,
+    private readonly events: StoreEvents,
+  ) {}
+
+  /** One round trip: bytes and PTTL together; oversized bytes never leave Redis. */
+  async read(key: string, keys: EntryKeys): Promise<Found> {
+    const raw = await this.io.run('read', () => this.scripts.read(keys.value, this.maxValueBytes), key);
+    if (raw === null) return MISS;
+    const [pttl, body] = raw;
+    if (typeof body === 'number') {
+      this.events.decodeError(key, body === -2 ? `larger than maxValueBytes (${this.maxValueBytes})` : 'not a string value');
+      return MISS;
+    }
+    try {
+      const entry = decodeEntry(body);
+      return { state: entryState(pttl, entry.staleMs), value: entry.value, pttl, staleMs: entry.staleMs, fence: entry.fence };
+    } catch (err) {
+      this.events.decodeError(key, err instanceof Error ? err.message : 'undecodable', err);
+      return MISS;
+    }
+  }
+
+  /**
+   * Writes `value` under `grant`'s fence, releases the grant's lock and announces the write, all in
+   * one script. Resolves false when a newer grant (rebuild, set or delete) made ours stale.
+   */
+  async write(key: string, keys: EntryKeys, grant: Grant, value: unknown, ttl: number, staleTtl: number, loadMs: number, kind: NoteKind): Promise<boolean> {
+    const bytes = encodeEntry({ value, fence: grant.fence, loadMs: Math.round(loadMs), writtenAt: Date.now(), staleMs: staleTtl });
+    const accepted = await this.io.run(
+      'write',
+      () => this.scripts.write(
+        [keys.value, keys.fence, keys.lock],
+        [grant.token, String(grant.fence), bytes, physicalTtl(ttl, staleTtl), this.bus.channel, this.bus.message(kind, key)],
+      ),
+      key,
+    );
+    grant.markReleased();
+    return accepted === 1;
+  }
+
+  /** Bumps the fence (so no in-flight rebuild can write), deletes the value and announces it. */
+  async invalidate(key: string, keys: EntryKeys, fenceTtl: number): Promise<void> {
+    await this.io.run('delete', () => this.scripts.invalidate(keys.value, keys.fence, fenceTtl, this.bus.channel, this.bus.message('d', key)), key);
+  }
+}

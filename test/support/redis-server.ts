@@ -1,0 +1,163 @@
+/**
+ * Real Redis for tests and benchmarks. Three sources, in order:
+ *   1. REDIS_URL (a server someone else runs; shared, so keys are prefixed per test),
+ *   2. a local `redis-server` binary started on a free port (and stopped afterwards),
+ *   3. testcontainers, when a container runtime is reachable.
+ * Fault tests need a process they can pause, kill and restart, so they call `startRedisServer`
+ * directly (local binary only).
+ */
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { createConnection, createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+
+export interface RedisServer {
+  readonly host: string;
+  readonly port: number;
+  readonly url: string;
+  /** The server's PID (local binary only). */
+  readonly pid: number | undefined;
+  /** SIGSTOP: the socket stays open and commands hang. */
+  pause(): void;
+  /** SIGCONT. */
+  resume(): void;
+  /** SIGKILL, then wait for the exit. Data is gone (no persistence unless args say otherwise). */
+  kill(): Promise<void>;
+  /** Start again on the same port and directory (e.g. after kill). */
+  restart(): Promise<void>;
+  stop(): Promise<void>;
+}
+
+const live = new Set<ChildProcess>();
+process.once('exit', () => {
+  for (const child of live) child.kill('SIGKILL');
+});
+
+export function hasRedisBinary(): boolean {
+  const r = spawnSync('redis-server', ['--version'], { stdio: 'ignore' });
+  return r.status === 0;
+}
+
+export async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const srv = createServer();
+    srv.once('error', reject);
+    srv.listen(0, '127.0.0.1', () => {
+      const address = srv.address();
+      const port = typeof address === 'object' && address ? address.port : 0;
+      srv.close(() => resolve(port));
+    });
+  });
+}
+
+/** Resolves once the server answers PING (or rejects after ~10 s). */
+export async function waitForPing(host: string, port: number, timeoutMs = 10_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const ok = await new Promise<boolean>((resolve) => {
+      const socket = createConnection({ host, port });
+      let buf = '';
+      socket.setTimeout(500, () => {
+        socket.destroy();
+        resolve(false);
+      });
+      socket.once('error', () => resolve(false));
+      socket.on('data', (d) => {
+        buf += d.toString();
+        if (buf.includes('\r\n')) {
+          socket.destroy();
+          resolve(buf.startsWith('+PONG'));
+        }
+      });
+      socket.once('connect', () => socket.write('PING\r\n'));
+    });
+    if (ok) return;
+    if (Date.now() > deadline) throw new Error(`redis-server on ${host}:${port} did not answer PING within ${timeoutMs} ms`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+/** Starts a throwaway redis-server on a free loopback port. Extra `args` are passed through (e.g. cluster flags). */
+export async function startRedisServer(args: string[] = [], options: { port?: number } = {}): Promise<RedisServer> {
+  if (!hasRedisBinary()) throw new Error('redis-server is not installed; install it (Debian: apt-get install redis-server) or set REDIS_URL');
+  const port = options.port ?? (await freePort());
+  const dir = mkdtempSync(join(tmpdir(), 'sg-redis-'));
+  const host = '127.0.0.1';
+  let child: ChildProcess | undefined;
+
+  const launch = async (): Promise<void> => {
+    const c = spawn(
+      'redis-server',
+      ['--port', String(port), '--bind', host, '--save', '', '--appendonly', 'no', '--dir', dir, '--enable-debug-command', 'yes', '--protected-mode', 'no', ...args],
+      { stdio: 'ignore' },
+    );
+    child = c;
+    live.add(c);
+    c.once('exit', () => live.delete(c));
+    await waitForPing(host, port);
+  };
+  const exited = (c: ChildProcess): Promise<void> =>
+    c.exitCode !== null || c.signalCode !== null ? Promise.resolve() : new Promise((r) => c.once('exit', () => r()));
+
+  await launch();
+  return {
+    host,
+    port,
+    url: `redis://${host}:${port}`,
+    get pid() {
+      return child?.pid;
+    },
+    pause: () => void child?.kill('SIGSTOP'),
+    resume: () => void child?.kill('SIGCONT'),
+    async kill() {
+      const c = child;
+      if (!c) return;
+      c.kill('SIGCONT');
+      c.kill('SIGKILL');
+      await exited(c);
+    },
+    restart: launch,
+    async stop() {
+      const c = child;
+      if (c) {
+        c.kill('SIGCONT');
+        c.kill('SIGKILL');
+        await exited(c);
+      }
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+export interface ProvidedRedis {
+  readonly url: string;
+  readonly source: 'REDIS_URL' | 'redis-server' | 'testcontainers';
+  stop(): Promise<void>;
+}
+
+/** The provider: REDIS_URL, else a local redis-server, else testcontainers, else a clear error. */
+export async function provideRedis(): Promise<ProvidedRedis> {
+  const fromEnv = process.env.REDIS_URL;
+  if (fromEnv) return { url: fromEnv, source: 'REDIS_URL', stop: async () => undefined };
+  if (hasRedisBinary()) {
+    const server = await startRedisServer();
+    return { url: server.url, source: 'redis-server', stop: () => server.stop() };
+  }
+  try {
+    const { GenericContainer } = await import('testcontainers');
+    const container = await new GenericContainer('redis:7').withExposedPorts(6379).start();
+    return {
+      url: `redis://${container.getHost()}:${container.getMappedPort(6379)}`,
+      source: 'testcontainers',
+      stop: async () => {
+        await container.stop();
+      },
+    };
+  } catch (err) {
+    throw new Error(
+      `No Redis available: REDIS_URL is unset, redis-server is not installed, and testcontainers could not start a container (${(err as Error).message}). ` +
+        'Install redis-server (apt-get install redis-server), or set REDIS_URL=redis://host:port.',
+    );
+  }
+}
