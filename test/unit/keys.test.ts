@@ -1,0 +1,56 @@
+import calculateSlot from 'cluster-key-slot';
+import { describe, expect, it } from 'vitest';
+import { InvalidKeyError } from '../../src/errors.js';
+import { entryKeys, validateKey } from '../../src/keys.js';
+
+const HOSTILE = ['', '}', '}abc', '{x}', 'a{b}c', '{', '{}', 'x:lock', 'x', 'v:x', 'l:x', '\r\n', '\0', '*', 'a?[b]\\', 'ü', '😀', 'a'.repeat(1024)];
+
+describe('entry keys', () => {
+  it.each(HOSTILE.filter((k) => k !== ''))('all keys of %j share one Cluster slot', (key) => {
+    const k = entryKeys('sg', key);
+    const slot = calculateSlot(k.value);
+    expect(calculateSlot(k.lock)).toBe(slot);
+    expect(calculateSlot(k.fence)).toBe(slot);
+  });
+
+  it('distinct user keys give disjoint sets of Redis keys (no x:lock-style collisions)', () => {
+    const seen = new Map<string, string>();
+    const inputs = [...HOSTILE.filter((k) => k !== ''), 'a', 'a:', ':a', 'a:v', 'a:l:a', 'sg', 'sg:{x}:v:a'];
+    for (let i = 0; i < 2000; i++) inputs.push(`k${i}`, `k${i}:lock`, `k${i}:v`);
+    for (const key of inputs) {
+      for (const redisKey of Object.values(entryKeys('sg', key))) {
+        const owner = seen.get(redisKey);
+        expect(owner === undefined || owner === key, `${redisKey} is shared by ${owner} and ${key}`).toBe(true);
+        seen.set(redisKey, key);
+      }
+    }
+    expect(seen.size).toBe(inputs.length * 3);
+  });
+
+  it('two prefixes never produce the same Redis key', () => {
+    const a = Object.values(entryKeys('sg', 'x:y'));
+    const b = Object.values(entryKeys('sg:x', 'y'));
+    for (const k of a) expect(b).not.toContain(k);
+  });
+});
+
+describe('validateKey', () => {
+  it.each([
+    ['an empty key', ''],
+    ['a number', 42],
+    ['undefined', undefined],
+    ['null', null],
+    ['an object', { id: 1 }],
+    ['a lone high surrogate', '\uD800'],
+    ['a lone low surrogate', '\uDC00'],
+    ['a surrogate pair reversed', '\uDC00\uD800'],
+    ['a key over maxKeyLength', 'x'.repeat(1025)],
+  ])('rejects %s with ERR_INVALID_KEY', (_what, key) => {
+    expect(() => validateKey(key, 1024)).toThrow(InvalidKeyError);
+    expect(() => validateKey(key, 1024)).toThrow(expect.objectContaining({ code: 'ERR_INVALID_KEY' }));
+  });
+
+  it.each(['a', '😀', '\r\n\0', '*?[', 'x'.repeat(1024), '\uFFFD'])('accepts %j', (key) => {
+    expect(() => validateKey(key, 1024)).not.toThrow();
+  });
+});
