@@ -136,7 +136,7 @@ describe('resolveCacheOptions', () => {
     ['clock', { clock: { now: 5 } }],
   ];
   it.each(bad)('rejects a bad %s with ERR_INVALID_OPTION', (option, extra) => {
-    expect(() => resolveCacheOptions({ redis: fakeClient, ...extra } as CacheOptions)).toThrow(
+    expect(() => resolveCacheOptions({ redis: fakeClient, ...extra })).toThrow(
       expect.objectContaining({ code: 'ERR_INVALID_OPTION', option }),
     );
   });
