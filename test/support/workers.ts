@@ -1,0 +1,116 @@
+/** Parent side of test/support/worker.ts: fork, drive, collect events, kill/pause by PID. */
+import { fork, type ChildProcess } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import type { CallOptions } from '../../src/index.js';
+import type { LoaderSpec } from './counting-loader.js';
+import type { CallResult } from './worker.js';
+
+const WORKER = fileURLToPath(new URL('./worker.ts', import.meta.url));
+
+export interface WorkerEvent {
+  ev: string;
+  id?: number;
+  name?: string;
+  data?: Record<string, unknown>;
+  results?: CallResult[];
+  key?: string;
+  fence?: number;
+}
+
+export class Worker {
+  readonly events: WorkerEvent[] = [];
+  private nextId = 1;
+  private listeners = new Set<(e: WorkerEvent) => void>();
+
+  private constructor(readonly child: ChildProcess) {
+    child.on('message', (m: WorkerEvent) => {
+      this.events.push(m);
+      for (const l of this.listeners) l(m);
+    });
+  }
+
+  static async start(env: { url: string; prefix?: string; redisTimeout?: number }): Promise<Worker> {
+    const child = fork(WORKER, [], {
+      execArgv: ['--import', 'tsx'],
+      env: { ...process.env, SG_REDIS_URL: env.url, SG_PREFIX: env.prefix ?? 'sg', SG_REDIS_TIMEOUT: String(env.redisTimeout ?? 1000) },
+      stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+    });
+    const w = new Worker(child);
+    await w.next((e) => e.ev === 'ready');
+    return w;
+  }
+
+  get pid(): number {
+    return this.child.pid as number;
+  }
+
+  /** Resolves with the first event (already seen or future) matching `pred`. */
+  next(pred: (e: WorkerEvent) => boolean): Promise<WorkerEvent> {
+    const seen = this.events.find(pred);
+    if (seen) return Promise.resolve(seen);
+    return new Promise((resolve, reject) => {
+      const onExit = () => reject(new Error(`worker ${this.child.pid} exited while waiting`));
+      const l = (e: WorkerEvent) => {
+        if (!pred(e)) return;
+        this.listeners.delete(l);
+        this.child.off('exit', onExit);
+        resolve(e);
+      };
+      this.listeners.add(l);
+      this.child.once('exit', onExit);
+    });
+  }
+
+  /** Starts `callers` concurrent getOrCompute calls in the worker; returns their id (await results with `results`). */
+  call(key: string, callers: number, options: CallOptions, loader: LoaderSpec): number {
+    const id = this.nextId++;
+    this.child.send({ op: 'call', id, key, callers, options, loader });
+    return id;
+  }
+
+  async results(id: number): Promise<CallResult[]> {
+    const e = await this.next((m) => m.ev === 'result' && m.id === id);
+    return e.results as CallResult[];
+  }
+
+  loaderStarted(id: number): Promise<WorkerEvent> {
+    return this.next((m) => m.ev === 'loader-start' && m.id === id);
+  }
+
+  open(gate: string, value: unknown): void {
+    this.child.send({ op: 'open', gate, value });
+  }
+
+  cacheEvents(name: string): Record<string, unknown>[] {
+    return this.events.filter((e) => e.ev === 'cache' && e.name === name).map((e) => e.data as Record<string, unknown>);
+  }
+
+  pause(): void {
+    process.kill(this.pid, 'SIGSTOP');
+  }
+
+  resume(): void {
+    process.kill(this.pid, 'SIGCONT');
+  }
+
+  async kill(): Promise<void> {
+    if (this.child.exitCode !== null || this.child.signalCode !== null) return;
+    const exited = new Promise((r) => this.child.once('exit', r));
+    process.kill(this.pid, 'SIGCONT');
+    this.child.kill('SIGKILL');
+    await exited;
+  }
+
+  async stop(): Promise<void> {
+    if (this.child.exitCode !== null || this.child.signalCode !== null) return;
+    const exited = new Promise((r) => this.child.once('exit', r));
+    this.child.send({ op: 'exit' });
+    const timer = setTimeout(() => this.child.kill('SIGKILL'), 5000);
+    await exited;
+    clearTimeout(timer);
+  }
+}
+
+export async function startWorkers(n: number, env: { url: string; prefix?: string; redisTimeout?: number }): Promise<Worker[]> {
+  return Promise.all(Array.from({ length: n }, () => Worker.start(env)));
+}
