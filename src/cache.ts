@@ -35,6 +35,8 @@ export interface LoaderContext<T = unknown> {
 
 export type Loader<T> = (ctx: LoaderContext<T>) => T | Promise<T>;
 
+const REMOTE_CHANGES: Partial<Record<Note['kind'], 'written' | 'set' | 'deleted'>> = { w: 'written', s: 'set', d: 'deleted' };
+
 export function createCache(options: CacheOptions): Cache {
   return new Cache(options);
 }
@@ -55,7 +57,9 @@ export class Cache extends EventEmitter<CacheEvents> {
   private readonly coalescers: Record<LockMode, Coalescer>;
   /** Background refreshes by key: at most one per key per process. */
   private readonly refreshing = new Map<string, Promise<void>>();
-  /** Aborts background work on close(). */
+  /** Grants held right now; close() releases them (their watchdogs stop) without waiting for loaders. */
+  private readonly grants = new Set<Grant>();
+  /** Aborts every loader's ctx.signal on close(). */
   private readonly lifetime = new AbortController();
   private closed = false;
 
@@ -146,8 +150,10 @@ export class Cache extends EventEmitter<CacheEvents> {
     this.closed = true;
     this.lifetime.abort(new CacheClosedError());
     this.waiters.wakeAll();
+    // Loaders may ignore their signal; close() never waits for them. Their grants are released now,
+    // and a loader that finishes later writes nothing (writeQuietly checks `closed`).
+    await Promise.all([...this.grants].map((g) => g.release('r')));
     await this.bus.stop();
-    await Promise.allSettled([...this.refreshing.values()]);
     this.local.clear();
   }
 
@@ -215,6 +221,7 @@ export class Cache extends EventEmitter<CacheEvents> {
   /** We hold a grant: re-read (someone may have just written), run the loader, write fenced, release in one finally. */
   private async rebuild(key: string, keys: EntryKeys, loader: Loader<unknown>, call: ResolvedCall, signal: AbortSignal, grant: Grant, staleValue: unknown): Promise<unknown> {
     let note: ReleaseNote = 'r';
+    this.grants.add(grant);
     try {
       if (grant.exclusive) {
         const again = await this.store.read(key, keys).catch(() => undefined);
@@ -226,7 +233,7 @@ export class Cache extends EventEmitter<CacheEvents> {
       const started = this.options.clock.now();
       let value: unknown;
       try {
-        value = await loader({ key, signal: AbortSignal.any([signal, grant.signal]), fencingToken: grant.fence, staleValue });
+        value = await loader({ key, signal: AbortSignal.any([signal, grant.signal, this.lifetime.signal]), fencingToken: grant.fence, staleValue });
       } catch (error) {
         note = 'e';
         this.emit('loaderError', { key, error });
@@ -240,11 +247,13 @@ export class Cache extends EventEmitter<CacheEvents> {
       this.emit('computed', { key, lock: grant.mode, fence: grant.fence, loadMs, written });
       return value;
     } finally {
+      this.grants.delete(grant);
       await grant.release(note);
     }
   }
 
   private async writeQuietly(key: string, keys: EntryKeys, grant: Grant, value: unknown, call: ResolvedCall, loadMs: number): Promise<boolean> {
+    if (this.closed) return false;
     try {
       const accepted = await this.store.write(key, keys, grant, value, call.ttl, call.staleTtl, loadMs, 'w');
       if (accepted) this.local.set(key, value, call.ttl);
@@ -275,7 +284,7 @@ export class Cache extends EventEmitter<CacheEvents> {
     const started = this.options.clock.now();
     let value: unknown;
     try {
-      value = await loader({ key, signal, fencingToken: undefined, staleValue: undefined });
+      value = await loader({ key, signal: AbortSignal.any([signal, this.lifetime.signal]), fencingToken: undefined, staleValue: undefined });
     } catch (loaderError) {
       this.emit('loaderError', { key, error: loaderError });
       throw loaderError;
@@ -309,8 +318,12 @@ export class Cache extends EventEmitter<CacheEvents> {
   }
 
   private onNote(note: Note): void {
-    if (note.origin !== this.bus.origin && (note.kind === 'w' || note.kind === 's' || note.kind === 'd')) this.local.delete(note.key);
     this.waiters.wake(note.key);
+    const change = REMOTE_CHANGES[note.kind];
+    if (change && note.origin !== this.bus.origin) {
+      this.local.delete(note.key);
+      this.emit('remoteChange', { key: note.key, kind: change });
+    }
   }
 
   // ------------------------------------------------------------------ guards

@@ -25,6 +25,8 @@ export interface CacheEvents {
   decodeError: [{ key: string; reason: string; error: unknown }];
   /** A loader threw or rejected; the error reached its callers. */
   loaderError: [{ key: string; error: unknown }];
+  /** Another cache instance wrote, set or deleted a key (pub/sub); this instance dropped its L1 copy. */
+  remoteChange: [{ key: string; kind: 'written' | 'set' | 'deleted' }];
   /** A background (stale) refresh failed; the stale value stays until it expires. */
   refreshError: [{ key: string; error: unknown }];
 }

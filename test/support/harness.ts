@@ -1,0 +1,83 @@
+/** Per-file Redis and clients for integration tests; everything started here is stopped in afterAll. */
+import { once } from 'node:events';
+import { Redis, type RedisOptions } from 'ioredis';
+import { afterAll, beforeAll } from 'vitest';
+import { createCache, type Cache, type CacheEvents, type CacheOptions } from '../../src/index.js';
+import { provideRedis, type ProvidedRedis } from './redis-server.js';
+
+export interface Harness {
+  readonly url: string;
+  /** A new ioredis client (disconnected in afterAll). */
+  client(options?: RedisOptions): Redis;
+  /** A cache on a new client with a prefix unique to this call, so tests never share keys. */
+  cache(options?: Partial<CacheOptions>): Cache;
+  /** The admin client (for raw reads/writes). */
+  readonly admin: Redis;
+}
+
+let prefixCounter = 0;
+
+export function useRedis(): Harness {
+  let provided: ProvidedRedis | undefined;
+  const clients: Redis[] = [];
+  const caches: Cache[] = [];
+  let admin: Redis | undefined;
+  const h: Harness = {
+    get url() {
+      return (provided as ProvidedRedis).url;
+    },
+    client(options: RedisOptions = {}) {
+      const c = new Redis(h.url, { maxRetriesPerRequest: 1, ...options });
+      clients.push(c);
+      return c;
+    },
+    cache(options: Partial<CacheOptions> = {}) {
+      const c = createCache({ redis: h.client(), prefix: `t${process.pid}x${++prefixCounter}`, ...options });
+      caches.push(c);
+      return c;
+    },
+    get admin() {
+      return (admin ??= h.client());
+    },
+  };
+  beforeAll(async () => {
+    provided = await provideRedis();
+  });
+  afterAll(async () => {
+    await Promise.all(caches.map((c) => c.close()));
+    for (const c of clients) c.disconnect();
+    await provided?.stop();
+  });
+  return h;
+}
+
+/** Wraps a real client's sendCommand to count what it sends (the server is still real). */
+export function countCommands(client: Redis): { readonly count: number; reset(): void } {
+  let count = 0;
+  const original = client.sendCommand.bind(client);
+  client.sendCommand = ((...args: Parameters<Redis['sendCommand']>) => {
+    count++;
+    return original(...args);
+  });
+  return {
+    get count() {
+      return count;
+    },
+    reset() {
+      count = 0;
+    },
+  };
+}
+
+/** The next emission of a cache event, with its payload. */
+export async function nextEvent<E extends keyof CacheEvents>(cache: Cache, name: E): Promise<CacheEvents[E][0]> {
+  const [payload] = (await once(cache as never, name)) as CacheEvents[E];
+  return payload;
+}
+
+export function deferred<T>() {
+  let resolve!: (v: T) => void;
+  let reject!: (e: unknown) => void;
+  const promise = new Promise<T>((res, rej) => ((resolve = res), (reject = rej)));
+  return { promise, resolve, reject };
+}
