@@ -28,6 +28,7 @@ export function useRedis(): Harness {
     },
     client(options: RedisOptions = {}) {
       const c = new Redis(h.url, { maxRetriesPerRequest: 1, ...options });
+      c.on('error', () => undefined);
       clients.push(c);
       return c;
     },

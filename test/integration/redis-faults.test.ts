@@ -1,0 +1,93 @@
+import { once } from 'node:events';
+import { Redis } from 'ioredis';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createCache, type Cache } from '../../src/index.js';
+import { startRedisServer, type RedisServer } from '../support/redis-server.js';
+
+let server: RedisServer;
+const clients: Redis[] = [];
+const caches: Cache[] = [];
+
+beforeAll(async () => {
+  server = await startRedisServer();
+});
+afterAll(async () => {
+  await Promise.all(caches.map((c) => c.close()));
+  for (const c of clients) c.disconnect();
+  await server.stop();
+});
+
+function setup() {
+  // Default ioredis options except a bounded retry count: the cache's own redisTimeout bounds every call anyway.
+  const redis = new Redis(server.url, { maxRetriesPerRequest: 1 });
+  redis.on('error', () => undefined); // the caller's client: its connection errors are the caller's to log
+  clients.push(redis);
+  const cache = createCache({ redis, prefix: `f${clients.length}`, redisTimeout: 200, breakerThreshold: 3, breakerCooldown: 300 });
+  caches.push(cache);
+  const degraded: string[] = [];
+  cache.on('degraded', (e) => degraded.push(e.operation));
+  return { redis, cache, degraded };
+}
+
+async function burst(cache: Cache, key: string, n: number) {
+  let runs = 0;
+  const loader = async () => {
+    runs++;
+    await new Promise((r) => setTimeout(r, 50));
+    return `v-${key}`;
+  };
+  const results = await Promise.allSettled(Array.from({ length: n }, () => cache.getOrCompute(key, loader, 60_000)));
+  return { results, runs };
+}
+
+describe('Redis unavailable: getOrCompute still answers with the loader, one run per key per process', () => {
+  it('Redis hanging (SIGSTOP): every caller gets the value, the loader runs once, the call reports degraded', async () => {
+    const { cache, redis, degraded } = setup();
+    await redis.ping();
+    server.pause();
+    try {
+      const { results, runs } = await burst(cache, 'hang', 20);
+      expect(results.every((r) => r.status === 'fulfilled' && r.value === 'v-hang')).toBe(true);
+      expect(runs).toBe(1);
+      expect(degraded).toContain('read');
+      // The breaker opens after repeated failures; calls then skip Redis entirely and still answer.
+      await burst(cache, 'hang2', 1);
+      await burst(cache, 'hang3', 1);
+      const again = await burst(cache, 'hang4', 5);
+      expect(again.results.every((r) => r.status === 'fulfilled')).toBe(true);
+      expect(again.runs).toBe(1);
+    } finally {
+      server.resume();
+    }
+  });
+
+  it('Redis killed (connection refused): every caller gets the value, then the cache recovers after restart', async () => {
+    const { cache, redis, degraded } = setup();
+    await redis.ping();
+    await server.kill();
+    const { results, runs } = await burst(cache, 'down', 20);
+    expect(results.every((r) => r.status === 'fulfilled' && r.value === 'v-down')).toBe(true);
+    expect(runs).toBe(1);
+    expect(degraded.length).toBeGreaterThan(0);
+    await server.restart();
+    if (redis.status !== 'ready') await once(redis, 'ready');
+    await new Promise((r) => setTimeout(r, 400)); // past breakerCooldown: the next call is the probe
+    const computed = new Promise<string>((resolve) => cache.once('computed', (e) => resolve(String(e.lock))));
+    await cache.getOrCompute('after', () => 'back', 60_000);
+    expect(await computed).toBe('single');
+    expect(await cache.get('after')).toBe('back');
+  });
+
+  it('get(), set() and delete() never hang while Redis is paused: get reads as a miss, set/delete reject with ERR_REDIS_UNAVAILABLE', async () => {
+    const { cache, redis } = setup();
+    await redis.ping();
+    server.pause();
+    try {
+      expect(await cache.get('x')).toBeUndefined();
+      await expect(cache.set('x', 1, 1000)).rejects.toMatchObject({ code: 'ERR_REDIS_UNAVAILABLE' });
+      await expect(cache.delete('x')).rejects.toMatchObject({ code: 'ERR_REDIS_UNAVAILABLE' });
+    } finally {
+      server.resume();
+    }
+  });
+});
