@@ -57,6 +57,24 @@ describe(`stampede on a cold key: ${PROCESSES} processes × ${CALLERS} concurren
   });
 });
 
+describe('stale window across processes', () => {
+  it('every caller in every process gets the stale value at once, and exactly one process refreshes it', async () => {
+    const key = 'stale:multi';
+    const opts = { ttl: 100, staleTtl: 60_000, waitTimeout: 30_000 };
+    const seed = (workers[0] as Worker).call(key, 1, opts, { kind: 'sleep', ms: 1, value: 'old' });
+    await (workers[0] as Worker).results(seed);
+    await new Promise((r) => setTimeout(r, 200)); // fresh time over: the entry is stale now
+    await admin.del(runsKey(key));
+    // The refresh loader blocks on a gate nobody opens until every caller has answered.
+    const ids = workers.map((w) => w.call(key, CALLERS, opts, { kind: 'gate', gate: 'refresh' }));
+    const results = (await Promise.all(workers.map((w, i) => w.results(ids[i] as number)))).flat();
+    expect(results.every((r) => r.ok && r.value === 'old')).toBe(true);
+    await Promise.race(workers.map((w, i) => w.loaderStarted(ids[i] as number))); // the refresh has begun somewhere
+    expect(Number(await admin.get(runsKey(key)))).toBe(1);
+    for (const w of workers) w.open('refresh', 'new');
+  });
+});
+
 describe('a holder that dies or stalls', () => {
   it('holder killed mid-loader: another process takes over after lockTtl and gets a value', async () => {
     const [a, b] = workers as [Worker, Worker];
