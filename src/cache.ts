@@ -1,12 +1,13 @@
 import { EventEmitter } from 'node:events';
 import { freshRemaining } from './entry.js';
-import { CacheClosedError, InvalidOptionError, WaitTimeoutError } from './errors.js';
+import { CacheClosedError, InvalidOptionError, RedisUnavailableError, WaitTimeoutError } from './errors.js';
 import type { CacheEvents } from './events.js';
 import { NoFlight, SingleFlight, type Coalescer } from './flight.js';
 import { Io } from './io.js';
 import { entryKeys, validateKey, type EntryKeys } from './keys.js';
 import { LruTier, NO_LOCAL_TIER, type LocalTier } from './local-tier.js';
 import { defineScripts } from './lock/scripts.js';
+import { RedlockLock } from './lock/redlock.js';
 import { StoreLock, type LockDeps } from './lock/single.js';
 import type { Grant, Locker, ReleaseNote } from './lock/types.js';
 import {
@@ -81,12 +82,17 @@ export class Cache extends EventEmitter<CacheEvents> {
       clock: o.clock,
       onLost: (key, error) => this.emit('lockLost', { key, error }),
     };
+    const local = new StoreLock(deps, 'local', false);
     const single = new StoreLock(deps, 'single', true);
+    const fallback = { throw: undefined, single, local };
     this.lockers = {
       none: new StoreLock(deps, 'none', false),
-      local: new StoreLock(deps, 'local', false),
+      local,
       single,
-      redlock: single, // replaced when redlock nodes are configured
+      // Without redlock nodes, resolveCall() refuses mode 'redlock' before it gets here.
+      redlock: o.redlock
+        ? new RedlockLock(deps, o.redlock, fallback[o.redlock.onNoQuorum], { threshold: o.breakerThreshold, cooldown: o.breakerCooldown })
+        : single,
     };
     const none = new NoFlight();
     this.coalescers = { none, local: this.flight, single: this.flight, redlock: this.flight };
@@ -189,6 +195,8 @@ export class Cache extends EventEmitter<CacheEvents> {
         try {
           grant = await this.lockers[call.lock].acquire(key, keys, call);
         } catch (error) {
+          // Only an unreachable store degrades; NoQuorumError (onNoQuorum 'throw') reaches the caller.
+          if (!(error instanceof RedisUnavailableError)) throw error;
           return await this.computeDegraded(key, loader, call, signal, 'acquire', error);
         }
         if (grant) {
@@ -330,7 +338,9 @@ export class Cache extends EventEmitter<CacheEvents> {
 
   private resolveCall(key: string, ttlOrOptions: number | CallOptions | undefined): ResolvedCall {
     this.assertUsable(key);
-    return resolveCallOptions(this.options.defaults, ttlOrOptions, key);
+    const call = resolveCallOptions(this.options.defaults, ttlOrOptions, key);
+    if (call.lock === 'redlock' && !this.options.redlock) throw new InvalidOptionError('lock', 'redlock', 'redlock nodes configured: createCache({ redlock: { nodes } })', key);
+    return call;
   }
 
   private assertUsable(key: unknown): asserts key is string {

@@ -49,6 +49,37 @@ export interface LocalTierOptions {
   max: number;
 }
 
+/** What a redlock acquisition does when no quorum of nodes answers. */
+export type OnNoQuorum = 'throw' | 'single' | 'local';
+
+/** Redlock: a quorum over N independent Redis masters (not replicas). */
+export interface RedlockOptions {
+  /** ioredis clients of independent masters, owned by the caller; at least 3 (odd numbers recommended). Required. */
+  nodes: RedisClient[];
+  /** Clock drift allowance as a fraction of lockTtl (plus 2 ms). Default `0.01`. */
+  driftFactor?: number;
+  /** Extra attempts after a split vote or an expired validity. Default `3`. */
+  retryCount?: number;
+  /** Base delay between attempts, ms. Default `200`. */
+  retryDelay?: number;
+  /** Random extra delay added to each retry, up to this many ms. Default `100`. */
+  retryJitter?: number;
+  /** Longest wait for one node's answer, ms; a hanging node costs at most this. Default `100`. */
+  nodeTimeout?: number;
+  /** No quorum reachable: `'throw'` NoQuorumError, or run under `'single'` (the store's lock) or `'local'`. Default `'local'`. */
+  onNoQuorum?: OnNoQuorum;
+}
+
+export interface ResolvedRedlock {
+  readonly nodes: readonly RedisClient[];
+  readonly driftFactor: number;
+  readonly retryCount: number;
+  readonly retryDelay: number;
+  readonly retryJitter: number;
+  readonly nodeTimeout: number;
+  readonly onNoQuorum: OnNoQuorum;
+}
+
 export interface CacheOptions {
   /** An ioredis `Redis` or `Cluster`, owned by the caller. Required. Never quit by the cache; duplicated once for pub/sub. */
   redis: RedisClient;
@@ -70,6 +101,10 @@ export interface CacheOptions {
   breakerCooldown?: number;
   /** Monotonic clock. Default `performance.now()`. */
   clock?: Clock;
+  /** The cache-wide lock policy (same as `defaults.lock`; give one or the other). Default `'single'`. */
+  lock?: LockPolicy;
+  /** Redlock nodes and tuning; required for lock mode `'redlock'`. Default none. */
+  redlock?: RedlockOptions;
 }
 
 /**
@@ -89,6 +124,12 @@ export const DEFAULTS = Object.freeze({
   waitTimeout: 5_000,
   onWaitTimeout: 'compute',
   pollInterval: 250,
+  driftFactor: 0.01,
+  retryCount: 3,
+  retryDelay: 200,
+  retryJitter: 100,
+  nodeTimeout: 100,
+  onNoQuorum: 'local' as OnNoQuorum,
 });
 
 /** Per-call options after merging defaults and validating; frozen. */
@@ -116,6 +157,7 @@ export interface ResolvedCache {
   readonly breakerThreshold: number;
   readonly breakerCooldown: number;
   readonly clock: Clock;
+  readonly redlock: ResolvedRedlock | undefined;
 }
 
 // ---------------------------------------------------------------- validators
@@ -178,7 +220,7 @@ function validateCallOptions(input: object, where: string, key?: string): Record
 
 const CACHE_OPTION_NAMES = new Set([
   'redis', 'prefix', 'local', 'defaults', 'redisTimeout', 'maxKeyLength', 'maxValueBytes',
-  'breakerThreshold', 'breakerCooldown', 'clock', 'redlock',
+  'breakerThreshold', 'breakerCooldown', 'clock', 'redlock', 'lock',
 ]);
 
 function isRedisClient(v: unknown): v is RedisClient {
@@ -210,6 +252,10 @@ export function resolveCacheOptions(input: CacheOptions): ResolvedCache {
   const d = input.defaults ?? {};
   if (typeof d !== 'object' || d === null) throw new InvalidOptionError('defaults', d, 'an object of per-call options');
   const given = validateCallOptions(d, 'defaults.');
+  if (input.lock !== undefined) {
+    if (given.lock !== undefined) throw new InvalidOptionError('lock', input.lock, 'either lock or defaults.lock, not both');
+    given.lock = lockPolicy(input.lock);
+  }
   if (given.signal !== undefined) throw new InvalidOptionError('defaults.signal', given.signal, 'no signal in defaults (pass it per call)');
   const defaults = Object.freeze({
     staleTtl: DEFAULTS.staleTtl,
@@ -232,6 +278,42 @@ export function resolveCacheOptions(input: CacheOptions): ResolvedCache {
     breakerThreshold: positiveInt('breakerThreshold', input.breakerThreshold ?? DEFAULTS.breakerThreshold),
     breakerCooldown: positiveInt('breakerCooldown', input.breakerCooldown ?? DEFAULTS.breakerCooldown),
     clock,
+    redlock: input.redlock === undefined ? undefined : resolveRedlock(input.redlock),
+  });
+}
+
+function nonNegativeNumber(name: string, v: unknown, max: number): number {
+  if (typeof v !== 'number' || !Number.isFinite(v) || v < 0 || v > max) throw new InvalidOptionError(name, v, `a number from 0 to ${max}`);
+  return v;
+}
+
+function attemptCount(v: unknown): number {
+  if (typeof v !== 'number' || !Number.isInteger(v) || v < 0 || v > 100) throw new InvalidOptionError('redlock.retryCount', v, 'an integer from 0 to 100');
+  return v;
+}
+
+function resolveRedlock(input: RedlockOptions): ResolvedRedlock {
+  if (typeof input !== 'object' || input === null) throw new InvalidOptionError('redlock', input, '{ nodes: [client, client, client, …] }');
+  const known = ['nodes', 'driftFactor', 'retryCount', 'retryDelay', 'retryJitter', 'nodeTimeout', 'onNoQuorum'];
+  for (const name of Object.keys(input)) {
+    if (!known.includes(name)) throw new InvalidOptionError(`redlock.${name}`, (input as unknown as Record<string, unknown>)[name], `no such redlock option; known: ${known.join(', ')}`);
+  }
+  const nodes: unknown = input.nodes;
+  if (!Array.isArray(nodes) || nodes.length < 3 || !nodes.every(isRedisClient)) {
+    throw new InvalidOptionError('redlock.nodes', nodes, 'an array of at least 3 ioredis clients of independent masters');
+  }
+  const onNoQuorum = input.onNoQuorum ?? DEFAULTS.onNoQuorum;
+  if (onNoQuorum !== 'throw' && onNoQuorum !== 'single' && onNoQuorum !== 'local') {
+    throw new InvalidOptionError('redlock.onNoQuorum', onNoQuorum, `'throw', 'single' or 'local'`);
+  }
+  return Object.freeze({
+    nodes: Object.freeze([...nodes]),
+    driftFactor: nonNegativeNumber('redlock.driftFactor', input.driftFactor ?? DEFAULTS.driftFactor, 0.5),
+    retryCount: attemptCount(input.retryCount ?? DEFAULTS.retryCount),
+    retryDelay: nonNegativeInt('redlock.retryDelay', input.retryDelay ?? DEFAULTS.retryDelay),
+    retryJitter: nonNegativeInt('redlock.retryJitter', input.retryJitter ?? DEFAULTS.retryJitter),
+    nodeTimeout: positiveInt('redlock.nodeTimeout', input.nodeTimeout ?? DEFAULTS.nodeTimeout),
+    onNoQuorum,
   });
 }
 

@@ -111,6 +111,22 @@ redis.call('PUBLISH', ARGV[2], ARGV[3])
 return f
 `;
 
+/**
+ * Redlock node acquire: KEYS[1]=lock; ARGV[1]=token ARGV[2]=ttl. → 1 ours | 0 held by another token.
+ * A key already holding our own token (left over on a minority node by a failed attempt) counts as
+ * ours and is refreshed, so a retry with the same token is never blocked by itself.
+ */
+export const REDLOCK_ACQUIRE = `
+local cur = redis.call('GET', KEYS[1])
+if cur == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+if cur then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return 1
+`;
+
 type Arg = string | Buffer | number;
 
 /** The registered commands, as methods the rest of the library calls. */
@@ -121,6 +137,8 @@ export interface Scripts {
   release(lockKey: string, token: string, channel: string, message: string): Promise<number>;
   extend(lockKey: string, fenceKey: string, token: string, ttl: number): Promise<number>;
   invalidate(valueKey: string, fenceKey: string, fenceTtl: number, channel: string, message: string): Promise<number>;
+  /** Redlock nodes only: take or re-own a lock key. */
+  redlockAcquire(lockKey: string, token: string, ttl: number): Promise<number>;
 }
 
 // Versioned names: a script change gets a new name, so two library versions on one client never clash.
@@ -131,6 +149,7 @@ const NAMES = {
   release: ['sgReleaseV1', 1, RELEASE],
   extend: ['sgExtendV1', 2, EXTEND],
   invalidate: ['sgInvalidateV1', 2, INVALIDATE],
+  redlockAcquire: ['sgRedlockAcquireV1', 1, REDLOCK_ACQUIRE],
 } as const;
 
 type Command = (...args: Arg[]) => Promise<unknown>;
@@ -149,5 +168,6 @@ export function defineScripts(client: RedisClient): Scripts {
     release: (l, token, ch, msg) => call(NAMES.release[0], l, token, ch, msg) as Promise<number>,
     extend: (l, f, token, ttl) => call(NAMES.extend[0], l, f, token, ttl) as Promise<number>,
     invalidate: (v, f, ttl, ch, msg) => call(NAMES.invalidate[0], v, f, ttl, ch, msg) as Promise<number>,
+    redlockAcquire: (l, token, ttl) => call(NAMES.redlockAcquire[0], l, token, ttl) as Promise<number>,
   };
 }

@@ -10,7 +10,20 @@ export type LoaderSpec =
   | { kind: 'sleep'; ms: number; value?: unknown }
   | { kind: 'gate'; gate: string }
   | { kind: 'throw'; ms: number; message: string }
-  | { kind: 'undefined' };
+  | { kind: 'undefined' }
+  /** Waits for `gate`, then writes `value` to a fenced resource (see FENCED_WRITE) with ctx.fencingToken. */
+  | { kind: 'fenced-resource'; gate: string; resource: string };
+
+/**
+ * A resource outside the cache that protects itself with the grant's fencing token: it accepts a
+ * write only if the token is newer than the last one it accepted (as a SQL `UPDATE … WHERE fence < $1`
+ * would). KEYS[1]=resource hash; ARGV[1]=fence ARGV[2]=value. → 1 accepted | 0 stale token.
+ */
+export const FENCED_WRITE = `
+local last = tonumber(redis.call('HGET', KEYS[1], 'fence') or '0')
+if tonumber(ARGV[1]) <= last then return 0 end
+redis.call('HSET', KEYS[1], 'fence', ARGV[1], 'value', ARGV[2])
+return 1`;
 
 export const runsKey = (key: string) => `test:runs:${key}`;
 export const activeKey = (key: string) => `test:active:${key}`;
@@ -44,6 +57,11 @@ export function countingLoader(
           throw new Error(spec.message);
         case 'undefined':
           return undefined;
+        case 'fenced-resource': {
+          const value = await (hooks.waitGate as (g: string) => Promise<unknown>)(spec.gate);
+          const accepted = await counters.eval(FENCED_WRITE, 1, spec.resource, String(ctx.fencingToken), String(value));
+          return { value, fence: ctx.fencingToken, accepted: accepted === 1 };
+        }
       }
     } finally {
       await counters.decr(activeKey(ctx.key));

@@ -36,7 +36,15 @@ const url = process.env.SG_REDIS_URL ?? 'redis://127.0.0.1:6379';
 const prefix = process.env.SG_PREFIX ?? 'sg';
 const redis = new Redis(url, { maxRetriesPerRequest: 1 });
 const counters = new Redis(url, { maxRetriesPerRequest: 1 });
-const cache = createCache({ redis, prefix, redisTimeout: Number(process.env.SG_REDIS_TIMEOUT ?? 1000) });
+const redlockUrls = (process.env.SG_REDLOCK_URLS ?? '').split(',').filter(Boolean);
+const redlockNodes = redlockUrls.map((u) => new Redis(u, { maxRetriesPerRequest: 1 }));
+for (const c of [redis, counters, ...redlockNodes]) c.on('error', () => undefined);
+const cache = createCache({
+  redis,
+  prefix,
+  redisTimeout: Number(process.env.SG_REDIS_TIMEOUT ?? 1000),
+  ...(redlockNodes.length > 0 ? { redlock: { nodes: redlockNodes } } : {}),
+});
 
 for (const name of ['hit', 'stale', 'miss', 'computed', 'waited', 'lockLost', 'writeRejected', 'degraded', 'decodeError', 'loaderError', 'refreshError'] as const) {
   cache.on(name, (data: Record<string, unknown>) => {
@@ -72,8 +80,7 @@ process.on('message', (msg: Msg) => {
   else if (msg.op === 'open') gates.get(msg.gate)?.(msg.value);
   else if (msg.op === 'exit') {
     void cache.close().then(() => {
-      redis.disconnect();
-      counters.disconnect();
+      for (const c of [redis, counters, ...redlockNodes]) c.disconnect();
       process.exit(0);
     });
   }

@@ -29,10 +29,10 @@ export class Worker {
     });
   }
 
-  static async start(env: { url: string; prefix?: string; redisTimeout?: number }): Promise<Worker> {
+  static async start(env: WorkerEnv): Promise<Worker> {
     const child = fork(WORKER, [], {
       execArgv: ['--import', 'tsx'],
-      env: { ...process.env, SG_REDIS_URL: env.url, SG_PREFIX: env.prefix ?? 'sg', SG_REDIS_TIMEOUT: String(env.redisTimeout ?? 1000) },
+      env: { ...process.env, SG_REDIS_URL: env.url, SG_PREFIX: env.prefix ?? 'sg', SG_REDIS_TIMEOUT: String(env.redisTimeout ?? 1000), SG_REDLOCK_URLS: (env.redlock ?? []).join(',') },
       stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
     });
     const w = new Worker(child);
@@ -111,6 +111,14 @@ export class Worker {
   }
 }
 
-export async function startWorkers(n: number, env: { url: string; prefix?: string; redisTimeout?: number }): Promise<Worker[]> {
+export interface WorkerEnv {
+  url: string;
+  prefix?: string;
+  redisTimeout?: number;
+  /** URLs of Redlock nodes (independent masters). */
+  redlock?: string[];
+}
+
+export async function startWorkers(n: number, env: WorkerEnv): Promise<Worker[]> {
   return Promise.all(Array.from({ length: n }, () => Worker.start(env)));
 }

@@ -1,0 +1,209 @@
+import { LockLostError, NoQuorumError } from '../errors.js';
+import { Io } from '../io.js';
+import type { EntryKeys } from '../keys.js';
+import { watchdogInterval, type ResolvedCall, type ResolvedRedlock } from '../options.js';
+import { defineScripts, type Scripts } from './scripts.js';
+import { newToken, type LockDeps } from './single.js';
+import type { Grant, Locker, ReleaseNote } from './types.js';
+
+// ------------------------------------------------------------------ pure rules (table-tested)
+
+/** Votes needed out of n nodes. */
+export function quorum(n: number): number {
+  return Math.floor(n / 2) + 1;
+}
+
+/** Time left on a lock after `elapsed` ms of acquiring, minus the drift allowance (ttl × factor + 2 ms). */
+export function validity(lockTtl: number, elapsed: number, driftFactor: number): number {
+  return lockTtl - elapsed - (lockTtl * driftFactor + 2);
+}
+
+/**
+ * What one round of votes means. `ours`: nodes that granted; `theirs`: nodes held by another token;
+ * the rest failed or timed out.
+ * - granted: a quorum is ours and validity is left;
+ * - contended: another holder has so many nodes that we cannot reach a quorum (wait for them);
+ * - unreachable: fewer than a quorum of nodes answered at all (a majority is down);
+ * - retry: a split vote or validity spent; release and try again after a random delay.
+ */
+export function voteOutcome(n: number, ours: number, theirs: number, validityLeft: number): 'granted' | 'contended' | 'unreachable' | 'retry' {
+  const q = quorum(n);
+  if (ours >= q && validityLeft > 0) return 'granted';
+  if (theirs > n - q) return 'contended';
+  if (ours + theirs < q) return 'unreachable';
+  return 'retry';
+}
+
+// ------------------------------------------------------------------ the lock
+
+interface Node {
+  readonly io: Io;
+  readonly scripts: Scripts;
+}
+
+/**
+ * Redlock over independent masters. The lock lives on the nodes; the fence and the value live in the
+ * main store, and the write is fenced there — Redlock only decides who rebuilds.
+ */
+export class RedlockLock implements Locker {
+  private readonly nodes: readonly Node[];
+
+  constructor(
+    private readonly deps: LockDeps,
+    private readonly config: ResolvedRedlock,
+    /** Where to go when no quorum is reachable (onNoQuorum 'single' or 'local'); undefined = throw. */
+    private readonly fallback: Locker | undefined,
+    breaker: { threshold: number; cooldown: number },
+  ) {
+    this.nodes = config.nodes.map((client) => ({
+      io: new Io(config.nodeTimeout, breaker.threshold, breaker.cooldown, deps.clock),
+      scripts: defineScripts(client),
+    }));
+  }
+
+  async acquire(key: string, keys: EntryKeys, call: ResolvedCall): Promise<Grant | null> {
+    const token = newToken();
+    const { clock } = this.deps;
+    const n = this.nodes.length;
+    let best = 0;
+    for (let attempt = 0; attempt <= this.config.retryCount; attempt++) {
+      const started = clock.now();
+      const votes = await Promise.all(this.nodes.map((node) => this.vote(node, key, keys.lock, token, call.lockTtl)));
+      const ours = votes.filter((v) => v === 'ours').length;
+      const theirs = votes.filter((v) => v === 'theirs').length;
+      best = Math.max(best, ours);
+      const outcome = voteOutcome(n, ours, theirs, validity(call.lockTtl, clock.now() - started, this.config.driftFactor));
+      if (outcome === 'granted') {
+        const grant = await this.grant(key, keys, token, call, started);
+        if (grant) return grant;
+        continue; // validity ran out while taking the fence: try again
+      }
+      await this.releaseNodes(keys.lock, token);
+      if (outcome === 'contended') return null;
+      if (outcome === 'unreachable') break;
+      if (attempt < this.config.retryCount) await sleep(this.config.retryDelay + Math.random() * this.config.retryJitter);
+    }
+    return this.noQuorum(key, keys, call, best);
+  }
+
+  private async vote(node: Node, key: string, lockKey: string, token: string, ttl: number): Promise<'ours' | 'theirs' | 'failed'> {
+    try {
+      const r = await node.io.run('redlock-acquire', () => node.scripts.redlockAcquire(lockKey, token, ttl), key, (late) => {
+        // The node answered after we gave up on it: undo that vote by token.
+        if (late === 1) void node.scripts.release(lockKey, token, '', '').catch(() => undefined);
+      });
+      return r === 1 ? 'ours' : 'theirs';
+    } catch {
+      return 'failed';
+    }
+  }
+
+  /** Quorum reached: take the fence in the store, then re-check validity before handing out the grant. */
+  private async grant(key: string, keys: EntryKeys, token: string, call: ResolvedCall, started: number): Promise<Grant | null> {
+    const { io, scripts, clock } = this.deps;
+    let fence: number;
+    try {
+      [, fence] = await io.run('acquire', () => scripts.acquire(keys.lock, keys.fence, '', 0, call.lockTtl), key);
+    } catch (err) {
+      await this.releaseNodes(keys.lock, token);
+      throw err;
+    }
+    const left = validity(call.lockTtl, clock.now() - started, this.config.driftFactor);
+    if (left <= 0) {
+      await this.releaseNodes(keys.lock, token);
+      return null;
+    }
+    return new RedlockGrant(this.deps, this, key, keys, token, fence, call.lockTtl, clock.now() + left);
+  }
+
+  private async noQuorum(key: string, keys: EntryKeys, call: ResolvedCall, granted: number): Promise<Grant | null> {
+    if (!this.fallback) throw new NoQuorumError(key, granted, quorum(this.nodes.length));
+    return this.fallback.acquire(key, keys, call);
+  }
+
+  /** Release on every node at once; one bounded round (per-node timeout), never retried, never throws. */
+  async releaseNodes(lockKey: string, token: string): Promise<void> {
+    await Promise.all(
+      this.nodes.map((node) => node.io.run('redlock-release', () => node.scripts.release(lockKey, token, '', ''), undefined).catch(() => undefined)),
+    );
+  }
+
+  /** Validity of a lock (re)set at some instant, counted from that instant. */
+  validityFrom(ttl: number): number {
+    return validity(ttl, 0, this.config.driftFactor);
+  }
+
+  /** Extends on every node; true while a quorum extended. */
+  async extendNodes(key: string, keys: EntryKeys, token: string, ttl: number): Promise<boolean> {
+    const results = await Promise.all(
+      this.nodes.map((node) => node.io.run('redlock-extend', () => node.scripts.extend(keys.lock, keys.fence, token, ttl), key).catch(() => 0)),
+    );
+    return results.filter((r) => r === 1).length >= quorum(this.nodes.length);
+  }
+}
+
+class RedlockGrant implements Grant {
+  readonly mode = 'redlock' as const;
+  readonly exclusive = true;
+  readonly signal: AbortSignal;
+  private readonly controller = new AbortController();
+  private readonly timer: NodeJS.Timeout;
+  private done = false;
+  /** Monotonic time until which a quorum is known to hold the lock (validity after the last good round). */
+  private validUntil: number;
+
+  constructor(
+    private readonly deps: LockDeps,
+    private readonly lock: RedlockLock,
+    private readonly key: string,
+    private readonly keys: EntryKeys,
+    readonly token: string,
+    readonly fence: number,
+    private readonly ttl: number,
+    validUntil: number,
+  ) {
+    this.signal = this.controller.signal;
+    this.validUntil = validUntil;
+    this.timer = setInterval(() => void this.extend(), watchdogInterval(ttl));
+    this.timer.unref();
+  }
+
+  private async extend(): Promise<void> {
+    const sentAt = this.deps.clock.now();
+    const kept = await this.lock.extendNodes(this.key, this.keys, this.token, this.ttl);
+    // Keep the store's fence alive for as long as the loader runs, too.
+    await this.deps.io.run('extend', () => this.deps.scripts.extend(this.keys.lock, this.keys.fence, '', this.ttl), this.key).catch(() => undefined);
+    if (this.done) return;
+    if (kept) this.validUntil = sentAt + this.lock.validityFrom(this.ttl);
+    else if (!this.controller.signal.aborted) this.lose(new Error('quorum lost while extending'));
+    if (this.deps.clock.now() >= this.validUntil) this.lose(new Error('validity ran out'));
+  }
+
+  private lose(cause: unknown): void {
+    clearInterval(this.timer);
+    if (this.controller.signal.aborted) return;
+    const err = new LockLostError(this.key, cause);
+    this.controller.abort(err);
+    this.deps.onLost(this.key, err);
+  }
+
+  markReleased(): void {
+    // The store write does not free Redlock nodes; release() still does.
+    clearInterval(this.timer);
+  }
+
+  async release(note: ReleaseNote): Promise<void> {
+    if (this.done) return;
+    this.done = true;
+    clearInterval(this.timer);
+    await this.lock.releaseNodes(this.keys.lock, this.token);
+    if (note !== '') {
+      const { io, scripts, bus } = this.deps;
+      await io.run('release', () => scripts.release(this.keys.lock, '', bus.channel, bus.message(note, this.key)), this.key).catch(() => undefined);
+    }
+  }
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((r) => setTimeout(r, ms));
+}

@@ -1,0 +1,221 @@
+import { Redis } from 'ioredis';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { createCache, type Cache, type CacheOptions, type LockMode } from '../../src/index.js';
+import { deferred, nextEvent } from '../support/harness.js';
+import { FENCED_WRITE, maxActiveKey, runsKey } from '../support/counting-loader.js';
+import { startRedisServer, type RedisServer } from '../support/redis-server.js';
+import { startWorkers, type Worker } from '../support/workers.js';
+
+let store: RedisServer;
+let nodes: RedisServer[];
+const clients: Redis[] = [];
+const caches: Cache[] = [];
+
+beforeAll(async () => {
+  [store, ...nodes] = await Promise.all(Array.from({ length: 6 }, () => startRedisServer()));
+});
+afterAll(async () => {
+  await Promise.all(caches.map((c) => c.close()));
+  for (const c of clients) c.disconnect();
+  await Promise.all([store, ...nodes].map((s) => s.stop()));
+});
+afterEach(async () => {
+  // Every test leaves all nodes running and answering.
+  for (const n of nodes) n.resume();
+  for (const n of nodes) {
+    if (n.pid === undefined || !(await ping(n))) await n.restart();
+  }
+});
+
+async function ping(server: RedisServer): Promise<boolean> {
+  const c = new Redis(server.url, { lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null, connectTimeout: 500 });
+  c.on('error', () => undefined);
+  try {
+    await c.connect();
+    return (await c.ping()) === 'PONG';
+  } catch {
+    return false;
+  } finally {
+    c.disconnect();
+  }
+}
+
+function client(url: string): Redis {
+  const c = new Redis(url, { maxRetriesPerRequest: 1 });
+  c.on('error', () => undefined);
+  clients.push(c);
+  return c;
+}
+
+let prefixes = 0;
+function cacheOn(count: 3 | 5, extra: Partial<CacheOptions> = {}, prefix = `rl${++prefixes}`): Cache {
+  const { redlock, ...rest } = extra;
+  const cache = createCache({
+    redis: client(store.url),
+    prefix,
+    lock: 'redlock',
+    redisTimeout: 300,
+    redlock: { nodeTimeout: 100, retryDelay: 50, retryJitter: 50, ...redlock, nodes: nodes.slice(0, count).map((n) => client(n.url)) },
+    ...rest,
+  });
+  caches.push(cache);
+  return cache;
+}
+
+function lockOf(cache: Cache, key: string): Promise<LockMode | 'degraded'> {
+  return new Promise((resolve) => cache.on('computed', (e) => e.key === key && resolve(e.lock)));
+}
+
+describe('redlock over 5 nodes', () => {
+  it('with 2 nodes killed it is still granted (3 of 5 is a quorum)', async () => {
+    const cache = cacheOn(5);
+    await Promise.all([nodes[0]?.kill(), nodes[1]?.kill()]);
+    const ran = lockOf(cache, 'k');
+    expect(await cache.getOrCompute('k', () => 'v', 60_000)).toBe('v');
+    expect(await ran).toBe('redlock');
+  });
+
+  it("with 3 nodes killed: onNoQuorum 'throw' rejects with ERR_NO_QUORUM", async () => {
+    const cache = cacheOn(5, { redlock: { nodes: [], onNoQuorum: 'throw', retryCount: 1 } });
+    await Promise.all(nodes.slice(0, 3).map((n) => n.kill()));
+    await expect(cache.getOrCompute('k', () => 'v', 60_000)).rejects.toMatchObject({ code: 'ERR_NO_QUORUM', key: 'k' });
+  });
+
+  it.each(['single', 'local'] as const)("with 3 nodes killed: onNoQuorum '%s' rebuilds under that lock and reports it", async (mode) => {
+    const cache = cacheOn(5, { redlock: { nodes: [], onNoQuorum: mode } });
+    await Promise.all(nodes.slice(0, 3).map((n) => n.kill()));
+    const ran = lockOf(cache, 'k');
+    expect(await cache.getOrCompute('k', () => 'v', 60_000)).toBe('v');
+    expect(await ran).toBe(mode);
+  });
+
+  it('with 1 node paused (SIGSTOP) it is still granted: the hanging node costs one nodeTimeout, not the acquisition', async () => {
+    const cache = cacheOn(5);
+    nodes[0]?.pause();
+    const ran = lockOf(cache, 'p');
+    expect(await cache.getOrCompute('p', () => 'v', 60_000)).toBe('v');
+    expect(await ran).toBe('redlock');
+  });
+
+  it('quorum lost mid-loader: ctx.signal aborts with ERR_LOCK_LOST and the late write is rejected after a newer grant wrote', async () => {
+    const a = cacheOn(5, { defaults: { lockTtl: 600 } }, 'lost');
+    const b = cacheOn(5, { defaults: { lockTtl: 600 } }, 'lost');
+    const started = deferred<void>();
+    const finish = deferred<string>();
+    let aborted: unknown;
+    const aCall = a.getOrCompute('q', async (ctx) => {
+      started.resolve();
+      ctx.signal.addEventListener('abort', () => (aborted = ctx.signal.reason));
+      return finish.promise; // a loader that ignores its signal and finishes late
+    }, 60_000);
+    await started.promise;
+    await Promise.all(nodes.slice(0, 3).map((n) => n.kill()));
+    await nextEvent(a, 'lockLost');
+    expect(aborted).toMatchObject({ code: 'ERR_LOCK_LOST' });
+    // The nodes come back empty; b takes a newer grant and writes.
+    await Promise.all(nodes.slice(0, 3).map((n) => n.restart()));
+    await b.delete('q');
+    expect(await b.getOrCompute('q', () => 'newer', 60_000)).toBe('newer');
+    const rejected = nextEvent(a, 'writeRejected');
+    finish.resolve('stale');
+    expect(await aCall).toBe('stale');
+    await rejected;
+    expect(await b.get('q')).toBe('newer');
+  });
+
+  it('two contenders started together never hold a Redlock grant at the same time', async () => {
+    const a = cacheOn(5, {}, 'pair');
+    const b = cacheOn(5, {}, 'pair');
+    const intervals: [number, number][] = [];
+    let holding = 0;
+    let overlaps = 0;
+    // undefined = "do not cache", so every call needs a grant of its own.
+    const loader = async () => {
+      if (++holding > 1) overlaps++;
+      const start = performance.now();
+      await new Promise((r) => setTimeout(r, 20));
+      intervals.push([start, performance.now()]);
+      holding--;
+      return undefined;
+    };
+    const calls = [];
+    for (let i = 0; i < 10; i++) {
+      calls.push(a.getOrCompute('pair', loader, { ttl: 1000, waitTimeout: 30_000, pollInterval: 20 }));
+      calls.push(b.getOrCompute('pair', loader, { ttl: 1000, waitTimeout: 30_000, pollInterval: 20 }));
+    }
+    await Promise.all(calls);
+    expect(intervals.length).toBeGreaterThanOrEqual(2);
+    expect(overlaps).toBe(0);
+    intervals.sort((x, y) => x[0] - y[0]);
+    for (let i = 1; i < intervals.length; i++) expect((intervals[i] as [number, number])[0]).toBeGreaterThanOrEqual((intervals[i - 1] as [number, number])[1]);
+  });
+});
+
+describe('lock policy', () => {
+  it('keys in different modes run side by side, and a policy change takes effect on the next call', async () => {
+    let billingMode: LockMode = 'redlock';
+    const cache = cacheOn(3, { lock: (key) => (key.startsWith('billing:') ? billingMode : 'single') });
+    const seen: string[] = [];
+    cache.on('computed', (e) => seen.push(`${e.key}=${e.lock}`));
+    await Promise.all([cache.getOrCompute('billing:1', () => 1, 60_000), cache.getOrCompute('user:1', () => 1, 60_000)]);
+    billingMode = 'local';
+    await cache.getOrCompute('billing:2', () => 2, 60_000);
+    await cache.getOrCompute('user:2', () => 2, { ttl: 60_000, lock: 'redlock' }); // the call wins over the policy
+    expect(seen.sort()).toEqual(['billing:1=redlock', 'billing:2=local', 'user:1=single', 'user:2=redlock']);
+  });
+
+  it("mode 'redlock' without redlock nodes is a typed error before any Redis traffic", async () => {
+    const offline = new Redis({ port: 1, lazyConnect: true, enableOfflineQueue: false });
+    const cache = createCache({ redis: offline });
+    await expect(cache.getOrCompute('k', () => 1, { ttl: 1000, lock: 'redlock' })).rejects.toMatchObject({ code: 'ERR_INVALID_OPTION', option: 'lock' });
+    expect(offline.status).toBe('wait');
+    await cache.close();
+  });
+});
+
+describe('multi-process stampede under redlock', () => {
+  it.each([3, 5] as const)('4 processes × 50 callers on a cold key with redlock over %i nodes: exactly one loader run', async (count) => {
+    const prefix = `mp${count}`;
+    const workers: Worker[] = await startWorkers(4, { url: store.url, prefix, redlock: nodes.slice(0, count).map((n) => n.url) });
+    try {
+      const key = `cold:redlock:${count}`;
+      const ids = workers.map((w) => w.call(key, 50, { ttl: 60_000, lock: 'redlock', waitTimeout: 30_000 }, { kind: 'sleep', ms: 300 }));
+      const results = (await Promise.all(workers.map((w, i) => w.results(ids[i] as number)))).flat();
+      const admin = client(store.url);
+      expect(results.every((r) => r.ok)).toBe(true);
+      expect(Number(await admin.get(runsKey(key)))).toBe(1);
+      expect(Number(await admin.get(maxActiveKey(key)))).toBe(1);
+    } finally {
+      await Promise.all(workers.map((w) => w.stop()));
+    }
+  });
+});
+
+describe("fencing for the loader's own side effects", () => {
+  it.each(['single', 'redlock'] as const)('%s: a paused holder (SIGSTOP) is fenced out of the resource after a newer holder wrote', async (mode) => {
+    const prefix = `fence-${mode}`;
+    const workers = await startWorkers(2, { url: store.url, prefix, redlock: nodes.slice(0, 3).map((n) => n.url) });
+    const [a, b] = workers as [Worker, Worker];
+    const admin = client(store.url);
+    const resource = `resource:${mode}`;
+    try {
+      const key = 'account:7';
+      const options = { ttl: 60_000, lock: mode, lockTtl: 500, waitTimeout: 30_000 };
+      const aId = a.call(key, 1, options, { kind: 'fenced-resource', gate: 'a', resource });
+      const aStart = await a.loaderStarted(aId);
+      a.pause(); // past lockTtl: its lease lapses while it is frozen
+      const bId = b.call(key, 1, options, { kind: 'fenced-resource', gate: 'b', resource });
+      const bStart = await b.loaderStarted(bId);
+      expect(bStart.fence as number).toBeGreaterThan(aStart.fence as number);
+      b.open('b', 'from-b');
+      expect((await b.results(bId))[0]?.value).toMatchObject({ accepted: true });
+      a.resume();
+      a.open('a', 'from-a');
+      expect((await a.results(aId))[0]?.value).toMatchObject({ accepted: false });
+      expect(await admin.hget(resource, 'value')).toBe('from-b');
+      expect(await admin.eval(FENCED_WRITE, 1, resource, '1', 'ancient')).toBe(0);
+    } finally {
+      await Promise.all(workers.map((w) => w.stop()));
+    }
+  });
+});
