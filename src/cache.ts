@@ -150,6 +150,14 @@ export class Cache extends EventEmitter<CacheEvents> {
     await this.store.invalidate(key, entryKeys(this.options.prefix, key), this.options.defaults.lockTtl);
   }
 
+  /**
+   * Resolves once this cache's pub/sub subscription is active (or failed, which is reported as a
+   * `degraded` event). Optional: before it, waiters still progress by polling.
+   */
+  async ready(): Promise<void> {
+    await this.bus.subscribed;
+  }
+
   /** Stops timers, background refreshes and the subscription. Never quits the caller's client. Idempotent. */
   async close(): Promise<void> {
     if (this.closed) return;

@@ -129,7 +129,7 @@ export const DEFAULTS = Object.freeze({
   retryDelay: 200,
   retryJitter: 100,
   nodeTimeout: 100,
-  onNoQuorum: 'local' as OnNoQuorum,
+  onNoQuorum: 'local',
 });
 
 /** Per-call options after merging defaults and validating; frozen. */

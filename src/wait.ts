@@ -113,6 +113,8 @@ export class Bus {
   /** Identifies this cache instance in notes, so it can skip its own L1 invalidations. */
   readonly origin = randomBytes(6).toString('base64url');
   private subscriber: SubscriberClient | undefined;
+  /** Settles once the first SUBSCRIBE was answered (resolved either way: failures are reported, not thrown). */
+  subscribed: Promise<void> = Promise.resolve();
 
   constructor(prefix: string) {
     this.channel = eventsChannel(prefix);
@@ -133,7 +135,7 @@ export class Bus {
       if (note) onNote(note);
     });
     // ioredis re-subscribes by itself after a reconnect.
-    sub.subscribe(this.channel).catch(onError);
+    this.subscribed = sub.subscribe(this.channel).then(() => undefined, onError);
   }
 
   stop(): Promise<void> {

@@ -94,6 +94,7 @@ describe('loader errors', () => {
     const a = h.cache();
     // b can only progress by a notification: its poll and wait timeout are far beyond the test timeout.
     const b = createCache({ redis: h.client(), prefix: prefixOf(a), defaults: { pollInterval: 3_600_000, waitTimeout: 3_600_000 } });
+    await Promise.all([a.ready(), b.ready()]);
     const aGate = deferred<never>();
     const aStarted = deferred<void>();
     const aCall = a.getOrCompute('x', () => (aStarted.resolve(), aGate.promise), 60_000);
@@ -113,6 +114,7 @@ describe('waiting', () => {
   it('a waiter in another process is woken by the winner\'s write (pub/sub), not by its poll', async () => {
     const a = h.cache();
     const b = createCache({ redis: h.client(), prefix: prefixOf(a), defaults: { pollInterval: 3_600_000, waitTimeout: 3_600_000 } });
+    await Promise.all([a.ready(), b.ready()]);
     const gate = deferred<string>();
     const started = deferred<void>();
     const aCall = a.getOrCompute('w', () => (started.resolve(), gate.promise), 60_000);
@@ -177,6 +179,7 @@ describe('set, delete and fencing', () => {
   it('delete() removes the entry from the store and from other processes\' L1', async () => {
     const a = h.cache({ local: { max: 10 } });
     const b = createCache({ redis: h.client(), prefix: prefixOf(a), local: { max: 10 } });
+    await Promise.all([a.ready(), b.ready()]);
     await a.set('d', 'v', 60_000);
     expect(await b.get('d')).toBe('v'); // now in b's L1
     const dropped = nextEvent(b, 'remoteChange');
@@ -302,8 +305,8 @@ describe('close()', () => {
   it('leaves no subscription, keeps the caller\'s client usable, and later calls reject with ERR_CLOSED', async () => {
     const redis = h.client();
     const cache = createCache({ redis, prefix: 'closing' });
+    await cache.ready();
     await cache.set('k', 1, 1000);
-    await new Promise((r) => setTimeout(r, 50)); // the subscriber connects in the background
     await cache.close();
     await cache.close(); // idempotent
     await new Promise((r) => setTimeout(r, 50));

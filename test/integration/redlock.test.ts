@@ -12,7 +12,9 @@ const clients: Redis[] = [];
 const caches: Cache[] = [];
 
 beforeAll(async () => {
-  [store, ...nodes] = await Promise.all(Array.from({ length: 6 }, () => startRedisServer()));
+  const servers = await Promise.all(Array.from({ length: 6 }, () => startRedisServer()));
+  store = servers[0] as RedisServer;
+  nodes = servers.slice(1);
 });
 afterAll(async () => {
   await Promise.all(caches.map((c) => c.close()));
@@ -105,7 +107,9 @@ describe('redlock over 5 nodes', () => {
     let aborted: unknown;
     const aCall = a.getOrCompute('q', async (ctx) => {
       started.resolve();
-      ctx.signal.addEventListener('abort', () => (aborted = ctx.signal.reason));
+      ctx.signal.addEventListener('abort', () => {
+        aborted = ctx.signal.reason;
+      });
       return finish.promise; // a loader that ignores its signal and finishes late
     }, 60_000);
     await started.promise;

@@ -161,3 +161,40 @@ export async function provideRedis(): Promise<ProvidedRedis> {
     );
   }
 }
+
+export interface RedisClusterHandle {
+  readonly nodes: RedisServer[];
+  /** Startup nodes for ioredis `new Cluster(...)`. */
+  readonly startup: { host: string; port: number }[];
+  stop(): Promise<void>;
+}
+
+/** A real 3-master Redis Cluster (no replicas) on free ports, created with `redis-cli --cluster create`. */
+export async function startRedisCluster(masters = 3): Promise<RedisClusterHandle> {
+  const nodes = await Promise.all(
+    Array.from({ length: masters }, () => startRedisServer(['--cluster-enabled', 'yes', '--cluster-config-file', 'nodes.conf', '--cluster-node-timeout', '5000'])),
+  );
+  const addrs = nodes.map((n) => `${n.host}:${n.port}`);
+  const created = spawnSync('redis-cli', ['--cluster', 'create', ...addrs, '--cluster-replicas', '0', '--cluster-yes'], { encoding: 'utf8' });
+  if (created.status !== 0) {
+    await Promise.all(nodes.map((n) => n.stop()));
+    throw new Error(`redis-cli --cluster create failed: ${created.stdout}\n${created.stderr}`);
+  }
+  // Wait until every node agrees the cluster is up.
+  const deadline = Date.now() + 20_000;
+  for (const n of nodes) {
+    for (;;) {
+      const info = spawnSync('redis-cli', ['-h', n.host, '-p', String(n.port), 'cluster', 'info'], { encoding: 'utf8' }).stdout;
+      if (info.includes('cluster_state:ok')) break;
+      if (Date.now() > deadline) throw new Error(`cluster node ${n.port} not ok: ${info}`);
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  }
+  return {
+    nodes,
+    startup: nodes.map((n) => ({ host: n.host, port: n.port })),
+    stop: async () => {
+      await Promise.all(nodes.map((n) => n.stop()));
+    },
+  };
+}

@@ -86,4 +86,4 @@ process.on('message', (msg: Msg) => {
   }
 });
 
-void Promise.all([redis.ping(), counters.ping()]).then(() => send({ ev: 'ready' }));
+void Promise.all([redis.ping(), counters.ping(), cache.ready()]).then(() => send({ ev: 'ready' }));

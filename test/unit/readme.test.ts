@@ -6,7 +6,7 @@ import { DEFAULTS } from '../../src/options.js';
 describe('README options table', () => {
   const readme = readFileSync(new URL('../../README.md', import.meta.url), 'utf8');
   const rows = new Map<string, string>();
-  for (const m of readme.matchAll(/^\| `(\w+)` \| (?:cache|call) \| ([^|]+) \|/gm)) rows.set(m[1] as string, (m[2] as string).trim());
+  for (const m of readme.matchAll(/^\| `(\w+)` \| (?:cache|call|redlock) \| ([^|]+) \|/gm)) rows.set(m[1] as string, (m[2] as string).trim());
 
   it.each(Object.entries(DEFAULTS))('lists %s with its default %o', (name, value) => {
     const shown = rows.get(name);

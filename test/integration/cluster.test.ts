@@ -1,0 +1,122 @@
+import { Cluster } from 'ioredis';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createCache, type Cache, type CacheOptions } from '../../src/index.js';
+import { entryKeys } from '../../src/keys.js';
+import { deferred, nextEvent } from '../support/harness.js';
+import { startRedisCluster, type RedisClusterHandle } from '../support/redis-server.js';
+
+let cluster: RedisClusterHandle;
+const clients: Cluster[] = [];
+const caches: Cache[] = [];
+
+beforeAll(async () => {
+  cluster = await startRedisCluster(3);
+});
+afterAll(async () => {
+  await Promise.all(caches.map((c) => c.close()));
+  for (const c of clients) c.disconnect();
+  await cluster.stop();
+});
+
+function clusterClient(): Cluster {
+  const c = new Cluster(cluster.startup, { redisOptions: { maxRetriesPerRequest: 1 } });
+  c.on('error', () => undefined);
+  clients.push(c);
+  return c;
+}
+
+function cache(prefix: string, extra: Partial<CacheOptions> = {}): Cache {
+  const c = createCache({ redis: clusterClient(), prefix, ...extra });
+  caches.push(c);
+  return c;
+}
+
+const BRACE_KEYS = ['}', '}abc', '{x}', 'a{b}c', '{', '{}', 'x:lock', 'plain', '😀{}', '\r\n{'];
+
+describe('Redis Cluster (3 masters)', () => {
+  it.each(BRACE_KEYS)('key %j: getOrCompute, get, set and delete work (all keys of the entry share a slot: no CROSSSLOT)', async (key) => {
+    const c = cache('cl1');
+    expect(await c.getOrCompute(key, () => ({ key }), 60_000)).toEqual({ key });
+    expect(await c.get(key)).toEqual({ key });
+    await c.set(key, 'set', 60_000);
+    expect(await c.get(key)).toBe('set');
+    await c.delete(key);
+    expect(await c.get(key)).toBeUndefined();
+  });
+
+  it('the entry keys of different user keys spread over more than one node', async () => {
+    const admin = clusterClient();
+    const slots = new Set<number>();
+    for (let i = 0; i < 50; i++) {
+      const slot = (await admin.cluster('KEYSLOT', entryKeys('cl', `k${i}`).value));
+      slots.add(Math.floor(slot / (16384 / 3)));
+    }
+    expect(slots.size).toBeGreaterThan(1);
+  });
+
+  it('a stampede from two cache instances runs the loader once', async () => {
+    const a = cache('cl2');
+    const b = cache('cl2');
+    let runs = 0;
+    const loader = async () => {
+      runs++;
+      await new Promise((r) => setTimeout(r, 200));
+      return 'v';
+    };
+    const calls = Array.from({ length: 30 }, (_, i) => (i % 2 ? a : b).getOrCompute('hot{1}', loader, { ttl: 60_000, waitTimeout: 30_000 }));
+    expect(await Promise.all(calls)).toEqual(Array(30).fill('v'));
+    expect(runs).toBe(1);
+  });
+
+  it('a waiter is woken by pub/sub on the cluster (its poll is an hour away)', async () => {
+    const a = cache('cl3');
+    const b = cache('cl3', { defaults: { pollInterval: 3_600_000, waitTimeout: 3_600_000 } });
+    await Promise.all([a.ready(), b.ready()]);
+    const gate = deferred<string>();
+    const started = deferred<void>();
+    const aCall = a.getOrCompute('w}', () => (started.resolve(), gate.promise), 60_000);
+    await started.promise;
+    const missed = nextEvent(b, 'miss');
+    const bCall = b.getOrCompute('w}', () => 'from-b', 60_000);
+    await missed;
+    gate.resolve('from-a');
+    expect(await aCall).toBe('from-a');
+    expect(await bCall).toBe('from-a');
+  });
+
+  it("delete() drops another instance's L1 copy over the cluster's pub/sub", async () => {
+    const a = cache('cl4', { local: { max: 10 } });
+    const b = cache('cl4', { local: { max: 10 } });
+    await Promise.all([a.ready(), b.ready()]);
+    await a.set('{d}', 1, 60_000);
+    expect(await b.get('{d}')).toBe(1);
+    const dropped = nextEvent(b, 'remoteChange');
+    await a.delete('{d}');
+    await dropped;
+    expect(await b.get('{d}')).toBeUndefined();
+  });
+
+  it('fencing: a set() during an in-flight rebuild wins', async () => {
+    const c = cache('cl5');
+    const gate = deferred<string>();
+    const started = deferred<void>();
+    const call = c.getOrCompute('}f', () => (started.resolve(), gate.promise), 60_000);
+    await started.promise;
+    await c.set('}f', 'newer', 60_000);
+    gate.resolve('older');
+    await call;
+    expect(await c.get('}f')).toBe('newer');
+  });
+
+  it('stale serving works on the cluster', async () => {
+    const c = cache('cl6');
+    await c.getOrCompute('s{', () => 'old', { ttl: 50, staleTtl: 60_000 });
+    await new Promise((r) => setTimeout(r, 120));
+    const gate = deferred<string>();
+    expect(await c.getOrCompute('s{', () => gate.promise, { ttl: 60_000, staleTtl: 60_000 })).toBe('old');
+    const computed = nextEvent(c, 'computed');
+    gate.resolve('new');
+    await computed;
+    expect(await c.get('s{')).toBe('new');
+  });
+});
