@@ -1,0 +1,170 @@
+/** Writes the benchmark's JSON, a markdown table and two SVG charts (drawn here, no chart library). */
+import { mkdirSync, writeFileSync } from 'node:fs';
+import type { HttpFigure } from './http.js';
+import type { LatencyFigure } from './micro.js';
+import { percentile } from './scenarios.js';
+
+export interface ScenarioRow {
+  scenario: string;
+  contender: string;
+  skipped?: string;
+  loaderRuns?: number;
+  ideal?: number;
+  ratio?: number;
+  maxConcurrent?: number;
+  p50?: number;
+  p99?: number;
+  max?: number;
+  throughput?: number;
+  staleShare?: number;
+  errors?: number;
+  calls?: number;
+  originCallsWhileFailing?: number | undefined;
+}
+
+export interface Report {
+  env: Record<string, unknown>;
+  rows: ScenarioRow[];
+  http: HttpFigure[];
+  overhead: LatencyFigure[];
+  lockCost: LatencyFigure[];
+  latencySamples: Record<string, Record<string, number[]>>;
+}
+
+const f1 = (x: number | undefined) => (x === undefined || Number.isNaN(x) ? '–' : x.toFixed(1));
+const f2 = (x: number | undefined) => (x === undefined || Number.isNaN(x) ? '–' : x.toFixed(2));
+const pct = (x: number | undefined) => (x === undefined ? '–' : `${(x * 100).toFixed(1)}%`);
+const COLORS = ['#888888', '#4e79a7', '#f28e2b', '#e15759', '#76b7b2', '#59a14f', '#edc948', '#b07aa1'];
+
+export function markdown(r: Report): string {
+  const e = r.env;
+  const out: string[] = [];
+  out.push(`Command: \`${String(e.command)}\``);
+  out.push('');
+  out.push(`Machine: ${String(e.cpus)}, ${String(e.os)}; Node ${String(e.node)}; Redis ${String(e.redis)} (${String(e.redisSource)}); ioredis ${String(e.ioredis)}; ${String(e.date)}.`);
+  out.push(`Sizes: ${String(e.processes)} processes × ${String(e.callers)} concurrent callers; ${JSON.stringify(e.sizes)}; each figure is the median of ${String(e.runs)} runs.`);
+  out.push('');
+  out.push('| scenario | contender | loader runs | ideal | rebuild ratio | vs none | max at once | p50 ms | p99 ms | max ms | calls/s | stale | errors | origin calls while failing |');
+  out.push('|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|');
+  for (const row of r.rows) {
+    if (row.skipped) {
+      out.push(`| ${row.scenario} | ${row.contender} | cannot run: ${row.skipped} |||||||||||||`);
+      continue;
+    }
+    const none = r.rows.find((x) => x.scenario === row.scenario && x.contender === 'none');
+    const reduction = none?.loaderRuns && row.loaderRuns !== undefined ? `${(100 * (1 - row.loaderRuns / none.loaderRuns)).toFixed(1)}%` : '–';
+    out.push(
+      `| ${row.scenario} | ${row.contender} | ${row.loaderRuns} | ${row.ideal} | ${f2(row.ratio)} | ${reduction} | ${row.maxConcurrent} | ${f1(row.p50)} | ${f1(row.p99)} | ${f1(row.max)} | ${f1(row.throughput)} | ${pct(row.staleShare)} | ${row.errors} | ${row.originCallsWhileFailing ?? '–'} |`,
+    );
+  }
+  if (r.http.length > 0) {
+    out.push('', '**HTTP** (node:cluster workers, autocannon, 20 keys):', '');
+    out.push('| lock | req/s | p50 ms | p99 ms | origin calls | origin calls per expiry | errors |', '|---|---:|---:|---:|---:|---:|---:|');
+    for (const h of r.http) out.push(`| ${h.mode} | ${h.requestsPerSec.toFixed(0)} | ${h.p50ms} | ${h.p99ms} | ${h.originCalls} | ${f2(h.originCallsPerExpiry)} | ${h.errors} |`);
+  }
+  const micro = (title: string, figs: LatencyFigure[]) => {
+    if (figs.length === 0) return;
+    out.push('', `**${title}** (sequential operations, µs):`, '', '| operation | p50 µs | p99 µs |', '|---|---:|---:|');
+    for (const m of figs) out.push(`| ${m.name} | ${f1(m.p50us)} | ${f1(m.p99us)} |`);
+  };
+  micro('Overhead', r.overhead);
+  if (r.overhead.length === 4) {
+    const [bare, hit, lru, l1] = r.overhead as [LatencyFigure, LatencyFigure, LatencyFigure, LatencyFigure];
+    out.push('', `Fresh hit ÷ bare GET+decode (p50): ${f2(hit.p50us / bare.p50us)}; L1 hit ÷ bare lru-cache get (p50): ${f2(l1.p50us / lru.p50us)}.`);
+  }
+  micro('Lock cost', r.lockCost);
+  return `${out.join('\n')}\n`;
+}
+
+/** Grouped bars: rebuild ratio (loader runs ÷ ideal) per scenario and contender, log scale. */
+export function ratioChart(r: Report): string {
+  const rows = r.rows.filter((x) => !x.skipped && x.ratio !== undefined);
+  const scenariosList = [...new Set(rows.map((x) => x.scenario))];
+  const contenders = [...new Set(rows.map((x) => x.contender))];
+  const W = 980;
+  const H = 420;
+  const left = 60;
+  const bottom = 340;
+  const top = 40;
+  const maxRatio = Math.max(10, ...rows.map((x) => x.ratio as number));
+  const yMax = Math.ceil(Math.log10(maxRatio));
+  const y = (v: number) => bottom - ((Math.log10(Math.max(1, v))) / yMax) * (bottom - top);
+  const groupW = (W - left - 20) / Math.max(1, scenariosList.length);
+  const barW = (groupW - 16) / Math.max(1, contenders.length);
+  const parts: string[] = [];
+  parts.push(`<text x="${left}" y="22" font-size="15" font-weight="bold">Loader runs ÷ ideal (1.0 = one rebuild per key per expiry; log scale; lower is better)</text>`);
+  for (let p = 0; p <= yMax; p++) {
+    const v = 10 ** p;
+    parts.push(`<line x1="${left}" x2="${W - 10}" y1="${y(v)}" y2="${y(v)}" stroke="#ddd"/><text x="${left - 6}" y="${y(v) + 4}" font-size="11" text-anchor="end">${v}</text>`);
+  }
+  scenariosList.forEach((s, gi) => {
+    const gx = left + gi * groupW + 8;
+    contenders.forEach((c, ci) => {
+      const row = rows.find((x) => x.scenario === s && x.contender === c);
+      if (!row) return;
+      const v = row.ratio as number;
+      const x = gx + ci * barW;
+      const h = Math.max(1, bottom - y(v));
+      parts.push(`<rect x="${x.toFixed(1)}" y="${(bottom - h).toFixed(1)}" width="${(barW - 2).toFixed(1)}" height="${h.toFixed(1)}" fill="${COLORS[ci % COLORS.length]}"><title>${s} · ${c}: ${v.toFixed(2)}</title></rect>`);
+    });
+    parts.push(`<text x="${gx + (groupW - 16) / 2}" y="${bottom + 16}" font-size="11" text-anchor="middle">${s}</text>`);
+  });
+  contenders.forEach((c, ci) => {
+    const x = left + (ci % 4) * 220;
+    const yy = bottom + 36 + Math.floor(ci / 4) * 18;
+    parts.push(`<rect x="${x}" y="${yy - 10}" width="12" height="12" fill="${COLORS[ci % COLORS.length]}"/><text x="${x + 18}" y="${yy}" font-size="12">${c}</text>`);
+  });
+  return svg(W, H, parts);
+}
+
+/** Latency percentile curves per contender for one scenario (log-scaled ms). */
+export function latencyChart(r: Report, scenario: string): string {
+  const samples = r.latencySamples[scenario] ?? {};
+  const ps = [10, 25, 50, 75, 90, 95, 99, 99.9, 100];
+  const W = 980;
+  const H = 420;
+  const left = 60;
+  const right = W - 200;
+  const top = 40;
+  const bottom = 360;
+  const all = Object.values(samples).flat();
+  const maxMs = Math.max(1, ...all);
+  const minMs = Math.max(0.05, Math.min(...all.filter((x) => x > 0), 1));
+  const ly = (v: number) => bottom - ((Math.log10(Math.max(minMs, v)) - Math.log10(minMs)) / (Math.log10(maxMs) - Math.log10(minMs) || 1)) * (bottom - top);
+  const lx = (i: number) => left + (i / (ps.length - 1)) * (right - left);
+  const parts: string[] = [`<text x="${left}" y="22" font-size="15" font-weight="bold">Latency of every call by percentile — ${scenario} (ms, log scale)</text>`];
+  for (let d = Math.floor(Math.log10(minMs)); d <= Math.ceil(Math.log10(maxMs)); d++) {
+    const v = 10 ** d;
+    if (v < minMs || v > maxMs * 1.01) continue;
+    parts.push(`<line x1="${left}" x2="${right}" y1="${ly(v)}" y2="${ly(v)}" stroke="#ddd"/><text x="${left - 6}" y="${ly(v) + 4}" font-size="11" text-anchor="end">${v}</text>`);
+  }
+  ps.forEach((p, i) => parts.push(`<text x="${lx(i)}" y="${bottom + 16}" font-size="11" text-anchor="middle">p${p}</text>`));
+  Object.entries(samples).forEach(([c, lat], ci) => {
+    const sorted = [...lat].sort((a, b) => a - b);
+    const pts = ps.map((p, i) => `${lx(i).toFixed(1)},${ly(percentile(sorted, p)).toFixed(1)}`).join(' ');
+    parts.push(`<polyline points="${pts}" fill="none" stroke="${COLORS[ci % COLORS.length]}" stroke-width="2"/>`);
+    parts.push(`<rect x="${right + 20}" y="${top + ci * 20}" width="12" height="12" fill="${COLORS[ci % COLORS.length]}"/><text x="${right + 38}" y="${top + ci * 20 + 11}" font-size="12">${c}</text>`);
+  });
+  return svg(W, H, parts);
+}
+
+function svg(w: number, h: number, parts: string[]): string {
+  return `<svg xmlns="http://www.w3.org/2000/svg" width="${w}" height="${h}" viewBox="0 0 ${w} ${h}" font-family="sans-serif"><rect width="100%" height="100%" fill="white"/>${parts.join('')}</svg>\n`;
+}
+
+export function writeReport(r: Report): string[] {
+  mkdirSync('bench/results', { recursive: true });
+  const stamp = String(r.env.date).replace(/[:.]/g, '-');
+  const json = `bench/results/${stamp}.json`;
+  const { latencySamples: _omit, ...rest } = r;
+  writeFileSync(json, `${JSON.stringify(rest, null, 2)}\n`);
+  writeFileSync('bench/results/latest.md', markdown(r));
+  writeFileSync('bench/results/rebuilds.svg', ratioChart(r));
+  const files = [json, 'bench/results/latest.md', 'bench/results/rebuilds.svg'];
+  for (const s of ['cold-stampede', 'hot-20-keys', 'stale-window']) {
+    if (!r.latencySamples[s]) continue;
+    writeFileSync(`bench/results/latency-${s}.svg`, latencyChart(r, s));
+    files.push(`bench/results/latency-${s}.svg`);
+  }
+  return files;
+}
