@@ -102,6 +102,7 @@ async function oneRun(contender: ContenderName, scenario: ScenarioSpec, run: num
     throughput: calls / Math.max(wall, 0.001),
     staleShare: reports.reduce((s, r) => s + r.staleAnswers, 0) / Math.max(1, calls),
     errors: reports.reduce((s, r) => s + r.errors, 0),
+    unsettled: reports.reduce((s, r) => s + r.unsettled, 0),
     calls,
     originCallsWhileFailing: runs.filter(([, start]) => start >= failFrom && start < failTo).length,
     latencies,
@@ -129,7 +130,8 @@ for (const scenario of scenarios(sizes).filter((s) => !only || only.includes(s.n
         results.push(res);
         console.log(
           `[${((Date.now() - started) / 1000).toFixed(0)}s] ${scenario.name} · ${contender} · run ${r + 1}/${RUNS}: ` +
-            `${res.loaderRuns} loader runs (ideal ${res.ideal}), max ${res.maxConcurrent} at once, p50 ${res.p50.toFixed(1)} ms, p99 ${res.p99.toFixed(1)} ms, ${res.errors} errors`,
+            `${res.loaderRuns} loader runs (ideal ${res.ideal}), max ${res.maxConcurrent} at once, p50 ${res.p50.toFixed(1)} ms, p99 ${res.p99.toFixed(1)} ms, ${res.errors} errors` +
+            (res.unsettled > 0 ? ` (${res.unsettled} calls never settled within 10 s)` : ''),
         );
       } catch (err) {
         console.log(`${scenario.name} · ${contender} · run ${r + 1}: could not run (${String(err)})`);
@@ -153,6 +155,7 @@ for (const scenario of scenarios(sizes).filter((s) => !only || only.includes(s.n
       throughput: m((x) => x.throughput),
       staleShare: m((x) => x.staleShare),
       errors: m((x) => x.errors),
+      unsettled: m((x) => x.unsettled),
       calls: m((x) => x.calls),
       originCallsWhileFailing: scenario.failWindow ? m((x) => x.originCallsWhileFailing) : undefined,
     });

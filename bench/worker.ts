@@ -23,12 +23,15 @@ export interface RunReport {
   ev: 'report';
   calls: number;
   errors: number;
+  /** Calls abandoned after CALL_LIMIT_MS without settling (counted in errors too). */
+  unsettled: number;
   staleAnswers: number;
   latencies: number[];
   /** Loader runs: [key, start, end, ok]. */
   runs: [string, number, number, boolean][];
 }
 
+const CALL_LIMIT_MS = 10_000;
 const now = (): number => performance.timeOrigin + performance.now();
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, Math.max(0, ms)));
 
@@ -39,6 +42,7 @@ async function run(req: RunRequest): Promise<RunReport> {
   const latencies: number[] = [];
   let errors = 0;
   let staleAnswers = 0;
+  let unsettled = 0;
   const pick = keyPicker(scenario, Math.random);
   const failFrom = req.startAt + scenario.durationMs * (scenario.failWindow?.[0] ?? 2);
   const failTo = req.startAt + scenario.durationMs * (scenario.failWindow?.[1] ?? 2);
@@ -53,16 +57,22 @@ async function run(req: RunRequest): Promise<RunReport> {
     return { key, created: end };
   };
 
+  // A call that never settles would stall the whole run: give up on it after CALL_LIMIT_MS and count it.
   const call = async (key: string) => {
     const t0 = now();
+    let timer: NodeJS.Timeout | undefined;
     try {
-      const v = (await contender.get(key, loaderFor(key), scenario.ttlMs, scenario.staleMs)) as { created: number };
+      const limit = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error('call did not settle')), CALL_LIMIT_MS)));
+      const v = (await Promise.race([contender.get(key, loaderFor(key), scenario.ttlMs, scenario.staleMs), limit])) as { created: number };
       const t1 = now();
       latencies.push(t1 - t0);
       if (t1 - v.created > scenario.ttlMs) staleAnswers++;
-    } catch {
+    } catch (err) {
       latencies.push(now() - t0);
       errors++;
+      if ((err as Error).message === 'call did not settle') unsettled++;
+    } finally {
+      clearTimeout(timer);
     }
   };
 
@@ -77,7 +87,7 @@ async function run(req: RunRequest): Promise<RunReport> {
   });
   await Promise.all(users);
   await contender.close();
-  return { ev: 'report', calls: latencies.length, errors, staleAnswers, latencies, runs };
+  return { ev: 'report', calls: latencies.length, errors, unsettled, staleAnswers, latencies, runs };
 }
 
 process.on('message', (msg: RunRequest | { op: 'exit' }) => {

@@ -1,6 +1,13 @@
 import { EventEmitter } from 'node:events';
 import { freshRemaining } from './entry.js';
-import { CacheClosedError, InvalidOptionError, RedisUnavailableError, WaitTimeoutError } from './errors.js';
+import {
+  CacheClosedError,
+  InvalidOptionError,
+  LoaderTimeoutError,
+  OriginBackoffError,
+  RedisUnavailableError,
+  WaitTimeoutError,
+} from './errors.js';
 import type { CacheEvents } from './events.js';
 import { NoFlight, SingleFlight, type Coalescer } from './flight.js';
 import { Io } from './io.js';
@@ -11,6 +18,7 @@ import { RedlockLock } from './lock/redlock.js';
 import { StoreLock, type LockDeps } from './lock/single.js';
 import type { Grant, Locker, ReleaseNote } from './lock/types.js';
 import {
+  loaderTimeout,
   pollDelay,
   resolveCacheOptions,
   resolveCallOptions,
@@ -36,6 +44,41 @@ export interface LoaderContext<T = unknown> {
 
 export type Loader<T> = (ctx: LoaderContext<T>) => T | Promise<T>;
 
+/** An expired value kept for fail-safe. */
+type Fallback = { readonly value: unknown };
+type StaleReason = 'window' | 'loaderError' | 'backoff' | 'softTimeout' | 'waitTimeout';
+const SOFT_TIMEOUT = Symbol('soft timeout');
+
+/**
+ * Runs a loader with its combined abort signal; a positive `hardTimeout` rejects with
+ * LoaderTimeoutError after that long and aborts the loader's signal with the same error.
+ */
+async function runLoader(
+  loader: Loader<unknown>,
+  ctx: { key: string; signals: AbortSignal[]; fencingToken: number | undefined; staleValue: unknown },
+  hardTimeout: number,
+): Promise<unknown> {
+  if (hardTimeout === 0) return loader({ key: ctx.key, signal: AbortSignal.any(ctx.signals), fencingToken: ctx.fencingToken, staleValue: ctx.staleValue });
+  const timeout = new AbortController();
+  let timer: NodeJS.Timeout | undefined;
+  const expired = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => {
+      const err = new LoaderTimeoutError(ctx.key, hardTimeout);
+      timeout.abort(err);
+      reject(err);
+    }, hardTimeout);
+  });
+  const running = Promise.resolve(
+    loader({ key: ctx.key, signal: AbortSignal.any([...ctx.signals, timeout.signal]), fencingToken: ctx.fencingToken, staleValue: ctx.staleValue }),
+  );
+  running.catch(() => undefined); // after a hard timeout nobody awaits it
+  try {
+    return await Promise.race([running, expired]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 const REMOTE_CHANGES: Partial<Record<Note['kind'], 'written' | 'set' | 'deleted'>> = { w: 'written', s: 'set', d: 'deleted' };
 
 export function createCache(options: CacheOptions): Cache {
@@ -53,7 +96,7 @@ export class Cache extends EventEmitter<CacheEvents> {
   private readonly store: Store;
   private readonly local: LocalTier;
   private readonly waiters = new Waiters();
-  private readonly flight = new SingleFlight();
+  private readonly flight: SingleFlight;
   private readonly lockers: Record<LockMode, Locker>;
   private readonly coalescers: Record<LockMode, Coalescer>;
   /** Background refreshes by key: at most one per key per process. */
@@ -68,6 +111,7 @@ export class Cache extends EventEmitter<CacheEvents> {
     super();
     const o = resolveCacheOptions(options);
     this.options = o;
+    this.flight = new SingleFlight(o.maxWaitersPerKey);
     this.io = new Io(o.redisTimeout, o.breakerThreshold, o.breakerCooldown, o.clock);
     const scripts = defineScripts(options.redis);
     this.bus = new Bus(o.prefix);
@@ -136,7 +180,7 @@ export class Cache extends EventEmitter<CacheEvents> {
     const keys = entryKeys(this.options.prefix, key);
     const grant = (await this.lockers.local.acquire(key, keys, call)) as Grant;
     try {
-      await this.store.write(key, keys, grant, value, call.ttl, call.staleTtl, 0, 's');
+      await this.store.write(key, keys, grant, value, call, 0, 's');
       this.local.set(key, value, call.ttl);
     } finally {
       await grant.release('');
@@ -167,6 +211,7 @@ export class Cache extends EventEmitter<CacheEvents> {
     // Loaders may ignore their signal; close() never waits for them. Their grants are released now,
     // and a loader that finishes later writes nothing (writeQuietly checks `closed`).
     await Promise.all([...this.grants].map((g) => g.release('r')));
+    this.refreshing.clear();
     await this.bus.stop();
     this.local.clear();
   }
@@ -187,11 +232,14 @@ export class Cache extends EventEmitter<CacheEvents> {
       return this.served(key, found);
     }
     this.emit('miss', { key });
-    return this.rebuildOrWait(key, keys, loader, call, signal);
+    return this.rebuildOrWait(key, keys, loader, call, signal, found.state === 'kept' ? found : undefined);
   }
 
-  /** Take the lock and rebuild, or wait to be woken by the winner; retry the lock after each wake. */
-  private async rebuildOrWait(key: string, keys: EntryKeys, loader: Loader<unknown>, call: ResolvedCall, signal: AbortSignal): Promise<unknown> {
+  /**
+   * Take the lock and rebuild, or wait to be woken by the winner; retry the lock after each wake.
+   * `fallback` is an expired value kept for fail-safe: served if the loader fails, backs off or is slow.
+   */
+  private async rebuildOrWait(key: string, keys: EntryKeys, loader: Loader<unknown>, call: ResolvedCall, signal: AbortSignal, fallback: Fallback | undefined): Promise<unknown> {
     const clock = this.options.clock;
     const waiter = this.waiters.register(key); // before the first attempt: no notification can slip by
     const started = clock.now();
@@ -203,17 +251,19 @@ export class Cache extends EventEmitter<CacheEvents> {
         try {
           grant = await this.lockers[call.lock].acquire(key, keys, call);
         } catch (error) {
+          if (error instanceof OriginBackoffError) return this.failSafe(key, fallback, error, 'backoff');
           // Only an unreachable store degrades; NoQuorumError (onNoQuorum 'throw') reaches the caller.
           if (!(error instanceof RedisUnavailableError)) throw error;
           return await this.computeDegraded(key, loader, call, signal, 'acquire', error);
         }
         if (grant) {
           if (attempt > 0) this.emit('waited', { key, ms: clock.now() - started, outcome: 'took-over' });
-          return await this.rebuild(key, keys, loader, call, signal, grant, undefined);
+          return await this.loadWithin(key, keys, loader, call, signal, grant, fallback);
         }
         const remaining = deadline - clock.now();
         if (remaining <= 0) {
           this.emit('waited', { key, ms: clock.now() - started, outcome: 'timeout' });
+          if (fallback) return this.failSafe(key, fallback, undefined, 'waitTimeout');
           return await this.afterWaitTimeout(key, keys, loader, call, signal);
         }
         await waiter.next(pollDelay(call.pollInterval, remaining, Math.random()), signal);
@@ -224,18 +274,36 @@ export class Cache extends EventEmitter<CacheEvents> {
         } catch (error) {
           return await this.computeDegraded(key, loader, call, signal, 'read', error);
         }
-        if (found.state !== 'miss') {
+        if (found.state === 'fresh' || found.state === 'stale') {
           this.emit('waited', { key, ms: clock.now() - started, outcome: found.state === 'fresh' ? 'value' : 'stale' });
           return this.served(key, found);
         }
+        if (found.state === 'kept') fallback = found;
       }
     } finally {
       waiter.dispose();
     }
   }
 
-  /** We hold a grant: re-read (someone may have just written), run the loader, write fenced, release in one finally. */
-  private async rebuild(key: string, keys: EntryKeys, loader: Loader<unknown>, call: ResolvedCall, signal: AbortSignal, grant: Grant, staleValue: unknown): Promise<unknown> {
+  /** Runs the rebuild; with a fail-safe fallback and a soft timeout, answers with the fallback once it passes (the rebuild goes on). */
+  private async loadWithin(key: string, keys: EntryKeys, loader: Loader<unknown>, call: ResolvedCall, signal: AbortSignal, grant: Grant, fallback: Fallback | undefined): Promise<unknown> {
+    const rebuilding = this.rebuild(key, keys, loader, call, signal, grant, fallback, undefined);
+    const wait = loaderTimeout(fallback !== undefined, call.softTimeout, call.hardTimeout);
+    if (wait.kind !== 'soft') return rebuilding;
+    this.track(key, rebuilding);
+    let timer: NodeJS.Timeout | undefined;
+    const soft = new Promise<typeof SOFT_TIMEOUT>((resolve) => (timer = setTimeout(() => resolve(SOFT_TIMEOUT), wait.ms)));
+    const first = await Promise.race([rebuilding, soft]);
+    clearTimeout(timer);
+    return first === SOFT_TIMEOUT ? this.failSafe(key, fallback, undefined, 'softTimeout') : first;
+  }
+
+  /**
+   * We hold a grant: re-read (someone may have just written), run the loader (bounded by hardTimeout),
+   * write fenced, release in one finally. A failure releases with a fleet-wide backoff and falls back
+   * to the fail-safe value when there is one.
+   */
+  private async rebuild(key: string, keys: EntryKeys, loader: Loader<unknown>, call: ResolvedCall, signal: AbortSignal, grant: Grant, fallback: Fallback | undefined, staleValue: unknown): Promise<unknown> {
     let note: ReleaseNote = 'r';
     this.grants.add(grant);
     try {
@@ -249,11 +317,11 @@ export class Cache extends EventEmitter<CacheEvents> {
       const started = this.options.clock.now();
       let value: unknown;
       try {
-        value = await loader({ key, signal: AbortSignal.any([signal, grant.signal, this.lifetime.signal]), fencingToken: grant.fence, staleValue });
+        value = await runLoader(loader, { key, signals: [signal, grant.signal, this.lifetime.signal], fencingToken: grant.fence, staleValue }, call.hardTimeout);
       } catch (error) {
         note = 'e';
         this.emit('loaderError', { key, error });
-        throw error;
+        return this.failSafe(key, fallback, error, 'loaderError');
       }
       const loadMs = this.options.clock.now() - started;
       // `undefined` means "do not cache": callers get it, nothing is written, waiters are told to retry.
@@ -268,10 +336,19 @@ export class Cache extends EventEmitter<CacheEvents> {
     }
   }
 
+  /** Serves the fail-safe value (flagged with a `stale` event naming why), or throws `error`. */
+  private failSafe(key: string, fallback: Fallback | undefined, error: unknown, reason: StaleReason): unknown {
+    // A loader's own error reaches its callers unchanged, whatever it is.
+    // eslint-disable-next-line @typescript-eslint/only-throw-error
+    if (!fallback) throw error ?? new WaitTimeoutError(key, 0);
+    this.emit('stale', { key, reason });
+    return fallback.value;
+  }
+
   private async writeQuietly(key: string, keys: EntryKeys, grant: Grant, value: unknown, call: ResolvedCall, loadMs: number): Promise<boolean> {
     if (this.closed) return false;
     try {
-      const accepted = await this.store.write(key, keys, grant, value, call.ttl, call.staleTtl, loadMs, 'w');
+      const accepted = await this.store.write(key, keys, grant, value, call, loadMs, 'w');
       if (accepted) this.local.set(key, value, call.ttl);
       else this.emit('writeRejected', { key, fence: grant.fence });
       return accepted;
@@ -289,9 +366,10 @@ export class Cache extends EventEmitter<CacheEvents> {
     try {
       grant = (await this.lockers.local.acquire(key, keys, call)) as Grant;
     } catch (error) {
+      if (!(error instanceof RedisUnavailableError)) throw error;
       return this.computeDegraded(key, loader, call, signal, 'acquire', error);
     }
-    return this.rebuild(key, keys, loader, call, signal, grant, undefined);
+    return this.rebuild(key, keys, loader, call, signal, grant, undefined, undefined);
   }
 
   /** Redis failed: run the loader here (still one per key per process through the flight); no store write. */
@@ -300,7 +378,7 @@ export class Cache extends EventEmitter<CacheEvents> {
     const started = this.options.clock.now();
     let value: unknown;
     try {
-      value = await loader({ key, signal: AbortSignal.any([signal, this.lifetime.signal]), fencingToken: undefined, staleValue: undefined });
+      value = await runLoader(loader, { key, signals: [signal, this.lifetime.signal], fencingToken: undefined, staleValue: undefined }, call.hardTimeout);
     } catch (loaderError) {
       this.emit('loaderError', { key, error: loaderError });
       throw loaderError;
@@ -313,22 +391,34 @@ export class Cache extends EventEmitter<CacheEvents> {
   /** Stale served: refresh once per key per process, only if this process wins the lock. */
   private refreshInBackground(key: string, keys: EntryKeys, loader: Loader<unknown>, call: ResolvedCall, staleValue: unknown): void {
     if (this.refreshing.has(key) || this.closed) return;
-    const refresh = (async () => {
-      const grant = await this.lockers[call.lock].acquire(key, keys, call);
-      if (grant) await this.rebuild(key, keys, loader, call, this.lifetime.signal, grant, staleValue);
-    })()
-      .catch((error: unknown) => void this.emit('refreshError', { key, error }))
-      .finally(() => this.refreshing.delete(key));
-    this.refreshing.set(key, refresh);
+    this.track(
+      key,
+      (async () => {
+        const grant = await this.lockers[call.lock].acquire(key, keys, call);
+        if (grant) await this.rebuild(key, keys, loader, call, this.lifetime.signal, grant, undefined, staleValue);
+      })(),
+    );
+  }
+
+  /** Background work on a key (a refresh, or a rebuild that outlived its soft timeout): at most one per key, never an unhandled rejection. */
+  private track(key: string, work: Promise<unknown>): void {
+    const tracked = work
+      .then(() => undefined, (error: unknown) => {
+        if (!(error instanceof OriginBackoffError)) this.emit('refreshError', { key, error });
+      })
+      .finally(() => {
+        if (this.refreshing.get(key) === tracked) this.refreshing.delete(key);
+      });
+    this.refreshing.set(key, tracked);
   }
 
   private served(key: string, found: Found): unknown {
     if (found.state === 'miss') return undefined;
     if (found.state === 'fresh') {
-      this.local.set(key, found.value, freshRemaining(found.pttl, found.staleMs));
+      this.local.set(key, found.value, freshRemaining(found.pttl, found.graceMs));
       this.emit('hit', { key, tier: 'redis' });
     } else {
-      this.emit('stale', { key });
+      this.emit('stale', { key, reason: 'window' });
     }
     return found.value;
   }

@@ -1,16 +1,18 @@
 import { Packr } from 'msgpackr';
 
 /**
- * The wire format of an entry (version 1): a msgpack array
- *   [1, value, fence, loadMs, writtenAtMs, staleMs]
+ * The wire format of an entry (version 2): a msgpack array
+ *   [2, value, fence, loadMs, writtenAtMs, staleMs, graceMs]
+ * (version 1 had no graceMs: it equalled staleMs; v1 entries still decode.)
  * - fence: the grant's fencing token (a number) the value was written under;
  * - loadMs: how long the loader took; writtenAtMs: wall-clock write time (informational only —
  *   freshness is derived from the PTTL Redis reports, never from another machine's clock);
- * - staleMs: the stale window it was written with, so readers split PTTL into fresh and stale.
+ * - staleMs: the stale window it was written with; graceMs: how long it outlives its fresh time
+ *   (max of stale and fail-safe windows), so readers split PTTL into fresh, stale and kept.
  * Golden files in test/fixtures pin it; a format change gets a new version number, and the decoder
  * keeps reading every older one.
  */
-export const FORMAT_VERSION = 1;
+export const FORMAT_VERSION = 2;
 
 export interface Envelope {
   readonly value: unknown;
@@ -18,6 +20,7 @@ export interface Envelope {
   readonly loadMs: number;
   readonly writtenAt: number;
   readonly staleMs: number;
+  readonly graceMs: number;
 }
 
 /**
@@ -41,7 +44,7 @@ export class DecodeError extends Error {
 }
 
 export function encodeEntry(e: Envelope): Buffer {
-  return packr.pack([FORMAT_VERSION, e.value, e.fence, e.loadMs, e.writtenAt, e.staleMs]);
+  return packr.pack([FORMAT_VERSION, e.value, e.fence, e.loadMs, e.writtenAt, e.staleMs, e.graceMs]);
 }
 
 /** Decodes untrusted bytes. Every failure — malformed, hostile, unknown version, disallowed type — is a DecodeError. */
@@ -54,11 +57,12 @@ export function decodeEntry(bytes: Buffer): Envelope {
     throw new DecodeError('undecodable entry bytes', { cause: err });
   }
   if (!Array.isArray(raw) || raw.length < 6) throw new DecodeError('not an entry envelope');
-  const [version, value, fence, loadMs, writtenAt, staleMs] = raw as unknown[];
-  if (version !== FORMAT_VERSION) throw new DecodeError(`unknown entry format version ${String(version)}`);
-  if (!isCount(fence) || !isCount(loadMs) || !isCount(writtenAt) || !isCount(staleMs)) throw new DecodeError('malformed entry envelope fields');
+  const [version, value, fence, loadMs, writtenAt, staleMs, grace] = raw as unknown[];
+  if (version !== 1 && version !== FORMAT_VERSION) throw new DecodeError(`unknown entry format version ${String(version)}`);
+  const graceMs = version === 1 ? staleMs : grace;
+  if (!isCount(fence) || !isCount(loadMs) || !isCount(writtenAt) || !isCount(staleMs) || !isCount(graceMs)) throw new DecodeError('malformed entry envelope fields');
   assertAllowedValue(value);
-  return { value, fence, loadMs, writtenAt, staleMs };
+  return { value, fence, loadMs, writtenAt, staleMs, graceMs };
 }
 
 function isCount(v: unknown): v is number {

@@ -13,7 +13,8 @@ export type ErrorCode =
   | 'ERR_CLOSED'
   | 'ERR_NO_QUORUM'
   | 'ERR_TOO_MANY_WAITERS'
-  | 'ERR_LOADER_TIMEOUT';
+  | 'ERR_LOADER_TIMEOUT'
+  | 'ERR_BACKOFF';
 
 export class StampedeGuardError extends Error {
   readonly code: ErrorCode;
@@ -125,5 +126,19 @@ export class TooManyWaitersError extends StampedeGuardError {
 export class LoaderTimeoutError extends StampedeGuardError {
   constructor(key: string, hardTimeout: number) {
     super('ERR_LOADER_TIMEOUT', `The loader for "${key}" ran past hardTimeout (${hardTimeout} ms); raise "hardTimeout".`, { key });
+  }
+}
+
+/** The loader failed recently for this key (somewhere in the fleet) and `failBackoff` has not passed; no fail-safe value was at hand. */
+export class OriginBackoffError extends StampedeGuardError {
+  /** How long the backoff still lasts, in ms (as Redis reported it). */
+  readonly retryAfterMs: number;
+  constructor(key: string, retryAfterMs: number) {
+    super(
+      'ERR_BACKOFF',
+      `The loader for "${key}" failed recently; it is not called again for ${retryAfterMs} ms ("failBackoff"). Set "failSafeTtl" to serve the previous value meanwhile.`,
+      { key },
+    );
+    this.retryAfterMs = retryAfterMs;
   }
 }

@@ -7,8 +7,11 @@ import type { LockMode } from './options.js';
 export interface CacheEvents {
   /** A fresh value was served, from L1 (`local`) or Redis (`redis`). */
   hit: [{ key: string; tier: 'local' | 'redis' }];
-  /** A stale value was served (a refresh runs or ran in the background). */
-  stale: [{ key: string }];
+  /**
+   * A stale value was served. `reason`: `window` (inside staleTtl; a refresh runs in the background),
+   * or a fail-safe fallback after `loaderError`, `backoff`, `softTimeout` or `waitTimeout`.
+   */
+  stale: [{ key: string; reason: 'window' | 'loaderError' | 'backoff' | 'softTimeout' | 'waitTimeout' }];
   /** No usable value in Redis; this call went on to the lock. */
   miss: [{ key: string }];
   /** A loader ran in this process. `written` is false when the fence rejected it or Redis was unavailable. */

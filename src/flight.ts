@@ -1,4 +1,4 @@
-import { AbortedError } from './errors.js';
+import { AbortedError, TooManyWaitersError } from './errors.js';
 
 /** Runs `work` for a key; `signal` aborts when the work should stop (every interested caller left). */
 export type Work<T> = (signal: AbortSignal) => Promise<T>;
@@ -15,6 +15,8 @@ interface Flight {
   abortable: number;
   /** Callers that cannot abort (no signal) keep the work alive. */
   pinned: boolean;
+  /** Callers that joined, bounded by maxWaitersPerKey. */
+  callers: number;
 }
 
 /**
@@ -24,6 +26,9 @@ interface Flight {
 export class SingleFlight implements Coalescer {
   /** Invariant: holds a key only while its flight's promise is unsettled. */
   private readonly flights = new Map<string, Flight>();
+
+  /** @param maxCallers callers of one key beyond this get a fast TooManyWaitersError. */
+  constructor(private readonly maxCallers = Number.POSITIVE_INFINITY) {}
 
   get size(): number {
     return this.flights.size;
@@ -37,10 +42,11 @@ export class SingleFlight implements Coalescer {
         // Clean up only if the entry is still ours (a later flight may have replaced it).
         if (this.flights.get(key) === created) this.flights.delete(key);
       });
-      const created: Flight = { promise, controller, abortable: 0, pinned: false };
+      const created: Flight = { promise, controller, abortable: 0, pinned: false, callers: 0 };
       flight = created;
       this.flights.set(key, created);
     }
+    if (++flight.callers > this.maxCallers) return Promise.reject(new TooManyWaitersError(key, this.maxCallers));
     return follow(flight, key, callerSignal) as Promise<T>;
   }
 }
@@ -49,7 +55,7 @@ export class SingleFlight implements Coalescer {
 export class NoFlight implements Coalescer {
   run<T>(key: string, callerSignal: AbortSignal | undefined, work: Work<T>): Promise<T> {
     const controller = new AbortController();
-    return follow({ promise: work(controller.signal), controller, abortable: 0, pinned: false }, key, callerSignal) as Promise<T>;
+    return follow({ promise: work(controller.signal), controller, abortable: 0, pinned: false, callers: 1 }, key, callerSignal) as Promise<T>;
   }
 }
 

@@ -18,6 +18,7 @@ export {
   LoaderTimeoutError,
   LockLostError,
   NoQuorumError,
+  OriginBackoffError,
   RedisUnavailableError,
   StampedeGuardError,
   TooManyWaitersError,

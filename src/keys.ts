@@ -7,8 +7,10 @@ export interface EntryKeys {
   readonly value: string;
   /** The rebuild lock: a random token, `PX lockTtl`. */
   readonly lock: string;
-  /** The fencing counter: epoch-seeded, incremented on every grant, expiring. */
+  /** The fence hash: grant counter (epoch-seeded) and the high-water mark of accepted writes; expiring. */
   readonly fence: string;
+  /** Present while the loader is backing off after a failure (fleet-wide). */
+  readonly backoff: string;
 }
 
 /**
@@ -35,7 +37,7 @@ export function slotTag(key: string): string {
  */
 export function entryKeys(prefix: string, key: string): EntryKeys {
   const base = `${prefix}:{${slotTag(key)}}:`;
-  return { value: `${base}v:${key}`, lock: `${base}l:${key}`, fence: `${base}f:${key}` };
+  return { value: `${base}v:${key}`, lock: `${base}l:${key}`, fence: `${base}f:${key}`, backoff: `${base}b:${key}` };
 }
 
 /** The one pub/sub channel a cache's processes share: writes, deletes and failures of every key. */

@@ -41,6 +41,14 @@ export interface CallOptions {
   pollInterval?: number;
   /** The caller's AbortSignal: aborting it rejects this call with `AbortedError` (ERR_ABORTED). Default none. */
   signal?: AbortSignal;
+  /** Fail-safe: how long after `ttl` an expired value is kept, to be served (flagged stale) when the loader fails or times out, in ms. Default `0` (off). */
+  failSafeTtl?: number;
+  /** After a loader failure, no process calls the loader for this key for this long (fleet-wide, kept in Redis), in ms. Default `0` (off). */
+  failBackoff?: number;
+  /** With a fallback value at hand (fail-safe), return it after this many ms of loading; the loader finishes in the background and still fills the cache. Default `0` (off). */
+  softTimeout?: number;
+  /** A loader running longer than this fails its callers with `LoaderTimeoutError`; its signal aborts and the lock is released, in ms. Default `0` (off). */
+  hardTimeout?: number;
 }
 
 /** The optional in-process L1 tier. */
@@ -99,6 +107,8 @@ export interface CacheOptions {
   breakerThreshold?: number;
   /** How long the open breaker skips Redis before one probe, in ms. Default `2000`. */
   breakerCooldown?: number;
+  /** Callers of one key in one process beyond this get a fast `TooManyWaitersError`. Default `10000`. */
+  maxWaitersPerKey?: number;
   /** Monotonic clock. Default `performance.now()`. */
   clock?: Clock;
   /** The cache-wide lock policy (same as `defaults.lock`; give one or the other). Default `'single'`. */
@@ -124,6 +134,11 @@ export const DEFAULTS = Object.freeze({
   waitTimeout: 5_000,
   onWaitTimeout: 'compute',
   pollInterval: 250,
+  failSafeTtl: 0,
+  failBackoff: 0,
+  softTimeout: 0,
+  hardTimeout: 0,
+  maxWaitersPerKey: 10_000,
   driftFactor: 0.01,
   retryCount: 3,
   retryDelay: 200,
@@ -142,10 +157,14 @@ export interface ResolvedCall {
   readonly onWaitTimeout: OnWaitTimeout;
   readonly pollInterval: number;
   readonly signal: AbortSignal | undefined;
+  readonly failSafeTtl: number;
+  readonly failBackoff: number;
+  readonly softTimeout: number;
+  readonly hardTimeout: number;
 }
 
 /** Cache defaults after validation: everything but ttl/signal may be present. */
-export type ResolvedDefaults = Readonly<Omit<CallOptions, 'signal'> & Required<Pick<CallOptions, 'staleTtl' | 'lock' | 'lockTtl' | 'waitTimeout' | 'onWaitTimeout' | 'pollInterval'>>>;
+export type ResolvedDefaults = Readonly<Omit<CallOptions, 'signal'> & Required<Pick<CallOptions, 'staleTtl' | 'lock' | 'lockTtl' | 'waitTimeout' | 'onWaitTimeout' | 'pollInterval' | 'failSafeTtl' | 'failBackoff' | 'softTimeout' | 'hardTimeout'>>>;
 
 export interface ResolvedCache {
   readonly prefix: string;
@@ -156,6 +175,7 @@ export interface ResolvedCache {
   readonly maxValueBytes: number;
   readonly breakerThreshold: number;
   readonly breakerCooldown: number;
+  readonly maxWaitersPerKey: number;
   readonly clock: Clock;
   readonly redlock: ResolvedRedlock | undefined;
 }
@@ -204,6 +224,10 @@ const CALL_VALIDATORS: Record<keyof CallOptions, Validator> = {
   onWaitTimeout,
   pollInterval: (v, k) => positiveInt('pollInterval', v, k),
   signal: abortSignal,
+  failSafeTtl: (v, k) => nonNegativeInt('failSafeTtl', v, k),
+  failBackoff: (v, k) => nonNegativeInt('failBackoff', v, k),
+  softTimeout: (v, k) => nonNegativeInt('softTimeout', v, k),
+  hardTimeout: (v, k) => nonNegativeInt('hardTimeout', v, k),
 };
 
 function validateCallOptions(input: object, where: string, key?: string): Record<string, unknown> {
@@ -220,7 +244,7 @@ function validateCallOptions(input: object, where: string, key?: string): Record
 
 const CACHE_OPTION_NAMES = new Set([
   'redis', 'prefix', 'local', 'defaults', 'redisTimeout', 'maxKeyLength', 'maxValueBytes',
-  'breakerThreshold', 'breakerCooldown', 'clock', 'redlock', 'lock',
+  'breakerThreshold', 'breakerCooldown', 'maxWaitersPerKey', 'clock', 'redlock', 'lock',
 ]);
 
 function isRedisClient(v: unknown): v is RedisClient {
@@ -264,6 +288,10 @@ export function resolveCacheOptions(input: CacheOptions): ResolvedCache {
     waitTimeout: DEFAULTS.waitTimeout,
     onWaitTimeout: DEFAULTS.onWaitTimeout,
     pollInterval: DEFAULTS.pollInterval,
+    failSafeTtl: DEFAULTS.failSafeTtl,
+    failBackoff: DEFAULTS.failBackoff,
+    softTimeout: DEFAULTS.softTimeout,
+    hardTimeout: DEFAULTS.hardTimeout,
     ...given,
   }) as ResolvedDefaults;
   const clock = input.clock ?? systemClock;
@@ -277,6 +305,7 @@ export function resolveCacheOptions(input: CacheOptions): ResolvedCache {
     maxValueBytes: positiveInt('maxValueBytes', input.maxValueBytes ?? DEFAULTS.maxValueBytes),
     breakerThreshold: positiveInt('breakerThreshold', input.breakerThreshold ?? DEFAULTS.breakerThreshold),
     breakerCooldown: positiveInt('breakerCooldown', input.breakerCooldown ?? DEFAULTS.breakerCooldown),
+    maxWaitersPerKey: positiveInt('maxWaitersPerKey', input.maxWaitersPerKey ?? DEFAULTS.maxWaitersPerKey),
     clock,
     redlock: input.redlock === undefined ? undefined : resolveRedlock(input.redlock),
   });
@@ -338,6 +367,10 @@ export function resolveCallOptions(defaults: ResolvedDefaults, input: number | C
     onWaitTimeout: merged.onWaitTimeout,
     pollInterval: merged.pollInterval,
     signal: merged.signal,
+    failSafeTtl: merged.failSafeTtl,
+    failBackoff: merged.failBackoff,
+    softTimeout: merged.softTimeout,
+    hardTimeout: merged.hardTimeout,
   });
 }
 
@@ -352,9 +385,24 @@ export function lockModeFor(policy: LockPolicy, key: string): LockMode {
   return mode;
 }
 
-/** How long Redis keeps an entry: fresh time plus the stale window. */
-export function physicalTtl(ttl: number, staleTtl: number): number {
-  return ttl + staleTtl;
+/** How long an entry outlives its fresh time: the longer of the stale window and the fail-safe window. */
+export function graceWindow(staleTtl: number, failSafeTtl: number): number {
+  return Math.max(staleTtl, failSafeTtl);
+}
+
+/** How long Redis keeps an entry: fresh time plus its grace window. */
+export function physicalTtl(ttl: number, staleTtl: number, failSafeTtl = 0): number {
+  return ttl + graceWindow(staleTtl, failSafeTtl);
+}
+
+/**
+ * Which loader timeout applies. With a fallback value at hand (fail-safe) a soft timeout returns it
+ * early; otherwise only the hard timeout can end the wait. 0 = no timeout.
+ */
+export function loaderTimeout(hasFallback: boolean, softTimeout: number, hardTimeout: number): { kind: 'soft' | 'hard' | 'none'; ms: number } {
+  if (hasFallback && softTimeout > 0 && (hardTimeout === 0 || softTimeout < hardTimeout)) return { kind: 'soft', ms: softTimeout };
+  if (hardTimeout > 0) return { kind: 'hard', ms: hardTimeout };
+  return { kind: 'none', ms: 0 };
 }
 
 /** How often the watchdog extends a grant: a third of its lifetime, so two extensions may fail before it lapses. */

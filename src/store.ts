@@ -4,12 +4,12 @@ import type { Io } from './io.js';
 import type { EntryKeys } from './keys.js';
 import type { Grant } from './lock/types.js';
 import type { Scripts } from './lock/scripts.js';
-import { physicalTtl } from './options.js';
+import { graceWindow, type ResolvedCall } from './options.js';
 import type { Bus, NoteKind } from './wait.js';
 
 export type Found =
   | { readonly state: 'miss' }
-  | { readonly state: EntryState; readonly value: unknown; readonly pttl: number; readonly staleMs: number; readonly fence: number };
+  | { readonly state: EntryState; readonly value: unknown; readonly pttl: number; readonly graceMs: number; readonly fence: number };
 
 const MISS: Found = Object.freeze({ state: 'miss' });
 
@@ -38,7 +38,7 @@ export class Store {
     }
     try {
       const entry = decodeEntry(body);
-      return { state: entryState(pttl, entry.staleMs), value: entry.value, pttl, staleMs: entry.staleMs, fence: entry.fence };
+      return { state: entryState(pttl, entry.staleMs, entry.graceMs), value: entry.value, pttl, graceMs: entry.graceMs, fence: entry.fence };
     } catch (err) {
       this.events.decodeError(key, err instanceof Error ? err.message : 'undecodable', err);
       return MISS;
@@ -49,13 +49,14 @@ export class Store {
    * Writes `value` under `grant`'s fence, releases the grant's lock and announces the write, all in
    * one script. Resolves false when a newer grant (rebuild, set or delete) made ours stale.
    */
-  async write(key: string, keys: EntryKeys, grant: Grant, value: unknown, ttl: number, staleTtl: number, loadMs: number, kind: NoteKind): Promise<boolean> {
-    const bytes = encodeEntry({ value, fence: grant.fence, loadMs: Math.round(loadMs), writtenAt: Date.now(), staleMs: staleTtl });
+  async write(key: string, keys: EntryKeys, grant: Grant, value: unknown, call: ResolvedCall, loadMs: number, kind: NoteKind): Promise<boolean> {
+    const graceMs = graceWindow(call.staleTtl, call.failSafeTtl);
+    const bytes = encodeEntry({ value, fence: grant.fence, loadMs: Math.round(loadMs), writtenAt: Date.now(), staleMs: call.staleTtl, graceMs });
     const accepted = await this.io.run(
       'write',
       () => this.scripts.write(
         [keys.value, keys.fence, keys.lock],
-        [grant.token, String(grant.fence), bytes, physicalTtl(ttl, staleTtl), this.bus.channel, this.bus.message(kind, key)],
+        [grant.token, String(grant.fence), bytes, call.ttl + graceMs, this.bus.channel, this.bus.message(kind, key)],
       ),
       key,
     );

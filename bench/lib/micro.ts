@@ -24,7 +24,7 @@ export interface LatencyFigure {
   p99us: number;
 }
 
-async function measure(name: string, ops: number, op: () => Promise<unknown> | unknown): Promise<LatencyFigure> {
+async function measure(name: string, ops: number, op: () => unknown): Promise<LatencyFigure> {
   const samples: number[] = [];
   for (let i = 0; i < Math.min(200, ops); i++) await op(); // warm-up
   for (let i = 0; i < ops; i++) {

@@ -18,6 +18,7 @@ export interface ScenarioRow {
   throughput?: number;
   staleShare?: number;
   errors?: number;
+  unsettled?: number;
   calls?: number;
   originCallsWhileFailing?: number | undefined;
 }
@@ -44,7 +45,7 @@ export function markdown(r: Report): string {
   out.push(`Machine: ${String(e.cpus)}, ${String(e.os)}; Node ${String(e.node)}; Redis ${String(e.redis)} (${String(e.redisSource)}); ioredis ${String(e.ioredis)}; ${String(e.date)}.`);
   out.push(`Sizes: ${String(e.processes)} processes × ${String(e.callers)} concurrent callers; ${JSON.stringify(e.sizes)}; each figure is the median of ${String(e.runs)} runs.`);
   out.push('');
-  out.push('| scenario | contender | loader runs | ideal | rebuild ratio | vs none | max at once | p50 ms | p99 ms | max ms | calls/s | stale | errors | origin calls while failing |');
+  out.push('| scenario | contender | loader runs | ideal | rebuild ratio | vs none | max at once | p50 ms | p99 ms | max ms | calls/s | stale | errors (never settled) | origin calls while failing |');
   out.push('|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|');
   for (const row of r.rows) {
     if (row.skipped) {
@@ -54,7 +55,7 @@ export function markdown(r: Report): string {
     const none = r.rows.find((x) => x.scenario === row.scenario && x.contender === 'none');
     const reduction = none?.loaderRuns && row.loaderRuns !== undefined ? `${(100 * (1 - row.loaderRuns / none.loaderRuns)).toFixed(1)}%` : '–';
     out.push(
-      `| ${row.scenario} | ${row.contender} | ${row.loaderRuns} | ${row.ideal} | ${f2(row.ratio)} | ${reduction} | ${row.maxConcurrent} | ${f1(row.p50)} | ${f1(row.p99)} | ${f1(row.max)} | ${f1(row.throughput)} | ${pct(row.staleShare)} | ${row.errors} | ${row.originCallsWhileFailing ?? '–'} |`,
+      `| ${row.scenario} | ${row.contender} | ${row.loaderRuns} | ${row.ideal} | ${f2(row.ratio)} | ${reduction} | ${row.maxConcurrent} | ${f1(row.p50)} | ${f1(row.p99)} | ${f1(row.max)} | ${f1(row.throughput)} | ${pct(row.staleShare)} | ${row.errors}${row.unsettled ? ` (${row.unsettled})` : ''} | ${row.originCallsWhileFailing ?? '–'} |`,
     );
   }
   if (r.http.length > 0) {

@@ -71,7 +71,7 @@ export function idealRebuilds(runs: [string, number, number, boolean][], ttlMs: 
   for (const list of byKey.values()) {
     list.sort((a, b) => a[0] - b[0]);
     let freshUntil = -Infinity;
-    for (const [start, end] of list) {
+    for (const [start] of list) {
       if (start >= freshUntil) {
         ideal++;
         freshUntil = start + ttlMs;

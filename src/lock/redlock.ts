@@ -1,9 +1,9 @@
-import { LockLostError, NoQuorumError } from '../errors.js';
+import { LockLostError, NoQuorumError, OriginBackoffError } from '../errors.js';
 import { Io } from '../io.js';
 import type { EntryKeys } from '../keys.js';
 import { watchdogInterval, type ResolvedCall, type ResolvedRedlock } from '../options.js';
 import { defineScripts, type Scripts } from './scripts.js';
-import { newToken, type LockDeps } from './single.js';
+import { newToken, releaseInStore, type LockDeps } from './single.js';
 import type { Grant, Locker, ReleaseNote } from './types.js';
 
 // ------------------------------------------------------------------ pure rules (table-tested)
@@ -90,7 +90,7 @@ export class RedlockLock implements Locker {
     try {
       const r = await node.io.run('redlock-acquire', () => node.scripts.redlockAcquire(lockKey, token, ttl), key, (late) => {
         // The node answered after we gave up on it: undo that vote by token.
-        if (late === 1) void node.scripts.release(lockKey, token, '', '').catch(() => undefined);
+        if (late === 1) void node.scripts.release(lockKey, lockKey, token, '', '', 0).catch(() => undefined);
       });
       return r === 1 ? 'ours' : 'theirs';
     } catch {
@@ -101,19 +101,24 @@ export class RedlockLock implements Locker {
   /** Quorum reached: take the fence in the store, then re-check validity before handing out the grant. */
   private async grant(key: string, keys: EntryKeys, token: string, call: ResolvedCall, started: number): Promise<Grant | null> {
     const { io, scripts, clock } = this.deps;
+    let granted: number;
     let fence: number;
     try {
-      [, fence] = await io.run('acquire', () => scripts.acquire(keys.lock, keys.fence, '', 0, call.lockTtl), key);
+      [granted, fence] = await io.run('acquire', () => scripts.acquire(keys.lock, keys.fence, keys.backoff, '', 0, call.lockTtl), key);
     } catch (err) {
       await this.releaseNodes(keys.lock, token);
       throw err;
+    }
+    if (granted === 2) {
+      await this.releaseNodes(keys.lock, token);
+      throw new OriginBackoffError(key, fence);
     }
     const left = validity(call.lockTtl, clock.now() - started, this.config.driftFactor);
     if (left <= 0) {
       await this.releaseNodes(keys.lock, token);
       return null;
     }
-    return new RedlockGrant(this.deps, this, key, keys, token, fence, call.lockTtl, clock.now() + left);
+    return new RedlockGrant(this.deps, this, key, keys, token, fence, call.lockTtl, call.failBackoff, clock.now() + left);
   }
 
   private async noQuorum(key: string, keys: EntryKeys, call: ResolvedCall, granted: number): Promise<Grant | null> {
@@ -124,7 +129,7 @@ export class RedlockLock implements Locker {
   /** Release on every node at once; one bounded round (per-node timeout), never retried, never throws. */
   async releaseNodes(lockKey: string, token: string): Promise<void> {
     await Promise.all(
-      this.nodes.map((node) => node.io.run('redlock-release', () => node.scripts.release(lockKey, token, '', ''), undefined).catch(() => undefined)),
+      this.nodes.map((node) => node.io.run('redlock-release', () => node.scripts.release(lockKey, lockKey, token, '', '', 0), undefined).catch(() => undefined)),
     );
   }
 
@@ -160,6 +165,7 @@ class RedlockGrant implements Grant {
     readonly token: string,
     readonly fence: number,
     private readonly ttl: number,
+    private readonly backoffMs: number,
     validUntil: number,
   ) {
     this.signal = this.controller.signal;
@@ -197,10 +203,8 @@ class RedlockGrant implements Grant {
     this.done = true;
     clearInterval(this.timer);
     await this.lock.releaseNodes(this.keys.lock, this.token);
-    if (note !== '') {
-      const { io, scripts, bus } = this.deps;
-      await io.run('release', () => scripts.release(this.keys.lock, '', bus.channel, bus.message(note, this.key)), this.key).catch(() => undefined);
-    }
+    // The store holds no Redlock key: token '' only announces the outcome (and sets the backoff).
+    if (note !== '') await releaseInStore(this.deps, this.key, this.keys, '', note, note === 'e' ? this.backoffMs : 0);
   }
 }
 

@@ -7,19 +7,26 @@ import type { RedisClient } from '../redis-types.js';
  */
 
 /**
- * Shared: increment the fence of an entry, seeding a missing counter from the server clock.
- * Seeding with TIME in microseconds is the epoch: a Redis restart without persistence loses the
- * counter, but the new seed is larger than any token issued before (unless more than one grant per
- * microsecond was issued, or the Redis host clock went backwards). Tokens stay below 2^53.
+ * The fence of an entry is one hash with two fields, so both share one key and one TTL:
+ *   n  the grant counter: incremented on every grant, set and delete;
+ *   w  the high-water mark: the token of the last accepted write, set or delete.
+ * A write is accepted only if its token is above `w` (so accepted tokens strictly increase and a late,
+ * stale rebuilder can never overwrite a newer value) and only while the hash exists (it outlives every
+ * live grant through the watchdog, and every value through the write; a Redis restart without
+ * persistence loses it, so a pre-restart holder's write is then refused).
+ *
+ * A missing counter is seeded from the server clock (TIME, in µs): the epoch. A token issued after a
+ * restart is larger than any issued before it, unless more than one grant per microsecond was issued
+ * for the key or the Redis host clock went backwards. Tokens stay below 2^53 (exact in Lua and JS).
  * Digits are concatenated as strings: Lua would print a large number in exponent form.
  */
 const BUMP_FENCE = `
 local function bump_fence(fence_key, ttl)
-  if redis.call('EXISTS', fence_key) == 0 then
+  if redis.call('HEXISTS', fence_key, 'n') == 0 then
     local t = redis.call('TIME')
-    redis.call('SET', fence_key, t[1] .. string.format('%06d', tonumber(t[2])))
+    redis.call('HSET', fence_key, 'n', t[1] .. string.format('%06d', tonumber(t[2])))
   end
-  local f = redis.call('INCR', fence_key)
+  local f = redis.call('HINCRBY', fence_key, 'n', 1)
   if redis.call('PTTL', fence_key) < tonumber(ttl) then redis.call('PEXPIRE', fence_key, ttl) end
   return f
 end
@@ -40,10 +47,14 @@ return {pttl, redis.call('GET', KEYS[1])}
 `;
 
 /**
- * acquire: KEYS[1]=lock KEYS[2]=fence; ARGV[1]=token ARGV[2]=lockTtl ('0' = fence only, no lock) ARGV[3]=fence ttl.
- * → {1, fence} granted | {0, lock pttl} held by someone else. Lock and fence move in one atomic step.
+ * acquire: KEYS[1]=lock KEYS[2]=fence KEYS[3]=backoff; ARGV[1]=token ARGV[2]=lockTtl ('0' = fence only,
+ * no lock) ARGV[3]=fence ttl.
+ * → {1, fence} granted | {0, lock pttl} held by someone else | {2, backoff pttl} the loader failed
+ * recently somewhere in the fleet: nobody may call it until the backoff lapses.
+ * Lock and fence move in one atomic step.
  */
 export const ACQUIRE = `${BUMP_FENCE}
+if redis.call('EXISTS', KEYS[3]) == 1 then return {2, redis.call('PTTL', KEYS[3])} end
 if ARGV[2] ~= '0' then
   if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
     return {0, redis.call('PTTL', KEYS[1])}
@@ -55,17 +66,22 @@ return {1, bump_fence(KEYS[2], ARGV[3])}
 /**
  * write (fenced): KEYS[1]=value KEYS[2]=fence KEYS[3]=lock; ARGV[1]=token ARGV[2]=fence ARGV[3]=bytes
  * ARGV[4]=physical ttl ARGV[5]=channel ARGV[6]=message.
- * Accepts only if no grant (rebuild, set or delete) happened since ours: the counter still equals our
- * fence. A missing counter (Redis restarted, or it expired) also rejects. Releases our lock either way,
- * and announces an accepted write. → 1 accepted | 0 rejected.
+ * Accepts only if our fence is above the high-water mark (no newer write, set or delete was accepted)
+ * and the fence hash exists. Releases our lock either way and announces an accepted write.
+ * → 1 accepted | 0 rejected.
  */
 export const WRITE = `
-local ours = redis.call('GET', KEYS[2]) == ARGV[2]
-if ours then
+local ok = false
+if redis.call('EXISTS', KEYS[2]) == 1 then
+  ok = tonumber(ARGV[2]) > tonumber(redis.call('HGET', KEYS[2], 'w') or '0')
+end
+if ok then
   redis.call('SET', KEYS[1], ARGV[3], 'PX', ARGV[4])
+  redis.call('HSET', KEYS[2], 'w', ARGV[2])
+  if redis.call('PTTL', KEYS[2]) < tonumber(ARGV[4]) then redis.call('PEXPIRE', KEYS[2], ARGV[4]) end
 end
 if redis.call('GET', KEYS[3]) == ARGV[1] then redis.call('DEL', KEYS[3]) end
-if ours then
+if ok then
   redis.call('PUBLISH', ARGV[5], ARGV[6])
   return 1
 end
@@ -73,7 +89,8 @@ return 0
 `;
 
 /**
- * release: KEYS[1]=lock; ARGV[1]=token ARGV[2]=channel ARGV[3]=message ('' = announce nothing).
+ * release: KEYS[1]=lock KEYS[2]=backoff; ARGV[1]=token ARGV[2]=channel ARGV[3]=message ('' = announce
+ * nothing) ARGV[4]=backoff ms ('0' = none: set after a loader failure).
  * Deletes the lock only while it still holds our token: a release never frees another holder's lock.
  * → 1 released | 0 not ours (expired or taken over).
  */
@@ -83,6 +100,7 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
   ok = 1
 end
+if ARGV[4] ~= '0' then redis.call('SET', KEYS[2], '1', 'PX', ARGV[4]) end
 if ARGV[3] ~= '' then redis.call('PUBLISH', ARGV[2], ARGV[3]) end
 return ok
 `;
@@ -102,10 +120,12 @@ return 1
 
 /**
  * invalidate (delete): KEYS[1]=value KEYS[2]=fence; ARGV[1]=fence ttl ARGV[2]=channel ARGV[3]=message.
- * Bumps the fence first, so a rebuild already in flight cannot resurrect what was deleted.
+ * Takes a new token and raises the high-water mark to it, so a rebuild already in flight (an older
+ * token) cannot resurrect what was deleted.
  */
 export const INVALIDATE = `${BUMP_FENCE}
 local f = bump_fence(KEYS[2], ARGV[1])
+redis.call('HSET', KEYS[2], 'w', f)
 redis.call('DEL', KEYS[1])
 redis.call('PUBLISH', ARGV[2], ARGV[3])
 return f
@@ -132,9 +152,9 @@ type Arg = string | Buffer | number;
 /** The registered commands, as methods the rest of the library calls. */
 export interface Scripts {
   read(valueKey: string, maxBytes: number): Promise<[number, Buffer | number] | null>;
-  acquire(lockKey: string, fenceKey: string, token: string, lockTtl: number, fenceTtl: number): Promise<[number, number]>;
+  acquire(lockKey: string, fenceKey: string, backoffKey: string, token: string, lockTtl: number, fenceTtl: number): Promise<[number, number]>;
   write(keys: [string, string, string], args: [string, string, Buffer, number, string, string]): Promise<number>;
-  release(lockKey: string, token: string, channel: string, message: string): Promise<number>;
+  release(lockKey: string, backoffKey: string, token: string, channel: string, message: string, backoffMs: number): Promise<number>;
   extend(lockKey: string, fenceKey: string, token: string, ttl: number): Promise<number>;
   invalidate(valueKey: string, fenceKey: string, fenceTtl: number, channel: string, message: string): Promise<number>;
   /** Redlock nodes only: take or re-own a lock key. */
@@ -144,11 +164,11 @@ export interface Scripts {
 // Versioned names: a script change gets a new name, so two library versions on one client never clash.
 const NAMES = {
   read: ['sgReadV1', 1, READ],
-  acquire: ['sgAcquireV1', 2, ACQUIRE],
-  write: ['sgWriteV1', 3, WRITE],
-  release: ['sgReleaseV1', 1, RELEASE],
+  acquire: ['sgAcquireV2', 3, ACQUIRE],
+  write: ['sgWriteV2', 3, WRITE],
+  release: ['sgReleaseV2', 2, RELEASE],
   extend: ['sgExtendV1', 2, EXTEND],
-  invalidate: ['sgInvalidateV1', 2, INVALIDATE],
+  invalidate: ['sgInvalidateV2', 2, INVALIDATE],
   redlockAcquire: ['sgRedlockAcquireV1', 1, REDLOCK_ACQUIRE],
 } as const;
 
@@ -163,9 +183,9 @@ export function defineScripts(client: RedisClient): Scripts {
   const call = (name: string, ...args: Arg[]): Promise<unknown> => (c[name] as Command).apply(client, args);
   return {
     read: (k, max) => call(`${NAMES.read[0]}Buffer`, k, max) as Promise<[number, Buffer | number] | null>,
-    acquire: (l, f, token, ttl, fttl) => call(NAMES.acquire[0], l, f, token, ttl, fttl) as Promise<[number, number]>,
+    acquire: (l, f, b, token, ttl, fttl) => call(NAMES.acquire[0], l, f, b, token, ttl, fttl) as Promise<[number, number]>,
     write: (keys, args) => call(NAMES.write[0], ...keys, ...args) as Promise<number>,
-    release: (l, token, ch, msg) => call(NAMES.release[0], l, token, ch, msg) as Promise<number>,
+    release: (l, b, token, ch, msg, backoff) => call(NAMES.release[0], l, b, token, ch, msg, backoff) as Promise<number>,
     extend: (l, f, token, ttl) => call(NAMES.extend[0], l, f, token, ttl) as Promise<number>,
     invalidate: (v, f, ttl, ch, msg) => call(NAMES.invalidate[0], v, f, ttl, ch, msg) as Promise<number>,
     redlockAcquire: (l, token, ttl) => call(NAMES.redlockAcquire[0], l, token, ttl) as Promise<number>,

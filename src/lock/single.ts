@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { LockLostError } from '../errors.js';
+import { LockLostError, OriginBackoffError } from '../errors.js';
 import type { Io } from '../io.js';
 import type { EntryKeys } from '../keys.js';
 import { watchdogInterval, type Clock, type LockMode, type ResolvedCall } from '../options.js';
@@ -36,17 +36,18 @@ export class StoreLock implements Locker {
     const lockTtl = this.exclusive ? call.lockTtl : 0;
     const { io, scripts, bus } = this.deps;
     const started = this.deps.clock.now();
-    const [granted, fence] = await io.run(
+    const [granted, fenceOrPttl] = await io.run(
       'acquire',
-      () => scripts.acquire(keys.lock, keys.fence, token, lockTtl, call.lockTtl),
+      () => scripts.acquire(keys.lock, keys.fence, keys.backoff, token, lockTtl, call.lockTtl),
       key,
       // A timed-out acquire may still be applied later: free that orphan by its token.
       ([late]) => {
-        if (late === 1 && this.exclusive) void scripts.release(keys.lock, token, bus.channel, '').catch(() => undefined);
+        if (late === 1 && this.exclusive) void scripts.release(keys.lock, keys.backoff, token, bus.channel, '', 0).catch(() => undefined);
       },
     );
+    if (granted === 2) throw new OriginBackoffError(key, fenceOrPttl);
     if (granted !== 1) return null;
-    return new StoreGrant(this.deps, key, keys, token, fence, this.mode, this.exclusive, call.lockTtl, started);
+    return new StoreGrant(this.deps, key, keys, token, fenceOrPttl, this.mode, this.exclusive, call.lockTtl, call.failBackoff, started);
   }
 }
 
@@ -67,6 +68,8 @@ class StoreGrant implements Grant {
     readonly mode: LockMode,
     readonly exclusive: boolean,
     private readonly ttl: number,
+    /** Fleet-wide backoff set on release after a loader failure (0 = none). */
+    private readonly backoffMs: number,
     acquiredAt: number,
   ) {
     this.signal = this.controller.signal;
@@ -105,8 +108,13 @@ class StoreGrant implements Grant {
     if (this.released) return;
     this.markReleased();
     if (!this.exclusive && note === '') return;
-    const { io, scripts, bus } = this.deps;
-    const message = note === '' ? '' : bus.message(note, this.key);
-    await io.run('release', () => scripts.release(this.keys.lock, this.token, bus.channel, message), this.key).catch(() => undefined);
+    await releaseInStore(this.deps, this.key, this.keys, this.token, note, note === 'e' ? this.backoffMs : 0);
   }
+}
+
+/** The store side of a release: compare-and-delete our lock, set the failure backoff, announce. Never throws. */
+export async function releaseInStore(deps: LockDeps, key: string, keys: EntryKeys, token: string, note: ReleaseNote, backoffMs: number): Promise<void> {
+  const { io, scripts, bus } = deps;
+  const message = note === '' ? '' : bus.message(note, key);
+  await io.run('release', () => scripts.release(keys.lock, keys.backoff, token, bus.channel, message, backoffMs), key).catch(() => undefined);
 }

@@ -6,7 +6,7 @@ import { DecodeError, decodeEntry, encodeEntry, FORMAT_VERSION } from '../../src
 import { FIXTURE_VALUES } from '../fixtures/entry-values.js';
 
 const dir = new URL('../fixtures/entries/', import.meta.url);
-const envelope = (value: unknown) => ({ value, fence: 7, loadMs: 3, writtenAt: 1, staleMs: 0 });
+const envelope = (value: unknown) => ({ value, fence: 7, loadMs: 3, writtenAt: 1, staleMs: 0, graceMs: 0 });
 
 describe('wire format', () => {
   const files = readdirSync(dir).filter((f) => f.endsWith('.bin'));
@@ -17,9 +17,11 @@ describe('wire format', () => {
 
   it.each(files)('decodes golden file %s to its pinned value and envelope', (file) => {
     const name = file.replace(/^v\d+-/, '').replace(/\.bin$/, '');
+    const version = Number(/^v(\d+)-/.exec(file)?.[1]);
     const e = decodeEntry(readFileSync(new URL(file, dir)));
     expect(e.value).toEqual(FIXTURE_VALUES[name]);
     expect([e.fence, e.loadMs, e.writtenAt, e.staleMs]).toEqual([1_796_000_000_000_001, 42, 1_796_000_000_000, 500]);
+    expect(e.graceMs).toBe(version === 1 ? 500 : 900); // v1 had no grace field: it equalled staleMs
   });
 
   it.each(Object.entries(FIXTURE_VALUES))('round-trips %s', (_name, value) => {
@@ -30,7 +32,7 @@ describe('wire format', () => {
 describe('untrusted bytes decode to a DecodeError, never anything else', () => {
   const evil = new Packr({ structuredClone: true, moreTypes: true });
   const plain = new Packr({ useRecords: false });
-  const wrap = (value: unknown, p = evil) => p.pack([FORMAT_VERSION, value, 1, 0, 0, 0]);
+  const wrap = (value: unknown, p = evil) => p.pack([FORMAT_VERSION, value, 1, 0, 0, 0, 0]);
 
   const cases: [string, Buffer][] = [
     ['empty', Buffer.alloc(0)],
@@ -44,6 +46,7 @@ describe('untrusted bytes decode to a DecodeError, never anything else', () => {
     ['trailing garbage', Buffer.concat([encodeEntry(envelope(1)), Buffer.from([0xc1, 0xc1])])],
     ['not an array', plain.pack({ a: 1 })],
     ['unknown version', plain.pack([99, 'v', 1, 0, 0, 0])],
+    ['v2 without its grace field', plain.pack([2, 'v', 1, 0, 0, 0])],
     ['short envelope', plain.pack([1, 'v'])],
     ['negative fence', plain.pack([1, 'v', -1, 0, 0, 0])],
     ['RegExp value', wrap(/a+$/)],
@@ -58,7 +61,7 @@ describe('untrusted bytes decode to a DecodeError, never anything else', () => {
   });
 
   it('__proto__, constructor and hasOwnProperty keys never pollute a prototype or mimic a class', () => {
-    const payload = plain.pack([FORMAT_VERSION, JSON.parse('{"__proto__":{"polluted":1},"constructor":{"name":"Admin"},"hasOwnProperty":1}'), 1, 0, 0, 0]);
+    const payload = plain.pack([1, JSON.parse('{"__proto__":{"polluted":1},"constructor":{"name":"Admin"},"hasOwnProperty":1}'), 1, 0, 0, 0]);
     const e = decodeEntry(payload);
     expect(({} as Record<string, unknown>).polluted).toBeUndefined();
     const v = e.value as Record<string, unknown>;

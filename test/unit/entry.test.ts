@@ -1,6 +1,21 @@
 import { describe, expect, it } from 'vitest';
 import { entryState, freshRemaining } from '../../src/entry.js';
 
+describe('fresh, stale or kept (fail-safe) from the PTTL Redis reports', () => {
+  it.each([
+    // pttl, staleMs, graceMs, state
+    [3000, 500, 2000, 'fresh'],
+    [2000, 500, 2000, 'stale'],
+    [1501, 500, 2000, 'stale'],
+    [1500, 500, 2000, 'kept'],
+    [1, 500, 2000, 'kept'],
+    [1, 0, 2000, 'kept'],
+    [2500, 2000, 2000, 'fresh'],
+  ] as const)('pttl %i, stale window %i, grace %i → %s', (pttl, stale, grace, state) => {
+    expect(entryState(pttl, stale, grace)).toBe(state);
+  });
+});
+
 describe('freshness from the PTTL Redis reports', () => {
   it.each([
     // pttl, staleMs, state, fresh remaining

@@ -13,6 +13,7 @@ describe('entry keys', () => {
     const slot = calculateSlot(k.value);
     expect(calculateSlot(k.lock)).toBe(slot);
     expect(calculateSlot(k.fence)).toBe(slot);
+    expect(calculateSlot(k.backoff)).toBe(slot);
   });
 
   it('distinct user keys give disjoint sets of Redis keys (no x:lock-style collisions)', () => {
@@ -26,7 +27,7 @@ describe('entry keys', () => {
         seen.set(redisKey, key);
       }
     }
-    expect(seen.size).toBe(inputs.length * 3);
+    expect(seen.size).toBe(inputs.length * 4);
   });
 
   it('two prefixes never produce the same Redis key', () => {

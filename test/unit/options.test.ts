@@ -2,6 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { InvalidOptionError } from '../../src/errors.js';
 import {
   DEFAULTS,
+  loaderTimeout,
   lockModeFor,
   physicalTtl,
   pollDelay,
@@ -16,11 +17,26 @@ const fakeClient = { defineCommand: () => undefined, duplicate: () => undefined 
 
 describe('effective values (pure)', () => {
   it.each([
-    [1000, 0, 1000],
-    [1000, 500, 1500],
-    [1, 2 ** 30, 1 + 2 ** 30],
-  ])('physicalTtl(%i, %i) is ttl + staleTtl = %i', (ttl, stale, expected) => {
-    expect(physicalTtl(ttl, stale)).toBe(expected);
+    [1000, 0, 0, 1000],
+    [1000, 500, 0, 1500],
+    [1000, 500, 2000, 3000],
+    [1000, 5000, 2000, 6000],
+    [1, 2 ** 30, 0, 1 + 2 ** 30],
+  ])('physicalTtl(ttl %i, staleTtl %i, failSafeTtl %i) is ttl + max(staleTtl, failSafeTtl) = %i', (ttl, stale, failSafe, expected) => {
+    expect(physicalTtl(ttl, stale, failSafe)).toBe(expected);
+  });
+
+  it.each([
+    // hasFallback, soft, hard → which timeout the caller waits for
+    [true, 100, 0, 'soft', 100],
+    [true, 100, 1000, 'soft', 100],
+    [true, 1000, 100, 'hard', 100], // a soft timeout past the hard one never applies
+    [true, 0, 1000, 'hard', 1000],
+    [false, 100, 1000, 'hard', 1000], // no fallback value: a soft timeout has nothing to serve
+    [false, 100, 0, 'none', 0],
+    [true, 0, 0, 'none', 0],
+  ] as const)('loaderTimeout(fallback %s, soft %i, hard %i) → %s %i', (fallback, soft, hard, kind, ms) => {
+    expect(loaderTimeout(fallback, soft, hard)).toEqual({ kind, ms });
   });
 
   it.each([
@@ -74,6 +90,10 @@ describe('resolveCallOptions', () => {
       onWaitTimeout: DEFAULTS.onWaitTimeout,
       pollInterval: DEFAULTS.pollInterval,
       signal: undefined,
+      failSafeTtl: DEFAULTS.failSafeTtl,
+      failBackoff: DEFAULTS.failBackoff,
+      softTimeout: DEFAULTS.softTimeout,
+      hardTimeout: DEFAULTS.hardTimeout,
     });
     expect(Object.isFrozen(r)).toBe(true);
   });
