@@ -14,7 +14,8 @@ export type ErrorCode =
   | 'ERR_NO_QUORUM'
   | 'ERR_TOO_MANY_WAITERS'
   | 'ERR_LOADER_TIMEOUT'
-  | 'ERR_BACKOFF';
+  | 'ERR_BACKOFF'
+  | 'ERR_REDIS_NOPERM';
 
 export class StampedeGuardError extends Error {
   readonly code: ErrorCode;
@@ -91,13 +92,29 @@ export class AbortedError extends StampedeGuardError {
 export class RedisUnavailableError extends StampedeGuardError {
   /** The library operation that failed, e.g. `read`, `acquire`. */
   readonly operation: string;
-  constructor(operation: string, cause: unknown, key?: string) {
+  constructor(operation: string, cause: unknown, key?: string, code: ErrorCode = 'ERR_REDIS_UNAVAILABLE', message?: string) {
     super(
-      'ERR_REDIS_UNAVAILABLE',
-      `Redis ${operation} failed or timed out${key === undefined ? '' : ` for "${key}"`}; see "redisTimeout" and the client's connection options.`,
+      code,
+      message ?? `Redis ${operation} failed or timed out${key === undefined ? '' : ` for "${key}"`}; see "redisTimeout" and the client's connection options.`,
       { key, cause },
     );
     this.operation = operation;
+  }
+}
+
+/**
+ * Redis refused a command for lack of permission (an ACL `NOPERM` reply): a configuration error.
+ * It is never retried; the call degrades like any unavailability. The README lists the commands to grant.
+ */
+export class RedisPermissionError extends RedisUnavailableError {
+  constructor(operation: string, cause: unknown, key?: string) {
+    super(
+      operation,
+      cause,
+      key,
+      'ERR_REDIS_NOPERM',
+      `Redis refused ${operation} for lack of permission (NOPERM); grant the ACL user the commands, keys "<prefix>:*" and channel "<prefix>:events" listed in the README.`,
+    );
   }
 }
 

@@ -19,6 +19,7 @@ export {
   LockLostError,
   NoQuorumError,
   OriginBackoffError,
+  RedisPermissionError,
   RedisUnavailableError,
   StampedeGuardError,
   TooManyWaitersError,

@@ -1,4 +1,4 @@
-import { RedisUnavailableError } from './errors.js';
+import { RedisPermissionError, RedisUnavailableError } from './errors.js';
 import type { Clock } from './options.js';
 
 /**
@@ -54,7 +54,9 @@ export class Io {
       if (timedOut) {
         pending.then((late) => onLateSuccess?.(late), () => undefined);
       }
-      throw err instanceof RedisUnavailableError ? err : new RedisUnavailableError(operation, err, key);
+      if (err instanceof RedisUnavailableError) throw err;
+      if (err instanceof Error && err.message.startsWith('NOPERM')) throw new RedisPermissionError(operation, err, key);
+      throw new RedisUnavailableError(operation, err, key);
     } finally {
       clearTimeout(timer);
     }

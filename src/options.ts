@@ -115,6 +115,8 @@ export interface CacheOptions {
   lock?: LockPolicy;
   /** Redlock nodes and tuning; required for lock mode `'redlock'`. Default none. */
   redlock?: RedlockOptions;
+  /** Accept clients whose TLS options set `rejectUnauthorized: false` (certificate not verified). Default `false`: such clients are refused. */
+  allowInsecureTls?: boolean;
 }
 
 /**
@@ -244,8 +246,15 @@ function validateCallOptions(input: object, where: string, key?: string): Record
 
 const CACHE_OPTION_NAMES = new Set([
   'redis', 'prefix', 'local', 'defaults', 'redisTimeout', 'maxKeyLength', 'maxValueBytes',
-  'breakerThreshold', 'breakerCooldown', 'maxWaitersPerKey', 'clock', 'redlock', 'lock',
+  'breakerThreshold', 'breakerCooldown', 'maxWaitersPerKey', 'clock', 'redlock', 'lock', 'allowInsecureTls',
 ]);
+
+/** Reads an ioredis client's TLS options (Redis: options.tls; Cluster: options.redisOptions.tls). */
+function skipsTlsVerification(client: unknown): boolean {
+  const o = (client as { options?: { tls?: { rejectUnauthorized?: unknown }; redisOptions?: { tls?: { rejectUnauthorized?: unknown } } } }).options;
+  const tls = o?.tls ?? o?.redisOptions?.tls;
+  return typeof tls === 'object' && tls !== null && tls.rejectUnauthorized === false;
+}
 
 function isRedisClient(v: unknown): v is RedisClient {
   const c = v as Partial<RedisClient> | null;
@@ -261,6 +270,15 @@ export function resolveCacheOptions(input: CacheOptions): ResolvedCache {
     }
   }
   if (!isRedisClient(input.redis)) throw new InvalidOptionError('redis', input.redis, 'an ioredis Redis or Cluster instance');
+  if (input.allowInsecureTls !== undefined && typeof input.allowInsecureTls !== 'boolean') throw new InvalidOptionError('allowInsecureTls', input.allowInsecureTls, 'a boolean');
+  const nodes: unknown[] = Array.isArray(input.redlock?.nodes) ? input.redlock.nodes : [];
+  for (const [name, client] of [['redis', input.redis] as const, ...nodes.map((n, i) => [`redlock.nodes[${i}]`, n] as const)]) {
+    if (!skipsTlsVerification(client)) continue;
+    if (input.allowInsecureTls !== true) {
+      throw new InvalidOptionError(name, 'tls.rejectUnauthorized: false', 'a client that verifies the server certificate, or allowInsecureTls: true');
+    }
+    process.emitWarning(`stampede-guard: ${name} does not verify the Redis server's TLS certificate (allowInsecureTls: true)`, { code: 'SG_INSECURE_TLS' });
+  }
   const prefix = input.prefix ?? DEFAULTS.prefix;
   if (typeof prefix !== 'string' || prefix.length === 0 || /[{}]/.test(prefix) || !prefix.isWellFormed() || prefix.length > 256) {
     throw new InvalidOptionError('prefix', prefix, 'a non-empty string of at most 256 characters without "{" or "}"');

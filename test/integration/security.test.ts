@@ -1,0 +1,165 @@
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Redis, type RedisOptions } from 'ioredis';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createCache, type Cache } from '../../src/index.js';
+import { deferred, nextEvent } from '../support/harness.js';
+import { freePort, startRedisServer, waitForPing, type RedisServer } from '../support/redis-server.js';
+
+const clients: Redis[] = [];
+const caches: Cache[] = [];
+function client(url: string, options: RedisOptions = {}): Redis {
+  const c = new Redis(url, { maxRetriesPerRequest: 1, ...options });
+  c.on('error', () => undefined);
+  clients.push(c);
+  return c;
+}
+afterAll(async () => {
+  await Promise.all(caches.map((c) => c.close()));
+  for (const c of clients) c.disconnect();
+});
+
+/**
+ * The least-privilege user the README documents: only the listed commands, only the cache's keys
+ * (`~app:*`) and its channel (`&app:events`).
+ */
+const APP_ACL = [
+  'on', '>app-password', 'resetkeys', '~app:*', 'resetchannels', '&app:events', '-@all',
+  '+evalsha', '+eval', '+script|load', '+subscribe', '+unsubscribe', '+ping', '+info',
+  '+get', '+set', '+del', '+type', '+pttl', '+pexpire', '+strlen', '+exists',
+  '+hset', '+hget', '+hexists', '+hincrby', '+time', '+publish',
+];
+
+describe('least-privilege ACL user', () => {
+  let server: RedisServer;
+  beforeAll(async () => {
+    server = await startRedisServer();
+    const admin = client(server.url);
+    await admin.acl('SETUSER', 'app', ...APP_ACL);
+    await admin.acl('SETUSER', 'noscript', 'on', '>pw', '~app:*', '&app:events', '-@all', '+ping', '+info', '+subscribe', '+get', '+set');
+  });
+  afterAll(async () => server.stop());
+
+  const appCache = (extra: Record<string, unknown> = {}) => {
+    const c = createCache({ redis: client(server.url, { username: 'app', password: 'app-password' }), prefix: 'app', ...extra });
+    caches.push(c);
+    return c;
+  };
+
+  it('runs the core behaviours: one loader for a stampede from two instances, woken by pub/sub, stale, set/get/delete, fencing', async () => {
+    const a = appCache();
+    const b = appCache({ defaults: { pollInterval: 3_600_000, waitTimeout: 3_600_000 } });
+    const degraded: unknown[] = [];
+    for (const c of [a, b]) c.on('degraded', (e) => degraded.push(e.error));
+    await Promise.all([a.ready(), b.ready()]);
+    let runs = 0;
+    const gate = deferred<string>();
+    const started = deferred<void>();
+    const first = a.getOrCompute('k', () => (runs++, started.resolve(), gate.promise), 60_000);
+    await started.promise;
+    const missed = nextEvent(b, 'miss');
+    const second = b.getOrCompute('k', () => (runs++, 'b'), 60_000);
+    await missed;
+    gate.resolve('a');
+    expect([await first, await second]).toEqual(['a', 'a']);
+    expect(runs).toBe(1);
+    await a.getOrCompute('s', () => 'old', { ttl: 30, staleTtl: 60_000 });
+    await new Promise((r) => setTimeout(r, 60));
+    expect(await b.getOrCompute('s', () => 'new', { ttl: 60_000, staleTtl: 60_000 })).toBe('old');
+    await a.set('x', 1, 60_000);
+    expect(await b.get('x')).toBe(1);
+    await b.delete('x');
+    expect(await a.get('x')).toBeUndefined();
+    expect(degraded).toEqual([]);
+  });
+
+  it('a missing permission is a typed ERR_REDIS_NOPERM, not a retry storm', async () => {
+    const redis = client(server.url, { username: 'noscript', password: 'pw' });
+    await redis.ping();
+    const cache = createCache({ redis, prefix: 'app', breakerThreshold: 2, breakerCooldown: 60_000 });
+    caches.push(cache);
+    await expect(cache.set('k', 1, 1000)).rejects.toMatchObject({ code: 'ERR_REDIS_NOPERM' });
+    // The breaker is open after two refusals: 50 more calls answer (degraded) without sending anything.
+    await cache.get('k');
+    let sent = 0;
+    const original = redis.sendCommand.bind(redis);
+    redis.sendCommand = ((...args: Parameters<Redis['sendCommand']>) => (sent++, original(...args))) as Redis['sendCommand'];
+    const answers = await Promise.all(Array.from({ length: 50 }, (_, i) => cache.getOrCompute(`k${i}`, () => i, 1000)));
+    expect(answers).toEqual(Array.from({ length: 50 }, (_, i) => i));
+    expect(sent).toBe(0);
+  });
+});
+
+describe('TLS', () => {
+  let dir: string;
+  let port: number;
+  let child: ChildProcess;
+  let ca: Buffer;
+
+  beforeAll(async () => {
+    dir = mkdtempSync(join(tmpdir(), 'sg-tls-'));
+    const sh = (args: string[]) => {
+      const r = spawnSync('openssl', args, { cwd: dir, encoding: 'utf8' });
+      if (r.status !== 0) throw new Error(`openssl ${args.join(' ')}: ${r.stderr}`);
+    };
+    sh(['req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-days', '1', '-subj', '/CN=sg-test-ca', '-keyout', 'ca.key', '-out', 'ca.crt']);
+    sh(['req', '-newkey', 'rsa:2048', '-nodes', '-subj', '/CN=localhost', '-keyout', 'server.key', '-out', 'server.csr']);
+    writeFileSync(join(dir, 'san.ext'), 'subjectAltName=DNS:localhost,IP:127.0.0.1\n');
+    sh(['x509', '-req', '-in', 'server.csr', '-CA', 'ca.crt', '-CAkey', 'ca.key', '-CAcreateserial', '-days', '1', '-out', 'server.crt', '-extfile', 'san.ext']);
+    ca = readFileSync(join(dir, 'ca.crt'));
+    port = await freePort();
+    const plain = await freePort();
+    child = spawn('redis-server', [
+      '--port', String(plain), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir,
+      '--tls-port', String(port), '--tls-cert-file', join(dir, 'server.crt'), '--tls-key-file', join(dir, 'server.key'),
+      '--tls-ca-cert-file', join(dir, 'ca.crt'), '--tls-auth-clients', 'no',
+    ], { stdio: 'ignore' });
+    await waitForPing('127.0.0.1', plain);
+  });
+  afterAll(async () => {
+    child.kill('SIGKILL');
+    await new Promise((r) => child.once('exit', r));
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  const url = () => `rediss://127.0.0.1:${port}`;
+
+  it('the cache works over TLS with a verified certificate, pub/sub included', async () => {
+    const tls = { ca, servername: 'localhost' };
+    const a = createCache({ redis: client(url(), { tls }), prefix: 'tls' });
+    const b = createCache({ redis: client(url(), { tls }), prefix: 'tls', defaults: { pollInterval: 3_600_000, waitTimeout: 3_600_000 } });
+    caches.push(a, b);
+    await Promise.all([a.ready(), b.ready()]);
+    const gate = deferred<string>();
+    const started = deferred<void>();
+    const first = a.getOrCompute('k', () => (started.resolve(), gate.promise), 60_000);
+    await started.promise;
+    const missed = nextEvent(b, 'miss');
+    const second = b.getOrCompute('k', () => 'b', 60_000);
+    await missed;
+    gate.resolve('over-tls');
+    expect([await first, await second]).toEqual(['over-tls', 'over-tls']);
+  });
+
+  it.each([
+    ['an untrusted certificate (no CA given)', { servername: 'localhost' }],
+    ['a wrong server name', { ca, servername: 'not-the-server.example' }],
+  ])('refuses %s: nothing reaches Redis, set() rejects, getOrCompute degrades to the loader', async (_what, tls) => {
+    const cache = createCache({ redis: client(url(), { tls, retryStrategy: () => 1000 }), prefix: 'tls-bad', redisTimeout: 300 });
+    caches.push(cache);
+    const errors: unknown[] = [];
+    cache.on('degraded', (e) => errors.push(e.error));
+    await expect(cache.set('k', 1, 1000)).rejects.toMatchObject({ code: 'ERR_REDIS_UNAVAILABLE' });
+    expect(await cache.getOrCompute('k', () => 'local', 1000)).toBe('local');
+    expect(errors.length).toBeGreaterThan(0);
+  });
+
+  it('refuses a client that skips certificate verification unless allowInsecureTls is set', () => {
+    const insecure = client(url(), { tls: { rejectUnauthorized: false }, lazyConnect: true });
+    expect(() => createCache({ redis: insecure, prefix: 'tls-insecure' })).toThrow(expect.objectContaining({ code: 'ERR_INVALID_OPTION', option: 'redis' }));
+    const allowed = createCache({ redis: insecure, prefix: 'tls-insecure', allowInsecureTls: true });
+    caches.push(allowed);
+  });
+});
