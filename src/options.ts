@@ -117,6 +117,12 @@ export interface CacheOptions {
   redlock?: RedlockOptions;
   /** Accept clients whose TLS options set `rejectUnauthorized: false` (certificate not verified). Default `false`: such clients are refused. */
   allowInsecureTls?: boolean;
+  /**
+   * NEGATIVE CONTROL FOR FAULT-INJECTION TESTS ONLY — never in production. Writes skip the fence check,
+   * so a late, stale rebuilder overwrites newer values; the test suite uses it to prove its checker
+   * detects exactly that. Default `false`.
+   */
+  unsafeUnfencedWrites?: boolean;
 }
 
 /**
@@ -180,6 +186,7 @@ export interface ResolvedCache {
   readonly maxWaitersPerKey: number;
   readonly clock: Clock;
   readonly redlock: ResolvedRedlock | undefined;
+  readonly unsafeUnfencedWrites: boolean;
 }
 
 // ---------------------------------------------------------------- validators
@@ -246,7 +253,7 @@ function validateCallOptions(input: object, where: string, key?: string): Record
 
 const CACHE_OPTION_NAMES = new Set([
   'redis', 'prefix', 'local', 'defaults', 'redisTimeout', 'maxKeyLength', 'maxValueBytes',
-  'breakerThreshold', 'breakerCooldown', 'maxWaitersPerKey', 'clock', 'redlock', 'lock', 'allowInsecureTls',
+  'breakerThreshold', 'breakerCooldown', 'maxWaitersPerKey', 'clock', 'redlock', 'lock', 'allowInsecureTls', 'unsafeUnfencedWrites',
 ]);
 
 /** Reads an ioredis client's TLS options (Redis: options.tls; Cluster: options.redisOptions.tls). */
@@ -326,6 +333,7 @@ export function resolveCacheOptions(input: CacheOptions): ResolvedCache {
     maxWaitersPerKey: positiveInt('maxWaitersPerKey', input.maxWaitersPerKey ?? DEFAULTS.maxWaitersPerKey),
     clock,
     redlock: input.redlock === undefined ? undefined : resolveRedlock(input.redlock),
+    unsafeUnfencedWrites: input.unsafeUnfencedWrites === true,
   });
 }
 

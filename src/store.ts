@@ -25,6 +25,8 @@ export class Store {
     private readonly bus: Bus,
     private readonly maxValueBytes: number,
     private readonly events: StoreEvents,
+    /** Negative control only: skip the fence check on writes. */
+    private readonly unfenced = false,
   ) {}
 
   /** One round trip: bytes and PTTL together; oversized bytes never leave Redis. */
@@ -54,7 +56,7 @@ export class Store {
     const bytes = encodeEntry({ value, fence: grant.fence, loadMs: Math.round(loadMs), writtenAt: Date.now(), staleMs: call.staleTtl, graceMs });
     const accepted = await this.io.run(
       'write',
-      () => this.scripts.write(
+      () => (this.unfenced ? this.scripts.writeUnfenced : this.scripts.write)(
         [keys.value, keys.fence, keys.lock],
         [grant.token, String(grant.fence), bytes, call.ttl + graceMs, this.bus.channel, this.bus.message(kind, key)],
       ),

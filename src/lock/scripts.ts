@@ -88,6 +88,12 @@ end
 return 0
 `;
 
+/** The negative control's write: WRITE without the fence check (tests only, see `unsafeUnfencedWrites`). */
+export const WRITE_UNFENCED = WRITE.replace("ok = tonumber(ARGV[2]) > tonumber(redis.call('HGET', KEYS[2], 'w') or '0')", 'ok = true').replace(
+  "if redis.call('EXISTS', KEYS[2]) == 1 then",
+  'if true then',
+);
+
 /**
  * release: KEYS[1]=lock KEYS[2]=backoff; ARGV[1]=token ARGV[2]=channel ARGV[3]=message ('' = announce
  * nothing) ARGV[4]=backoff ms ('0' = none: set after a loader failure).
@@ -154,6 +160,8 @@ export interface Scripts {
   read(valueKey: string, maxBytes: number): Promise<[number, Buffer | number] | null>;
   acquire(lockKey: string, fenceKey: string, backoffKey: string, token: string, lockTtl: number, fenceTtl: number): Promise<[number, number]>;
   write(keys: [string, string, string], args: [string, string, Buffer, number, string, string]): Promise<number>;
+  /** Tests only: the unfenced write of the negative control. */
+  writeUnfenced(keys: [string, string, string], args: [string, string, Buffer, number, string, string]): Promise<number>;
   release(lockKey: string, backoffKey: string, token: string, channel: string, message: string, backoffMs: number): Promise<number>;
   extend(lockKey: string, fenceKey: string, token: string, ttl: number): Promise<number>;
   invalidate(valueKey: string, fenceKey: string, fenceTtl: number, channel: string, message: string): Promise<number>;
@@ -166,6 +174,7 @@ const NAMES = {
   read: ['sgReadV1', 1, READ],
   acquire: ['sgAcquireV2', 3, ACQUIRE],
   write: ['sgWriteV2', 3, WRITE],
+  writeUnfenced: ['sgWriteUnfencedV2', 3, WRITE_UNFENCED],
   release: ['sgReleaseV2', 2, RELEASE],
   extend: ['sgExtendV1', 2, EXTEND],
   invalidate: ['sgInvalidateV2', 2, INVALIDATE],
@@ -185,6 +194,7 @@ export function defineScripts(client: RedisClient): Scripts {
     read: (k, max) => call(`${NAMES.read[0]}Buffer`, k, max) as Promise<[number, Buffer | number] | null>,
     acquire: (l, f, b, token, ttl, fttl) => call(NAMES.acquire[0], l, f, b, token, ttl, fttl) as Promise<[number, number]>,
     write: (keys, args) => call(NAMES.write[0], ...keys, ...args) as Promise<number>,
+    writeUnfenced: (keys, args) => call(NAMES.writeUnfenced[0], ...keys, ...args) as Promise<number>,
     release: (l, b, token, ch, msg, backoff) => call(NAMES.release[0], l, b, token, ch, msg, backoff) as Promise<number>,
     extend: (l, f, token, ttl) => call(NAMES.extend[0], l, f, token, ttl) as Promise<number>,
     invalidate: (v, f, ttl, ch, msg) => call(NAMES.invalidate[0], v, f, ttl, ch, msg) as Promise<number>,

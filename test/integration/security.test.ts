@@ -96,7 +96,7 @@ describe('TLS', () => {
   let dir: string;
   let port: number;
   let child: ChildProcess;
-  let ca: Buffer;
+  let ca: Buffer | undefined;
 
   beforeAll(async () => {
     dir = mkdtempSync(join(tmpdir(), 'sg-tls-'));
@@ -143,10 +143,13 @@ describe('TLS', () => {
     expect([await first, await second]).toEqual(['over-tls', 'over-tls']);
   });
 
+  // Options are built lazily: the CA exists only once beforeAll has run.
   it.each([
-    ['an untrusted certificate (no CA given)', { servername: 'localhost' }],
-    ['a wrong server name', { ca, servername: 'not-the-server.example' }],
-  ])('refuses %s: nothing reaches Redis, set() rejects, getOrCompute degrades to the loader', async (_what, tls) => {
+    ['an untrusted certificate (no CA given)', () => ({ servername: 'localhost' })],
+    ['a wrong server name', () => ({ ca, servername: 'not-the-server.example' })],
+  ])('refuses %s: nothing reaches Redis, set() rejects, getOrCompute degrades to the loader', async (_what, tlsOptions) => {
+    const tls = tlsOptions();
+    expect(tls.servername).toBeDefined();
     const cache = createCache({ redis: client(url(), { tls, retryStrategy: () => 1000 }), prefix: 'tls-bad', redisTimeout: 300 });
     caches.push(cache);
     const errors: unknown[] = [];
