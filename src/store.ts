@@ -26,8 +26,12 @@ export class Store {
     private readonly maxValueBytes: number,
     private readonly events: StoreEvents,
     /** Negative control only: skip the fence check on writes. */
-    private readonly unfenced = false,
-  ) {}
+    unfenced = false,
+  ) {
+    this.writeScript = unfenced ? scripts.writeUnfenced : scripts.write;
+  }
+
+  private readonly writeScript: Scripts['write'];
 
   /** One round trip: bytes and PTTL together; oversized bytes never leave Redis. */
   async read(key: string, keys: EntryKeys): Promise<Found> {
@@ -56,7 +60,7 @@ export class Store {
     const bytes = encodeEntry({ value, fence: grant.fence, loadMs: Math.round(loadMs), writtenAt: Date.now(), staleMs: call.staleTtl, graceMs });
     const accepted = await this.io.run(
       'write',
-      () => (this.unfenced ? this.scripts.writeUnfenced : this.scripts.write)(
+      () => this.writeScript(
         [keys.value, keys.fence, keys.lock],
         [grant.token, String(grant.fence), bytes, call.ttl + graceMs, this.bus.channel, this.bus.message(kind, key)],
       ),

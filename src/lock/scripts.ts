@@ -157,16 +157,16 @@ type Arg = string | Buffer | number;
 
 /** The registered commands, as methods the rest of the library calls. */
 export interface Scripts {
-  read(valueKey: string, maxBytes: number): Promise<[number, Buffer | number] | null>;
-  acquire(lockKey: string, fenceKey: string, backoffKey: string, token: string, lockTtl: number, fenceTtl: number): Promise<[number, number]>;
-  write(keys: [string, string, string], args: [string, string, Buffer, number, string, string]): Promise<number>;
+  read: (valueKey: string, maxBytes: number) => Promise<[number, Buffer | number] | null>;
+  acquire: (lockKey: string, fenceKey: string, backoffKey: string, token: string, lockTtl: number, fenceTtl: number) => Promise<[number, number]>;
+  write: (keys: [string, string, string], args: [string, string, Buffer, number, string, string]) => Promise<number>;
   /** Tests only: the unfenced write of the negative control. */
-  writeUnfenced(keys: [string, string, string], args: [string, string, Buffer, number, string, string]): Promise<number>;
-  release(lockKey: string, backoffKey: string, token: string, channel: string, message: string, backoffMs: number): Promise<number>;
-  extend(lockKey: string, fenceKey: string, token: string, ttl: number): Promise<number>;
-  invalidate(valueKey: string, fenceKey: string, fenceTtl: number, channel: string, message: string): Promise<number>;
+  writeUnfenced: (keys: [string, string, string], args: [string, string, Buffer, number, string, string]) => Promise<number>;
+  release: (lockKey: string, backoffKey: string, token: string, channel: string, message: string, backoffMs: number) => Promise<number>;
+  extend: (lockKey: string, fenceKey: string, token: string, ttl: number) => Promise<number>;
+  invalidate: (valueKey: string, fenceKey: string, fenceTtl: number, channel: string, message: string) => Promise<number>;
   /** Redlock nodes only: take or re-own a lock key. */
-  redlockAcquire(lockKey: string, token: string, ttl: number): Promise<number>;
+  redlockAcquire: (lockKey: string, token: string, ttl: number) => Promise<number>;
 }
 
 // Versioned names: a script change gets a new name, so two library versions on one client never clash.
