@@ -106,12 +106,15 @@ export class Cache extends EventEmitter<CacheEvents> {
   /** Aborts every loader's ctx.signal on close(). */
   private readonly lifetime = new AbortController();
   private closed = false;
+  /** Resolved options per bare ttl; undefined when the lock policy is a function of the key. */
+  private readonly byTtl: Map<number, ResolvedCall> | undefined;
 
   constructor(options: CacheOptions) {
     super();
     const o = resolveCacheOptions(options);
     this.options = o;
     this.flight = new SingleFlight(o.maxWaitersPerKey);
+    this.byTtl = typeof o.defaults.lock === 'function' ? undefined : new Map();
     this.io = new Io(o.redisTimeout, o.breakerThreshold, o.breakerCooldown, o.clock);
     const scripts = defineScripts(options.redis);
     this.bus = new Bus(o.prefix);
@@ -212,6 +215,8 @@ export class Cache extends EventEmitter<CacheEvents> {
     // and a loader that finishes later writes nothing (writeQuietly checks `closed`).
     await Promise.all([...this.grants].map((g) => g.release('r')));
     this.refreshing.clear();
+    this.io.close();
+    if (this.lockers.redlock instanceof RedlockLock) this.lockers.redlock.close();
     await this.bus.stop();
     this.local.clear();
   }
@@ -436,8 +441,14 @@ export class Cache extends EventEmitter<CacheEvents> {
 
   private resolveCall(key: string, ttlOrOptions: number | CallOptions | undefined): ResolvedCall {
     this.assertUsable(key);
+    if (typeof ttlOrOptions === 'number') {
+      // A bare ttl resolves to the same frozen options every time (unless the policy depends on the key).
+      const known = this.byTtl?.get(ttlOrOptions);
+      if (known) return known;
+    }
     const call = resolveCallOptions(this.options.defaults, ttlOrOptions, key);
     if (call.lock === 'redlock' && !this.options.redlock) throw new InvalidOptionError('lock', 'redlock', 'redlock nodes configured: createCache({ redlock: { nodes } })', key);
+    if (typeof ttlOrOptions === 'number' && this.byTtl && this.byTtl.size < 256) this.byTtl.set(ttlOrOptions, call);
     return call;
   }
 

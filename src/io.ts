@@ -9,11 +9,25 @@ import type { Clock } from './options.js';
  * Invariant: a timed-out command may still run on the server later. Callers whose command creates
  * state (a lock) pass `onLateSuccess` to undo it when the late reply arrives.
  */
+/** One operation in flight: settled by its reply, or by the sweeper once past its deadline. */
+interface InFlight {
+  readonly deadline: number;
+  readonly expire: () => void;
+}
+
 export class Io {
   private failures = 0;
   /** While now < openUntil the breaker is open; after it, exactly one probe is let through. */
   private openUntil = 0;
   private probing = false;
+  /**
+   * Operations awaiting a reply. Invariant: an entry is removed exactly once — by its reply or by the
+   * sweeper — and whoever removes it settles the caller's promise. One sweeping interval per Io
+   * (instead of a timer per command) keeps the hot path cheap; a timeout fires within
+   * [redisTimeout, 1.25 × redisTimeout].
+   */
+  private readonly inFlight = new Set<InFlight>();
+  private sweeper: NodeJS.Timeout | undefined;
 
   constructor(
     private readonly timeoutMs: number,
@@ -22,44 +36,67 @@ export class Io {
     private readonly clock: Clock,
   ) {}
 
-  /** True while the breaker skips Redis. */
-  get isOpen(): boolean {
-    return this.failures >= this.threshold && (this.clock.now() < this.openUntil || this.probing);
-  }
-
-  async run<T>(operation: string, fn: () => Promise<T>, key?: string, onLateSuccess?: (value: T) => void): Promise<T> {
+  run<T>(operation: string, fn: () => Promise<T>, key?: string, onLateSuccess?: (value: T) => void): Promise<T> {
     if (this.failures >= this.threshold) {
       if (this.clock.now() < this.openUntil || this.probing) {
-        throw new RedisUnavailableError(operation, new Error('circuit breaker open'), key);
+        return Promise.reject(new RedisUnavailableError(operation, new Error('circuit breaker open'), key));
       }
       this.probing = true;
     }
-    let timer: NodeJS.Timeout | undefined;
-    let timedOut = false;
-    const pending = fn();
-    try {
-      const result = await Promise.race([
-        pending,
-        new Promise<never>((_, reject) => {
-          timer = setTimeout(() => {
-            timedOut = true;
-            reject(new Error(`timed out after ${this.timeoutMs} ms`));
-          }, this.timeoutMs);
-        }),
-      ]);
-      this.succeeded();
-      return result;
-    } catch (err) {
-      this.failed();
-      if (timedOut) {
-        pending.then((late) => onLateSuccess?.(late), () => undefined);
+    return new Promise<T>((resolve, reject) => {
+      const entry: InFlight = {
+        deadline: this.clock.now() + this.timeoutMs,
+        expire: () => {
+          this.failed();
+          reject(new RedisUnavailableError(operation, new Error(`timed out after ${this.timeoutMs} ms`), key));
+        },
+      };
+      this.inFlight.add(entry);
+      if (!this.sweeper) this.startSweeper();
+      fn().then(
+        (value) => {
+          if (!this.inFlight.delete(entry)) {
+            // Timed out earlier, yet applied: let the caller undo what it created.
+            onLateSuccess?.(value);
+            return;
+          }
+          this.succeeded();
+          resolve(value);
+        },
+        (err: unknown) => {
+          if (!this.inFlight.delete(entry)) return;
+          this.failed();
+          reject(classify(operation, err, key));
+        },
+      );
+    });
+  }
+
+  /** Stops the sweeper; operations still in flight are failed at once. */
+  close(): void {
+    for (const entry of this.inFlight) entry.expire();
+    this.inFlight.clear();
+    clearInterval(this.sweeper);
+    this.sweeper = undefined;
+  }
+
+  private startSweeper(): void {
+    this.sweeper = setInterval(() => {
+      if (this.inFlight.size === 0) {
+        // Idle for a whole tick: stop, so an idle cache holds no timer.
+        clearInterval(this.sweeper);
+        this.sweeper = undefined;
+        return;
       }
-      if (err instanceof RedisUnavailableError) throw err;
-      if (err instanceof Error && err.message.startsWith('NOPERM')) throw new RedisPermissionError(operation, err, key);
-      throw new RedisUnavailableError(operation, err, key);
-    } finally {
-      clearTimeout(timer);
-    }
+      const now = this.clock.now();
+      for (const entry of this.inFlight) {
+        if (entry.deadline <= now) {
+          this.inFlight.delete(entry);
+          entry.expire();
+        }
+      }
+    }, Math.max(1, Math.floor(this.timeoutMs / 4)));
+    this.sweeper.unref();
   }
 
   private succeeded(): void {
@@ -72,4 +109,10 @@ export class Io {
     this.probing = false;
     if (this.failures >= this.threshold) this.openUntil = this.clock.now() + this.cooldownMs;
   }
+}
+
+function classify(operation: string, err: unknown, key: string | undefined): RedisUnavailableError {
+  if (err instanceof RedisUnavailableError) return err;
+  if (err instanceof Error && err.message.startsWith('NOPERM')) return new RedisPermissionError(operation, err, key);
+  return new RedisUnavailableError(operation, err, key);
 }

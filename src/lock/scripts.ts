@@ -35,15 +35,16 @@ end
 /**
  * read: KEYS[1]=value; ARGV[1]=max bytes.
  * → nil (absent) | {pttl, bytes} | {pttl, -1} (not a string) | {pttl, -2} (larger than the cap: never sent).
- * The size check happens here, before a single byte crosses the wire or reaches the decoder.
+ * The size check happens here, before a single byte crosses the wire or reaches the decoder. Two
+ * commands only: this runs on every cache hit.
  */
 export const READ = `
-local t = redis.call('TYPE', KEYS[1]).ok
-if t == 'none' then return nil end
+local v = redis.pcall('GET', KEYS[1])
+if not v then return nil end
 local pttl = redis.call('PTTL', KEYS[1])
-if t ~= 'string' then return {pttl, -1} end
-if redis.call('STRLEN', KEYS[1]) > tonumber(ARGV[1]) then return {pttl, -2} end
-return {pttl, redis.call('GET', KEYS[1])}
+if type(v) ~= 'string' then return {pttl, -1} end
+if string.len(v) > tonumber(ARGV[1]) then return {pttl, -2} end
+return {pttl, v}
 `;
 
 /**
@@ -171,7 +172,7 @@ export interface Scripts {
 
 // Versioned names: a script change gets a new name, so two library versions on one client never clash.
 const NAMES = {
-  read: ['sgReadV1', 1, READ],
+  read: ['sgReadV2', 1, READ],
   acquire: ['sgAcquireV2', 3, ACQUIRE],
   write: ['sgWriteV2', 3, WRITE],
   writeUnfenced: ['sgWriteUnfencedV2', 3, WRITE_UNFENCED],

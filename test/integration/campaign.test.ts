@@ -60,6 +60,8 @@ interface WorkerHandle {
   proc: number;
   child: ChildProcess;
   loading: number;
+  /** Called (once) on this worker's next loader start. */
+  onLoaderStart?: () => void;
   history: Promise<{ settles: Settle[]; runs: LoaderRun[]; unhandled: string[]; resources: string[] } | undefined>;
 }
 
@@ -98,7 +100,12 @@ async function campaign(c: CampaignConfig) {
     const handle: WorkerHandle = { proc, child, loading: 0, history: Promise.resolve(undefined) };
     handle.history = new Promise((resolve) => {
       child.on('message', (m: { ev: string; settles?: [string, number, number, boolean, number, string][]; runs?: [string, number, number, number][]; unhandled?: string[]; resources?: string[] }) => {
-        if (m.ev === 'loader-start') handle.loading++;
+        if (m.ev === 'loader-start') {
+          handle.loading++;
+          const hook = handle.onLoaderStart;
+          handle.onLoaderStart = undefined;
+          hook?.();
+        }
         else if (m.ev === 'loader-end') handle.loading--;
         else if (m.ev === 'history') {
           resolve({
@@ -126,10 +133,20 @@ async function campaign(c: CampaignConfig) {
     injected[fault] = (injected[fault] ?? 0) + 1;
     const live = workers.filter((w) => w.child.exitCode === null && w.child.signalCode === null);
     if (fault === 'pause-holder') {
-      const holder = live.find((w) => w.loading > 0) ?? live[Math.floor(rand() * live.length)];
+      // Freeze a worker the moment one of its loaders starts: it then holds a lock (and a fence).
+      const holder = await new Promise<WorkerHandle | undefined>((resolve) => {
+        const timer = setTimeout(() => resolve(undefined), 3000);
+        for (const w of live) {
+          w.onLoaderStart = () => {
+            clearTimeout(timer);
+            for (const o of live) o.onLoaderStart = undefined;
+            process.kill(w.child.pid as number, 'SIGSTOP');
+            resolve(w);
+          };
+        }
+      });
       if (!holder) continue;
       const from = now();
-      process.kill(holder.child.pid as number, 'SIGSTOP');
       await sleep(TIMING.lockTtl * 2.5);
       process.kill(holder.child.pid as number, 'SIGCONT');
       pauses.push({ proc: holder.proc, from, to: now() });
