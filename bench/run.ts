@@ -118,7 +118,7 @@ const latencySamples: Record<string, Record<string, number[]>> = {};
 const started = Date.now();
 for (const scenario of scenarios(sizes).filter((s) => !only || only.includes(s.name))) {
   for (const contender of chosen) {
-    if (scenario.staleMs > 0 && scenario.name === 'stale-window' && !servesStale(contender) && contender !== 'none') continue;
+    if (scenario.name === 'stale-window' && !servesStale(contender) && contender !== 'none') continue;
     if (contender === 'redlock' && redlock3.length < 3) {
       rows.push({ scenario: scenario.name, contender, skipped: redlockNote });
       continue;

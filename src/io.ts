@@ -6,8 +6,10 @@ import type { Clock } from './options.js';
  * command in its offline queue far longer), and a circuit breaker stops sending commands after
  * `threshold` consecutive failures, so an outage costs callers nothing but the degraded path.
  *
- * Invariant: a timed-out command may still run on the server later. Callers whose command creates
- * state (a lock) pass `onLateSuccess` to undo it when the late reply arrives.
+ * Invariant: a timed-out command may still run on the server later (it sat in ioredis' offline queue,
+ * or its reply was lost). Callers whose command creates state (a lock) pass `compensate`, which runs
+ * at the timeout (sent on the same connection, so the server applies it after the command) and again
+ * if a late success reply arrives. It must be idempotent (a release by token is).
  */
 /** One operation in flight: settled by its reply, or by the sweeper once past its deadline. */
 interface InFlight {
@@ -36,7 +38,7 @@ export class Io {
     private readonly clock: Clock,
   ) {}
 
-  run<T>(operation: string, fn: () => Promise<T>, key?: string, onLateSuccess?: (value: T) => void): Promise<T> {
+  run<T>(operation: string, fn: () => Promise<T>, key?: string, compensate?: () => void): Promise<T> {
     if (this.failures >= this.threshold) {
       if (this.clock.now() < this.openUntil || this.probing) {
         return Promise.reject(new RedisUnavailableError(operation, new Error('circuit breaker open'), key));
@@ -48,6 +50,7 @@ export class Io {
         deadline: this.clock.now() + this.timeoutMs,
         expire: () => {
           this.failed();
+          compensate?.();
           reject(new RedisUnavailableError(operation, new Error(`timed out after ${this.timeoutMs} ms`), key));
         },
       };
@@ -56,8 +59,8 @@ export class Io {
       fn().then(
         (value) => {
           if (!this.inFlight.delete(entry)) {
-            // Timed out earlier, yet applied: let the caller undo what it created.
-            onLateSuccess?.(value);
+            // Timed out earlier, yet applied: undo what it created (again, in case the first undo ran first).
+            compensate?.();
             return;
           }
           this.succeeded();

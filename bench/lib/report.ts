@@ -128,9 +128,16 @@ export function latencyChart(r: Report, scenario: string): string {
   const right = W - 200;
   const top = 40;
   const bottom = 360;
-  const all = Object.values(samples).flat();
-  const maxMs = Math.max(1, ...all);
-  const minMs = Math.max(0.05, Math.min(...all.filter((x) => x > 0), 1));
+  // Loops, not spreads: a run holds hundreds of thousands of samples (a spread overflows the stack).
+  let maxMs = 1;
+  let minMs = 1;
+  for (const list of Object.values(samples)) {
+    for (const x of list) {
+      if (x > maxMs) maxMs = x;
+      if (x > 0 && x < minMs) minMs = x;
+    }
+  }
+  minMs = Math.max(0.05, minMs);
   const ly = (v: number) => bottom - ((Math.log10(Math.max(minMs, v)) - Math.log10(minMs)) / (Math.log10(maxMs) - Math.log10(minMs) || 1)) * (bottom - top);
   const lx = (i: number) => left + (i / (ps.length - 1)) * (right - left);
   const parts: string[] = [`<text x="${left}" y="22" font-size="15" font-weight="bold">Latency of every call by percentile — ${scenario} (ms, log scale)</text>`];
@@ -162,7 +169,7 @@ export function writeReport(r: Report): string[] {
   writeFileSync('bench/results/latest.md', markdown(r));
   writeFileSync('bench/results/rebuilds.svg', ratioChart(r));
   const files = [json, 'bench/results/latest.md', 'bench/results/rebuilds.svg'];
-  for (const s of ['cold-stampede', 'hot-20-keys', 'stale-window']) {
+  for (const s of ['cold-stampede', 'hot-20-keys', 'stale-window', 'fresh-hits']) {
     if (!r.latencySamples[s]) continue;
     writeFileSync(`bench/results/latency-${s}.svg`, latencyChart(r, s));
     files.push(`bench/results/latency-${s}.svg`);

@@ -30,6 +30,8 @@ export function scenarios(s: Sizes): ScenarioSpec[] {
     { name: 'hot-20-keys', ...loop, keys: 20, distribution: 'uniform' },
     { name: 'zipf-keys', ...loop, keys: s.zipfKeys, distribution: 'zipf' },
     { name: 'stale-window', ...loop, keys: 20, distribution: 'uniform', staleMs: s.ttlMs * 10 },
+    // The reference for the stale window's latency: the same load, but values never expire during the run.
+    { name: 'fresh-hits', ...loop, keys: 20, distribution: 'uniform', ttlMs: 600_000 },
     { name: 'failing-origin', ...loop, keys: 5, distribution: 'uniform', staleMs: s.ttlMs * 10, failWindow: [0.33, 0.66] },
   ];
 }

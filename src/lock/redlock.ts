@@ -88,10 +88,9 @@ export class RedlockLock implements Locker {
 
   private async vote(node: Node, key: string, lockKey: string, token: string, ttl: number): Promise<'ours' | 'theirs' | 'failed'> {
     try {
-      const r = await node.io.run('redlock-acquire', () => node.scripts.redlockAcquire(lockKey, token, ttl), key, (late) => {
-        // The node answered after we gave up on it: undo that vote by token.
-        if (late === 1) void node.scripts.release(lockKey, lockKey, token, '', '', 0).catch(() => undefined);
-      });
+      // A node that did not answer in time may still apply the vote: undo it by token.
+      const undo = () => void node.scripts.release(lockKey, lockKey, token, '', '', 0).catch(() => undefined);
+      const r = await node.io.run('redlock-acquire', () => node.scripts.redlockAcquire(lockKey, token, ttl), key, undo);
       return r === 1 ? 'ours' : 'theirs';
     } catch {
       return 'failed';

@@ -40,10 +40,8 @@ export class StoreLock implements Locker {
       'acquire',
       () => scripts.acquire(keys.lock, keys.fence, keys.backoff, token, lockTtl, call.lockTtl),
       key,
-      // A timed-out acquire may still be applied later: free that orphan by its token.
-      ([late]) => {
-        if (late === 1 && this.exclusive) void scripts.release(keys.lock, keys.backoff, token, bus.channel, '', 0).catch(() => undefined);
-      },
+      // A timed-out acquire may still be applied (now or later): free that orphan by its token.
+      this.exclusive ? () => void scripts.release(keys.lock, keys.backoff, token, bus.channel, '', 0).catch(() => undefined) : undefined,
     );
     if (granted === 2) throw new OriginBackoffError(key, fenceOrPttl);
     if (granted !== 1) return null;

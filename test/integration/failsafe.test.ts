@@ -111,7 +111,7 @@ describe('bounded waiting', () => {
 describe('hostile server conditions', () => {
   it('SCRIPT FLUSH during traffic: every call still answers with the right value', async () => {
     const cache = h.cache();
-    const flusher = h.client();
+    const flusher = h.adminClient();
     let flushing = true;
     const flushes = (async () => {
       let n = 0;
@@ -130,7 +130,7 @@ describe('hostile server conditions', () => {
   });
 
   it('OOM error replies (maxmemory reached): the caller still gets the loader value, reported as degraded', async () => {
-    const admin = h.client();
+    const admin = h.adminClient();
     const cache = h.cache();
     const degraded: string[] = [];
     cache.on('degraded', (e) => degraded.push(e.operation));
@@ -151,7 +151,7 @@ describe('hostile server conditions', () => {
     const keys = entryKeys(`orph${process.pid}`, 'o');
     // Block the server for 400 ms between the read and the acquire (the 'miss' event fires in between,
     // synchronously): the acquire times out client-side, then runs on the server when it wakes.
-    const blocker = h.client();
+    const blocker = h.adminClient();
     await blocker.ping();
     let blocked: Promise<unknown> = Promise.resolve();
     cache.once('miss', () => {

@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import { Redis, type RedisOptions } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createCache, type Cache } from '../../src/index.js';
+import { APP_COMMANDS } from '../support/acl.js';
 import { deferred, nextEvent } from '../support/harness.js';
 import { freePort, startRedisServer, waitForPing, type RedisServer } from '../support/redis-server.js';
 
@@ -25,12 +26,7 @@ afterAll(async () => {
  * The least-privilege user the README documents: only the listed commands, only the cache's keys
  * (`~app:*`) and its channel (`&app:events`).
  */
-const APP_ACL = [
-  'on', '>app-password', 'resetkeys', '~app:*', 'resetchannels', '&app:events', '-@all',
-  '+evalsha', '+eval', '+script|load', '+subscribe', '+unsubscribe', '+ping', '+info',
-  '+get', '+set', '+del', '+type', '+pttl', '+pexpire', '+strlen', '+exists',
-  '+hset', '+hget', '+hexists', '+hincrby', '+time', '+publish',
-];
+const APP_ACL = ['on', '>app-password', 'resetkeys', '~app:*', 'resetchannels', '&app:events', '-@all', ...APP_COMMANDS];
 
 describe('least-privilege ACL user', () => {
   let server: RedisServer;

@@ -3,6 +3,7 @@ import { once } from 'node:events';
 import { Redis, type RedisOptions } from 'ioredis';
 import { afterAll, beforeAll } from 'vitest';
 import { createCache, type Cache, type CacheEvents, type CacheOptions } from '../../src/index.js';
+import { APP_COMMANDS } from './acl.js';
 import { provideRedis, type ProvidedRedis } from './redis-server.js';
 
 export interface Harness {
@@ -11,9 +12,18 @@ export interface Harness {
   client(options?: RedisOptions): Redis;
   /** A cache on a new client with a prefix unique to this call, so tests never share keys. */
   cache(options?: Partial<CacheOptions>): Cache;
-  /** The admin client (for raw reads/writes). */
+  /** The admin client (for raw reads/writes), always the default (all-powerful) user. */
   readonly admin: Redis;
+  /** A new client as the default user, for fault injection (CONFIG, DEBUG, SCRIPT FLUSH). */
+  adminClient(): Redis;
 }
+
+/**
+ * With SG_TEST_ACL=1, every client the cache gets authenticates as a user holding only the commands
+ * the README lists (APP_COMMANDS), so the same tests prove those commands suffice.
+ */
+const AS_ACL_USER = process.env.SG_TEST_ACL === '1';
+const ACL_USER = { username: 'sgapp', password: 'sgapp-password' };
 
 let prefixCounter = 0;
 
@@ -22,29 +32,46 @@ export function useRedis(): Harness {
   const clients: Redis[] = [];
   const caches: Cache[] = [];
   let admin: Redis | undefined;
+  const noperm: string[] = [];
   const h: Harness = {
     get url() {
       return (provided as ProvidedRedis).url;
     },
     client(options: RedisOptions = {}) {
-      const c = new Redis(h.url, { maxRetriesPerRequest: 1, ...options });
+      const c = new Redis(h.url, { maxRetriesPerRequest: 1, ...(AS_ACL_USER ? ACL_USER : {}), ...options });
       c.on('error', () => undefined);
       clients.push(c);
       return c;
     },
     cache(options: Partial<CacheOptions> = {}) {
       const c = createCache({ redis: h.client(), prefix: `t${process.pid}x${++prefixCounter}`, ...options });
+      // In the ACL run a missing permission would only show as a degraded call: collect and fail on it.
+      c.on('degraded', (e) => {
+        if ((e.error as { code?: string }).code === 'ERR_REDIS_NOPERM') noperm.push(e.operation);
+      });
       caches.push(c);
       return c;
     },
     get admin() {
-      return (admin ??= h.client());
+      return (admin ??= h.adminClient());
+    },
+    adminClient() {
+      const c = new Redis(h.url, { maxRetriesPerRequest: 1 });
+      c.on('error', () => undefined);
+      clients.push(c);
+      return c;
     },
   };
   beforeAll(async () => {
     provided = await provideRedis();
+    if (AS_ACL_USER) {
+      const root = new Redis(provided.url);
+      await root.acl('SETUSER', ACL_USER.username, 'on', `>${ACL_USER.password}`, '~*', '&*', '-@all', ...APP_COMMANDS);
+      root.disconnect();
+    }
   });
   afterAll(async () => {
+    if (noperm.length > 0) throw new Error(`Redis refused (NOPERM) operations the README's ACL should allow: ${noperm.join(', ')}`);
     await Promise.all(caches.map((c) => c.close()));
     for (const c of clients) c.disconnect();
     await provided?.stop();

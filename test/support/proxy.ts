@@ -1,0 +1,64 @@
+/**
+ * A small in-repo TCP proxy for fault tests (stands in for toxiproxy): forwards a loopback port to a
+ * Redis server and can, per direction, delay bytes, blackhole them (sockets stay open, bytes vanish),
+ * or reset every connection.
+ */
+import { createServer, connect, type Server, type Socket } from 'node:net';
+
+export type Direction = 'up' | 'down'; // up: client → server; down: server → client
+
+export interface Proxy {
+  readonly port: number;
+  readonly url: string;
+  /** Extra latency added to each chunk in one direction (0 = none). */
+  delay(direction: Direction, ms: number): void;
+  /** Drop every byte in one direction from now on (true) or forward again (false). */
+  blackhole(direction: Direction, on: boolean): void;
+  /** Destroy every open connection (clients see ECONNRESET). */
+  reset(): void;
+  close(): Promise<void>;
+}
+
+export async function startProxy(target: { host: string; port: number }): Promise<Proxy> {
+  const delays: Record<Direction, number> = { up: 0, down: 0 };
+  const holes: Record<Direction, boolean> = { up: false, down: false };
+  const sockets = new Set<Socket>();
+
+  const pipe = (from: Socket, to: Socket, direction: Direction): void => {
+    from.on('data', (chunk: Buffer) => {
+      if (holes[direction]) return;
+      if (delays[direction] === 0) to.write(chunk);
+      else setTimeout(() => !to.destroyed && to.write(chunk), delays[direction]);
+    });
+  };
+
+  const server: Server = createServer((client) => {
+    const upstream = connect(target.port, target.host);
+    for (const s of [client, upstream]) {
+      sockets.add(s);
+      s.on('close', () => sockets.delete(s));
+      s.on('error', () => undefined);
+    }
+    pipe(client, upstream, 'up');
+    pipe(upstream, client, 'down');
+    client.on('close', () => upstream.destroy());
+    upstream.on('close', () => client.destroy());
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const address = server.address();
+  const port = typeof address === 'object' && address ? address.port : 0;
+  return {
+    port,
+    url: `redis://127.0.0.1:${port}`,
+    delay: (direction, ms) => void (delays[direction] = ms),
+    blackhole: (direction, on) => void (holes[direction] = on),
+    reset: () => {
+      for (const s of sockets) s.destroy();
+    },
+    close: () =>
+      new Promise<void>((resolve) => {
+        for (const s of sockets) s.destroy();
+        server.close(() => resolve());
+      }),
+  };
+}
