@@ -1,10 +1,11 @@
-import { LockLostError, NoQuorumError, OriginBackoffError } from '../errors.js';
+import { NoQuorumError, OriginBackoffError } from '../errors.js';
 import { Io } from '../io.js';
 import type { EntryKeys } from '../keys.js';
-import { watchdogInterval, type ResolvedCall, type ResolvedRedlock } from '../options.js';
+import type { ResolvedCall, ResolvedRedlock } from '../options.js';
 import { defineScripts, type Scripts } from './scripts.js';
 import { newToken, releaseInStore, type LockDeps } from './single.js';
 import type { Grant, Locker, ReleaseNote } from './types.js';
+import { Watchdog, type Extension } from './watchdog.js';
 
 // ------------------------------------------------------------------ pure rules (table-tested)
 
@@ -155,11 +156,8 @@ class RedlockGrant implements Grant {
   readonly mode = 'redlock' as const;
   readonly exclusive = true;
   readonly signal: AbortSignal;
-  private readonly controller = new AbortController();
-  private readonly timer: NodeJS.Timeout;
+  private readonly watchdog: Watchdog;
   private done = false;
-  /** Monotonic time until which a quorum is known to hold the lock (validity after the last good round). */
-  private validUntil: number;
 
   constructor(
     private readonly deps: LockDeps,
@@ -168,44 +166,29 @@ class RedlockGrant implements Grant {
     private readonly keys: EntryKeys,
     readonly token: string,
     readonly fence: number,
-    private readonly ttl: number,
+    ttl: number,
     private readonly backoffMs: number,
     validUntil: number,
   ) {
-    this.signal = this.controller.signal;
-    this.validUntil = validUntil;
-    this.timer = setInterval(() => void this.extend(), watchdogInterval(ttl));
-    this.timer.unref();
-  }
-
-  private async extend(): Promise<void> {
-    const sentAt = this.deps.clock.now();
-    const kept = await this.lock.extendNodes(this.key, this.keys, this.token, this.ttl);
-    // Keep the store's fence alive for as long as the loader runs, too.
-    await this.deps.io.run('extend', () => this.deps.scripts.extend(this.keys.lock, this.keys.fence, '', this.ttl), this.key).catch(() => undefined);
-    if (this.done) return;
-    if (kept) this.validUntil = sentAt + this.lock.validityFrom(this.ttl);
-    else if (!this.controller.signal.aborted) this.lose(new Error('quorum lost while extending'));
-    if (this.deps.clock.now() >= this.validUntil) this.lose(new Error('validity ran out'));
-  }
-
-  private lose(cause: unknown): void {
-    clearInterval(this.timer);
-    if (this.controller.signal.aborted) return;
-    const err = new LockLostError(this.key, cause);
-    this.controller.abort(err);
-    this.deps.onLost(this.key, err);
+    const extendOnce = async (): Promise<Extension> => {
+      const kept = await lock.extendNodes(key, keys, token, ttl);
+      // Keep the store's fence alive for as long as the loader runs, too.
+      await deps.io.run('extend', () => deps.scripts.extend(keys.lock, keys.fence, '', ttl), key).catch(() => undefined);
+      return kept ? 'kept' : 'lost';
+    };
+    this.watchdog = new Watchdog(key, deps.clock, ttl, validUntil, extendOnce, lock.validityFrom(ttl), deps.onLost);
+    this.signal = this.watchdog.signal;
   }
 
   markReleased(): void {
     // The store write does not free Redlock nodes; release() still does.
-    clearInterval(this.timer);
+    this.watchdog.stop();
   }
 
   async release(note: ReleaseNote): Promise<void> {
     if (this.done) return;
     this.done = true;
-    clearInterval(this.timer);
+    this.watchdog.stop();
     await this.lock.releaseNodes(this.keys.lock, this.token);
     // The store holds no Redlock key: token '' only announces the outcome (and sets the backoff).
     if (note !== '') await releaseInStore(this.deps, this.key, this.keys, '', note, note === 'e' ? this.backoffMs : 0);

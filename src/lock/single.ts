@@ -1,11 +1,12 @@
 import { randomBytes } from 'node:crypto';
-import { LockLostError, OriginBackoffError } from '../errors.js';
+import { OriginBackoffError, type LockLostError } from '../errors.js';
 import type { Io } from '../io.js';
 import type { EntryKeys } from '../keys.js';
-import { watchdogInterval, type Clock, type LockMode, type ResolvedCall } from '../options.js';
+import type { Clock, LockMode, ResolvedCall } from '../options.js';
 import type { Bus } from '../wait.js';
 import type { Scripts } from './scripts.js';
 import type { Grant, Locker, ReleaseNote } from './types.js';
+import { Watchdog, type Extension } from './watchdog.js';
 
 export function newToken(): string {
   return randomBytes(16).toString('base64url'); // 128 random bits per grant
@@ -51,11 +52,8 @@ export class StoreLock implements Locker {
 
 class StoreGrant implements Grant {
   readonly signal: AbortSignal;
-  private readonly controller = new AbortController();
-  private readonly timer: NodeJS.Timeout;
+  private readonly watchdog: Watchdog;
   private released = false;
-  /** Monotonic time until which the lock is known to be ours (start of the last successful extend + ttl). */
-  private validUntil: number;
 
   constructor(
     private readonly deps: LockDeps,
@@ -65,41 +63,20 @@ class StoreGrant implements Grant {
     readonly fence: number,
     readonly mode: LockMode,
     readonly exclusive: boolean,
-    private readonly ttl: number,
+    ttl: number,
     /** Fleet-wide backoff set on release after a loader failure (0 = none). */
     private readonly backoffMs: number,
     acquiredAt: number,
   ) {
-    this.signal = this.controller.signal;
-    this.validUntil = acquiredAt + ttl;
-    this.timer = setInterval(() => void this.extend(), watchdogInterval(ttl));
-    this.timer.unref();
-  }
-
-  private async extend(): Promise<void> {
-    const sentAt = this.deps.clock.now();
-    try {
-      const ok = await this.deps.io.run('extend', () => this.deps.scripts.extend(this.keys.lock, this.keys.fence, this.token, this.ttl), this.key);
-      if (this.released) return;
-      if (ok === 1) this.validUntil = sentAt + this.ttl;
-      else this.lose(new Error('extension refused: the lock holds another token or none'));
-    } catch (err) {
-      // Unknown outcome: keep the grant until its last known validity runs out.
-      if (!this.released && this.deps.clock.now() >= this.validUntil) this.lose(err);
-    }
-  }
-
-  private lose(cause: unknown): void {
-    clearInterval(this.timer);
-    if (this.controller.signal.aborted) return;
-    const err = new LockLostError(this.key, cause);
-    this.controller.abort(err);
-    this.deps.onLost(this.key, err);
+    const extendOnce = async (): Promise<Extension> =>
+      (await deps.io.run('extend', () => deps.scripts.extend(keys.lock, keys.fence, token, ttl), key)) === 1 ? 'kept' : 'lost';
+    this.watchdog = new Watchdog(key, deps.clock, ttl, acquiredAt + ttl, extendOnce, ttl, deps.onLost);
+    this.signal = this.watchdog.signal;
   }
 
   markReleased(): void {
     this.released = true;
-    clearInterval(this.timer);
+    this.watchdog.stop();
   }
 
   async release(note: ReleaseNote): Promise<void> {
