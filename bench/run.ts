@@ -7,7 +7,6 @@
  * of R runs. Writes bench/results/<stamp>.json, bench/results/latest.md and SVG charts.
  */
 import { fork, spawnSync, type ChildProcess } from 'node:child_process';
-import { mkdirSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
@@ -43,7 +42,7 @@ const RUNS = num(args.runs, 3);
 const sizes = {
   loaderMs: num(args['loader-ms'], quick ? 50 : 100),
   ttlMs: num(args['ttl-ms'], quick ? 300 : 500),
-  durationMs: num(args['duration-ms'], quick ? 1200 : 3000),
+  durationMs: num(args['duration-ms'], quick ? 600 : 3000),
   zipfKeys: quick ? 500 : 2000,
 };
 const command = `npm run bench -- ${process.argv.slice(2).join(' ')}`.trim();
@@ -77,7 +76,7 @@ function report(child: ChildProcess): Promise<RunReport> {
 
 async function oneRun(contender: ContenderName, scenario: ScenarioSpec, run: number) {
   await Promise.all(flushers.map((f) => f.flushall()));
-  const startAt = now() + 300;
+  const startAt = now() + 150;
   const req = (): RunRequest => ({
     op: 'run', contender, scenario, callers: C, startAt, url: store.url,
     redlockUrls: contender === 'redlock' ? redlock3 : [], prefix: `b${run}`,
@@ -111,7 +110,8 @@ async function oneRun(contender: ContenderName, scenario: ScenarioSpec, run: num
 
 // ------------------------------------------------------------------ scenarios
 
-const only = args.only?.split(',');
+// --quick keeps the four scenarios the targets are about, so it fits in under 2 minutes.
+const only = args.only?.split(',') ?? (quick ? ['cold-stampede', 'hot-20-keys', 'stale-window', 'failing-origin'] : undefined);
 const chosen = (args.contenders?.split(',') as ContenderName[] | undefined) ?? ALL_CONTENDERS;
 const rows: ScenarioRow[] = [];
 const latencySamples: Record<string, Record<string, number[]>> = {};
@@ -175,7 +175,7 @@ if (!args['no-http']) {
       await Promise.all(flushers.map((f) => f.flushall()));
       const fig = await httpRun({
         url: store.url, redlockUrls: redlock3, mode, workers: P, connections: quick ? 40 : 100,
-        durationSec: quick ? 2 : 5, keys: 20, originMs: sizes.loaderMs, ttlMs: sizes.ttlMs,
+        durationSec: quick ? 1 : 5, keys: 20, originMs: sizes.loaderMs, ttlMs: sizes.ttlMs,
       });
       (byMode[mode] ??= []).push(fig);
       console.log(`http · ${mode} · run ${r + 1}/${RUNS}: ${fig.requestsPerSec.toFixed(0)} req/s, p50 ${fig.p50ms} ms, p99 ${fig.p99ms} ms, ${fig.originCalls} origin calls`);
@@ -196,10 +196,10 @@ let overheadFigures: LatencyFigure[] = [];
 let lockFigures: LatencyFigure[] = [];
 if (!args['no-micro']) {
   await Promise.all(flushers.map((f) => f.flushall()));
-  overheadFigures = await overhead(store.url, quick ? 2000 : 10_000, RUNS);
+  overheadFigures = await overhead(store.url, quick ? 1000 : 10_000, RUNS);
   console.log('overhead', overheadFigures);
   if (redlock5.length === 5) {
-    lockFigures = await lockCost(store.url, redlock3, redlock5, quick ? 1000 : 5000, RUNS);
+    lockFigures = await lockCost(store.url, redlock3, redlock5, quick ? 300 : 5000, RUNS);
     console.log('lock cost', lockFigures);
   }
 }
@@ -220,10 +220,9 @@ const env = {
   runs: RUNS,
   sizes,
 };
-const files = writeReport({ env, rows, http, overhead: overheadFigures, lockCost: lockFigures, latencySamples });
+const files = writeReport({ env, rows, http, overhead: overheadFigures, lockCost: lockFigures, latencySamples }, quick ? 'bench/results/quick' : 'bench/results');
 console.log(`\nwrote ${files.join(', ')}`);
 for (const f of flushers) f.disconnect();
 await Promise.all(nodes.map((n) => n.stop()));
 await store.stop();
-mkdirSync('bench/results', { recursive: true });
-writeFileSync('bench/results/.last-command', `${command}\n`);
+

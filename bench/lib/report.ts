@@ -160,19 +160,20 @@ function svg(w: number, h: number, parts: string[]): string {
   return `<svg xmlns="http://www.w3.org/2000/svg" width="${w}" height="${h}" viewBox="0 0 ${w} ${h}" font-family="sans-serif"><rect width="100%" height="100%" fill="white"/>${parts.join('')}</svg>\n`;
 }
 
-export function writeReport(r: Report): string[] {
-  mkdirSync('bench/results', { recursive: true });
+/** Writes under bench/results (a full run) or bench/results/quick (--quick, so it never replaces the full figures). */
+export function writeReport(r: Report, dir = 'bench/results'): string[] {
+  mkdirSync(dir, { recursive: true });
   const stamp = String(r.env.date).replace(/[:.]/g, '-');
-  const json = `bench/results/${stamp}.json`;
+  const json = `${dir}/${stamp}.json`;
   const { latencySamples: _omit, ...rest } = r;
   writeFileSync(json, `${JSON.stringify(rest, null, 2)}\n`);
-  writeFileSync('bench/results/latest.md', markdown(r));
-  writeFileSync('bench/results/rebuilds.svg', ratioChart(r));
-  const files = [json, 'bench/results/latest.md', 'bench/results/rebuilds.svg'];
+  writeFileSync(`${dir}/latest.md`, markdown(r));
+  writeFileSync(`${dir}/rebuilds.svg`, ratioChart(r));
+  const files = [json, `${dir}/latest.md`, `${dir}/rebuilds.svg`];
   for (const s of ['cold-stampede', 'hot-20-keys', 'stale-window', 'fresh-hits']) {
     if (!r.latencySamples[s]) continue;
-    writeFileSync(`bench/results/latency-${s}.svg`, latencyChart(r, s));
-    files.push(`bench/results/latency-${s}.svg`);
+    writeFileSync(`${dir}/latency-${s}.svg`, latencyChart(r, s));
+    files.push(`${dir}/latency-${s}.svg`);
   }
   return files;
 }
