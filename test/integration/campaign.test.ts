@@ -68,7 +68,7 @@ interface WorkerHandle {
 async function campaign(c: CampaignConfig) {
   const rand = prng(c.seed);
   const server: RedisServer = await startRedisServer(c.aof ? ['--appendonly', 'yes', '--appendfsync', 'always'] : []);
-  const admin = new Redis(server.url, { maxRetriesPerRequest: 1 });
+  const admin = new Redis(server.adminUrl, { maxRetriesPerRequest: 1 });
   admin.on('error', () => undefined);
   const prefix = `camp${c.seed}`;
   const until = now() + 1000 + c.seconds * 1000;

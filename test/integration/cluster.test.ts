@@ -3,7 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createCache, type Cache, type CacheOptions } from '../../src/index.js';
 import { entryKeys } from '../../src/keys.js';
 import { deferred, nextEvent } from '../support/harness.js';
-import { startRedisCluster, type RedisClusterHandle } from '../support/redis-server.js';
+import { ACL_USER, AS_ACL_USER, startRedisCluster, type RedisClusterHandle } from '../support/redis-server.js';
 
 let cluster: RedisClusterHandle;
 const clients: Cluster[] = [];
@@ -18,8 +18,10 @@ afterAll(async () => {
   await cluster.stop();
 });
 
-function clusterClient(): Cluster {
-  const c = new Cluster(cluster.startup, { redisOptions: { maxRetriesPerRequest: 1 } });
+/** A cluster client as the cache's user (the least-privilege ACL user in ACL mode), or as admin. */
+function clusterClient(admin = false): Cluster {
+  const auth = AS_ACL_USER && !admin ? ACL_USER : {};
+  const c = new Cluster(cluster.startup, { redisOptions: { maxRetriesPerRequest: 1, ...auth } });
   c.on('error', () => undefined);
   clients.push(c);
   return c;
@@ -45,7 +47,7 @@ describe('Redis Cluster (3 masters)', () => {
   });
 
   it('the entry keys of different user keys spread over more than one node', async () => {
-    const admin = clusterClient();
+    const admin = clusterClient(true);
     const slots = new Set<number>();
     for (let i = 0; i < 50; i++) {
       const slot = (await admin.cluster('KEYSLOT', entryKeys('cl', `k${i}`).value));

@@ -171,7 +171,8 @@ describe('wrong credentials', () => {
   it('fail fast into the degraded path, and the password never appears in any error or event', async () => {
     const secret = 'hunter2-very-secret';
     await h.admin.acl('SETUSER', 'credsuser', 'on', '>the-right-one', '~*', '&*', '+@all');
-    const redis = new Redis(h.url, { username: 'credsuser', password: secret, maxRetriesPerRequest: 1 });
+    const { hostname, port } = new URL(h.url); // host and port only: no credentials from the url
+    const redis = new Redis({ host: hostname, port: Number(port), username: 'credsuser', password: secret, maxRetriesPerRequest: 1 });
     const logged: string[] = [];
     redis.on('error', (e: Error) => logged.push(`${e.message} ${e.stack ?? ''}`));
     const cache = createCache({ redis, prefix: 'creds', redisTimeout: 300 });

@@ -13,8 +13,8 @@ let workers: Worker[];
 
 beforeAll(async () => {
   server = await startRedisServer();
-  admin = new Redis(server.url);
-  workers = await startWorkers(PROCESSES, { url: server.url });
+  admin = new Redis(server.adminUrl);
+  workers = await startWorkers(PROCESSES, { url: server.url, adminUrl: server.adminUrl });
 });
 
 afterAll(async () => {
@@ -86,7 +86,7 @@ describe('a holder that dies or stalls', () => {
     const results = await b.results(wait);
     expect(results.every((r) => r.ok && r.value === 'from-b')).toBe(true);
     expect(b.cacheEvents('waited').some((e) => e.key === key && e.outcome === 'took-over')).toBe(true);
-    workers[0] = (await startWorkers(1, { url: server.url }))[0] as Worker;
+    workers[0] = (await startWorkers(1, { url: server.url, adminUrl: server.adminUrl }))[0] as Worker;
   });
 
   it("waiters never hang past waitTimeout: with onWaitTimeout 'throw' they reject with ERR_WAIT_TIMEOUT while the lock is still held", async () => {

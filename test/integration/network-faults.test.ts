@@ -4,7 +4,7 @@ import { createCache, type Cache, type CacheOptions } from '../../src/index.js';
 import { entryKeys } from '../../src/keys.js';
 import { deferred, nextEvent } from '../support/harness.js';
 import { startProxy, type Proxy } from '../support/proxy.js';
-import { startRedisServer, type RedisServer } from '../support/redis-server.js';
+import { asAppUser, startRedisServer, type RedisServer } from '../support/redis-server.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const clients: Redis[] = [];
@@ -29,7 +29,7 @@ let admin: Redis;
 beforeAll(async () => {
   server = await startRedisServer();
   servers.push(server);
-  admin = client(server.url);
+  admin = client(server.adminUrl);
 });
 afterAll(async () => {
   await Promise.all(caches.map((c) => c.close()));
@@ -42,7 +42,7 @@ describe('through a TCP proxy', () => {
   it("the stale holder's write, delayed past the lock TTL, is rejected: the newer value stays", async () => {
     const proxy = await startProxy(server);
     proxies.push(proxy);
-    const slow = cache(proxy.url, { redisTimeout: 5000 }); // the holder behind the proxy
+    const slow = cache(asAppUser(proxy.url), { redisTimeout: 5000 }); // the holder behind the proxy
     const fast = cache(server.url); // a holder with a direct connection
     await Promise.all([slow.ready(), fast.ready()]);
     const key = 'delayed-write';
@@ -64,7 +64,7 @@ describe('through a TCP proxy', () => {
   it('a reply lost mid-acquire (server → client blackholed) leaves no orphan lock: the timed-out acquire is released by its token', async () => {
     const proxy = await startProxy(server);
     proxies.push(proxy);
-    const c = cache(proxy.url, { redisTimeout: 200, prefix: 'lost-reply' });
+    const c = cache(asAppUser(proxy.url), { redisTimeout: 200, prefix: 'lost-reply' });
     await c.get('warm');
     const keys = entryKeys('lost-reply', 'k');
     c.once('miss', () => proxy.blackhole('down', true)); // after the read's reply, before the acquire's
@@ -77,7 +77,7 @@ describe('through a TCP proxy', () => {
   it('connections reset mid-traffic: every call still settles with the right value', async () => {
     const proxy = await startProxy(server);
     proxies.push(proxy);
-    const c = cache(proxy.url, { redisTimeout: 300, prefix: 'reset' });
+    const c = cache(asAppUser(proxy.url), { redisTimeout: 300, prefix: 'reset' });
     const calls = Array.from({ length: 100 }, (_, i) => c.getOrCompute(`r${i % 10}`, () => `v${i % 10}`, 60_000));
     setTimeout(() => proxy.reset(), 5);
     const results = await Promise.all(calls);
@@ -128,7 +128,7 @@ describe('error replies', () => {
     // MISCONF needs save points configured and a failed save: the data dir vanishes under the server.
     const s = await startRedisServer(['--dir', dir, '--save', '3600 1', '--stop-writes-on-bgsave-error', 'yes']);
     servers.push(s);
-    const r = client(s.url);
+    const r = client(s.adminUrl);
     rmSync(dir, { recursive: true, force: true });
     await r.bgsave().catch(() => undefined);
     for (let i = 0; i < 50 && !(await r.info('persistence')).includes('rdb_last_bgsave_status:err'); i++) await sleep(50);

@@ -180,12 +180,12 @@ describe('lock policy', () => {
 describe('multi-process stampede under redlock', () => {
   it.each([3, 5] as const)('4 processes × 50 callers on a cold key with redlock over %i nodes: exactly one loader run', async (count) => {
     const prefix = `mp${count}`;
-    const workers: Worker[] = await startWorkers(4, { url: store.url, prefix, redlock: nodes.slice(0, count).map((n) => n.url) });
+    const workers: Worker[] = await startWorkers(4, { url: store.url, adminUrl: store.adminUrl, prefix, redlock: nodes.slice(0, count).map((n) => n.url) });
     try {
       const key = `cold:redlock:${count}`;
       const ids = workers.map((w) => w.call(key, 50, { ttl: 60_000, lock: 'redlock', waitTimeout: 30_000 }, { kind: 'sleep', ms: 300 }));
       const results = (await Promise.all(workers.map((w, i) => w.results(ids[i] as number)))).flat();
-      const admin = client(store.url);
+      const admin = client(store.adminUrl);
       expect(results.every((r) => r.ok)).toBe(true);
       expect(Number(await admin.get(runsKey(key)))).toBe(1);
       expect(Number(await admin.get(maxActiveKey(key)))).toBe(1);
@@ -198,9 +198,9 @@ describe('multi-process stampede under redlock', () => {
 describe("fencing for the loader's own side effects", () => {
   it.each(['single', 'redlock'] as const)('%s: a paused holder (SIGSTOP) is fenced out of the resource after a newer holder wrote', async (mode) => {
     const prefix = `fence-${mode}`;
-    const workers = await startWorkers(2, { url: store.url, prefix, redlock: nodes.slice(0, 3).map((n) => n.url) });
+    const workers = await startWorkers(2, { url: store.url, adminUrl: store.adminUrl, prefix, redlock: nodes.slice(0, 3).map((n) => n.url) });
     const [a, b] = workers as [Worker, Worker];
-    const admin = client(store.url);
+    const admin = client(store.adminUrl);
     const resource = `resource:${mode}`;
     try {
       const key = 'account:7';

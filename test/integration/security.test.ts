@@ -32,14 +32,14 @@ describe('least-privilege ACL user', () => {
   let server: RedisServer;
   beforeAll(async () => {
     server = await startRedisServer();
-    const admin = client(server.url);
+    const admin = client(server.adminUrl);
     await admin.acl('SETUSER', 'app', ...APP_ACL);
     await admin.acl('SETUSER', 'noscript', 'on', '>pw', '~app:*', '&app:events', '-@all', '+ping', '+info', '+subscribe', '+get', '+set');
   });
   afterAll(async () => server.stop());
 
   const appCache = (extra: Record<string, unknown> = {}) => {
-    const c = createCache({ redis: client(server.url, { username: 'app', password: 'app-password' }), prefix: 'app', ...extra });
+    const c = createCache({ redis: client(server.adminUrl, { username: 'app', password: 'app-password' }), prefix: 'app', ...extra });
     caches.push(c);
     return c;
   };
@@ -72,7 +72,7 @@ describe('least-privilege ACL user', () => {
   });
 
   it('a missing permission is a typed ERR_REDIS_NOPERM, not a retry storm', async () => {
-    const redis = client(server.url, { username: 'noscript', password: 'pw' });
+    const redis = client(server.adminUrl, { username: 'noscript', password: 'pw' });
     await redis.ping();
     const cache = createCache({ redis, prefix: 'app', breakerThreshold: 2, breakerCooldown: 60_000 });
     caches.push(cache);

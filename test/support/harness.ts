@@ -3,7 +3,6 @@ import { once } from 'node:events';
 import { Redis, type RedisOptions } from 'ioredis';
 import { afterAll, beforeAll } from 'vitest';
 import { createCache, type Cache, type CacheEvents, type CacheOptions } from '../../src/index.js';
-import { APP_COMMANDS } from './acl.js';
 import { provideRedis, type ProvidedRedis } from './redis-server.js';
 
 export interface Harness {
@@ -18,12 +17,7 @@ export interface Harness {
   adminClient(): Redis;
 }
 
-/**
- * With SG_TEST_ACL=1, every client the cache gets authenticates as a user holding only the commands
- * the README lists (APP_COMMANDS), so the same tests prove those commands suffice.
- */
-const AS_ACL_USER = process.env.SG_TEST_ACL === '1';
-const ACL_USER = { username: 'sgapp', password: 'sgapp-password' };
+
 
 let prefixCounter = 0;
 
@@ -38,7 +32,8 @@ export function useRedis(): Harness {
       return (provided as ProvidedRedis).url;
     },
     client(options: RedisOptions = {}) {
-      const c = new Redis(h.url, { maxRetriesPerRequest: 1, ...(AS_ACL_USER ? ACL_USER : {}), ...options });
+      // In ACL mode (SG_TEST_ACL=1) the url carries the least-privilege user's credentials.
+      const c = new Redis(h.url, { maxRetriesPerRequest: 1, ...options });
       c.on('error', () => undefined);
       clients.push(c);
       return c;
@@ -56,7 +51,7 @@ export function useRedis(): Harness {
       return (admin ??= h.adminClient());
     },
     adminClient() {
-      const c = new Redis(h.url, { maxRetriesPerRequest: 1 });
+      const c = new Redis((provided as ProvidedRedis).adminUrl, { maxRetriesPerRequest: 1 });
       c.on('error', () => undefined);
       clients.push(c);
       return c;
@@ -64,11 +59,6 @@ export function useRedis(): Harness {
   };
   beforeAll(async () => {
     provided = await provideRedis();
-    if (AS_ACL_USER) {
-      const root = new Redis(provided.url);
-      await root.acl('SETUSER', ACL_USER.username, 'on', `>${ACL_USER.password}`, '~*', '&*', '-@all', ...APP_COMMANDS);
-      root.disconnect();
-    }
   });
   afterAll(async () => {
     if (noperm.length > 0) throw new Error(`Redis refused (NOPERM) operations the README's ACL should allow: ${noperm.join(', ')}`);

@@ -11,11 +11,32 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { createConnection, createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { APP_COMMANDS } from './acl.js';
+
+/**
+ * With SG_TEST_ACL=1 the whole suite runs as a Redis ACL user holding only the commands the README
+ * lists (APP_COMMANDS): every server started here gets that user, `url` authenticates as it, and
+ * `adminUrl` (the default user) is left for the test's own fault injection and bookkeeping.
+ */
+export const AS_ACL_USER = process.env.SG_TEST_ACL === '1';
+export const ACL_USER = { username: 'sgapp', password: 'sgapp-password' };
+
+/** `url` with the ACL user's credentials in ACL mode; unchanged otherwise. */
+export function asAppUser(url: string): string {
+  if (!AS_ACL_USER) return url;
+  const u = new URL(url);
+  u.username = ACL_USER.username;
+  u.password = ACL_USER.password;
+  return u.toString();
+}
 
 export interface RedisServer {
   readonly host: string;
   readonly port: number;
+  /** What the cache connects with (the least-privilege user in ACL mode). */
   readonly url: string;
+  /** The default (all-powerful) user: for the test's own commands (CONFIG, DEBUG, counters…). */
+  readonly adminUrl: string;
   /** The server's PID (local binary only). */
   readonly pid: number | undefined;
   /** SIGSTOP: the socket stays open and commands hang. */
@@ -96,6 +117,7 @@ export async function startRedisServer(args: string[] = [], options: { port?: nu
     live.add(c);
     c.once('exit', () => live.delete(c));
     await waitForPing(host, port);
+    if (AS_ACL_USER) createAppUser(host, port);
   };
   const exited = (c: ChildProcess): Promise<void> =>
     c.exitCode !== null || c.signalCode !== null ? Promise.resolve() : new Promise((r) => c.once('exit', () => r()));
@@ -104,7 +126,8 @@ export async function startRedisServer(args: string[] = [], options: { port?: nu
   return {
     host,
     port,
-    url: `redis://${host}:${port}`,
+    url: asAppUser(`redis://${host}:${port}`),
+    adminUrl: `redis://${host}:${port}`,
     get pid() {
       return child?.pid;
     },
@@ -130,8 +153,15 @@ export async function startRedisServer(args: string[] = [], options: { port?: nu
   };
 }
 
+/** ACL SETUSER for the least-privilege user (ACL rules are per server, and lost on restart). */
+function createAppUser(host: string, port: number): void {
+  const r = spawnSync('redis-cli', ['-h', host, '-p', String(port), 'ACL', 'SETUSER', ACL_USER.username, 'on', `>${ACL_USER.password}`, '~*', '&*', '-@all', ...APP_COMMANDS], { encoding: 'utf8' });
+  if (r.status !== 0 || !r.stdout.includes('OK')) throw new Error(`ACL SETUSER failed on ${port}: ${r.stdout} ${r.stderr}`);
+}
+
 export interface ProvidedRedis {
   readonly url: string;
+  readonly adminUrl: string;
   readonly source: 'REDIS_URL' | 'redis-server' | 'testcontainers';
   stop(): Promise<void>;
 }
@@ -139,16 +169,17 @@ export interface ProvidedRedis {
 /** The provider: REDIS_URL, else a local redis-server, else testcontainers, else a clear error. */
 export async function provideRedis(): Promise<ProvidedRedis> {
   const fromEnv = process.env.REDIS_URL;
-  if (fromEnv) return { url: fromEnv, source: 'REDIS_URL', stop: async () => undefined };
+  if (fromEnv) return { url: fromEnv, adminUrl: fromEnv, source: 'REDIS_URL', stop: async () => undefined };
   if (hasRedisBinary()) {
     const server = await startRedisServer();
-    return { url: server.url, source: 'redis-server', stop: () => server.stop() };
+    return { url: server.url, adminUrl: server.adminUrl, source: 'redis-server', stop: () => server.stop() };
   }
   try {
     const { GenericContainer } = await import('testcontainers');
     const container = await new GenericContainer('redis:7').withExposedPorts(6379).start();
     return {
       url: `redis://${container.getHost()}:${container.getMappedPort(6379)}`,
+      adminUrl: `redis://${container.getHost()}:${container.getMappedPort(6379)}`,
       source: 'testcontainers',
       stop: async () => {
         await container.stop();

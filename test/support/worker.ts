@@ -35,7 +35,8 @@ const send = (m: unknown): void => {
 const url = process.env.SG_REDIS_URL ?? 'redis://127.0.0.1:6379';
 const prefix = process.env.SG_PREFIX ?? 'sg';
 const redis = new Redis(url, { maxRetriesPerRequest: 1 });
-const counters = new Redis(url, { maxRetriesPerRequest: 1 });
+// The loader's own counters are the test's bookkeeping, not the cache's traffic: admin user.
+const counters = new Redis(process.env.SG_ADMIN_URL ?? url, { maxRetriesPerRequest: 1 });
 const redlockUrls = (process.env.SG_REDLOCK_URLS ?? '').split(',').filter(Boolean);
 const redlockNodes = redlockUrls.map((u) => new Redis(u, { maxRetriesPerRequest: 1 }));
 for (const c of [redis, counters, ...redlockNodes]) c.on('error', () => undefined);

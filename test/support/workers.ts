@@ -32,7 +32,7 @@ export class Worker {
   static async start(env: WorkerEnv): Promise<Worker> {
     const child = fork(WORKER, [], {
       execArgv: ['--import', 'tsx'],
-      env: { ...process.env, SG_REDIS_URL: env.url, SG_PREFIX: env.prefix ?? 'sg', SG_REDIS_TIMEOUT: String(env.redisTimeout ?? 1000), SG_REDLOCK_URLS: (env.redlock ?? []).join(',') },
+      env: { ...process.env, SG_REDIS_URL: env.url, SG_ADMIN_URL: env.adminUrl ?? env.url, SG_PREFIX: env.prefix ?? 'sg', SG_REDIS_TIMEOUT: String(env.redisTimeout ?? 1000), SG_REDLOCK_URLS: (env.redlock ?? []).join(',') },
       stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
     });
     const w = new Worker(child);
@@ -113,6 +113,8 @@ export class Worker {
 
 export interface WorkerEnv {
   url: string;
+  /** For the loader's counters (the test's bookkeeping); defaults to `url`. */
+  adminUrl?: string;
   prefix?: string;
   redisTimeout?: number;
   /** URLs of Redlock nodes (independent masters). */
