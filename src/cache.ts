@@ -144,7 +144,13 @@ export class Cache extends EventEmitter<CacheEvents> {
     const none = new NoFlight();
     this.coalescers = { none, local: this.flight, single: this.flight, redlock: this.flight };
     this.bus.start(options.redis, (note) => this.onNote(note), (error) => this.emit('degraded', { key: undefined, operation: 'subscribe', error }));
+    this.client = options.redis;
+    this.client.on?.('ready', this.onReady);
   }
+
+  private readonly client: CacheOptions['redis'];
+  /** The caller's client reconnected: stop skipping Redis at once. */
+  private readonly onReady = (): void => this.io.connected();
 
   /**
    * Returns the cached value for `key`, or runs `loader` — once across all processes — to rebuild it.
@@ -215,6 +221,7 @@ export class Cache extends EventEmitter<CacheEvents> {
     // and a loader that finishes later writes nothing (writeQuietly checks `closed`).
     await Promise.all([...this.grants].map((g) => g.release('r')));
     this.refreshing.clear();
+    this.client.off?.('ready', this.onReady);
     this.io.close();
     if (this.lockers.redlock instanceof RedlockLock) this.lockers.redlock.close();
     await this.bus.stop();

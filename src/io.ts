@@ -75,6 +75,16 @@ export class Io {
     });
   }
 
+  /**
+   * The client reports a fresh connection: close the breaker now instead of waiting out the cooldown
+   * (after a Redis restart, recovery then takes the reconnect, not reconnect + cooldown).
+   */
+  connected(): void {
+    this.failures = 0;
+    this.probing = false;
+    this.openUntil = 0;
+  }
+
   /** Stops the sweeper; operations still in flight are failed at once. */
   close(): void {
     for (const entry of this.inFlight) entry.expire();

@@ -6,6 +6,9 @@ export interface RedisClient {
   defineCommand(name: string, definition: { numberOfKeys?: number; lua: string }): void;
   /** ioredis `duplicate()`: a new connection with the same options; used once, for pub/sub only. */
   duplicate(...args: never[]): unknown;
+  /** ioredis emits 'ready' on every (re)connection; the cache listens (and stops listening on close()). */
+  on?(event: 'ready', listener: () => void): unknown;
+  off?(event: 'ready', listener: () => void): unknown;
   /** True on an ioredis `Cluster`. */
   readonly isCluster?: boolean;
   readonly status?: string;

@@ -62,7 +62,7 @@ interface WorkerHandle {
   loading: number;
   /** Called (once) on this worker's next loader start. */
   onLoaderStart?: () => void;
-  history: Promise<{ settles: Settle[]; runs: LoaderRun[]; unhandled: string[]; resources: string[] } | undefined>;
+  history: Promise<{ settles: Settle[]; runs: LoaderRun[]; unhandled: string[]; resources: string[]; killed: boolean } | undefined>;
 }
 
 async function campaign(c: CampaignConfig) {
@@ -98,25 +98,29 @@ async function campaign(c: CampaignConfig) {
       },
     });
     const handle: WorkerHandle = { proc, child, loading: 0, history: Promise.resolve(undefined) };
+    // The history arrives in batches; a killed worker keeps what it sent (killed: true, no handle check).
+    const acc = { settles: [] as Settle[], runs: [] as LoaderRun[], unhandled: [] as string[] };
+    type Raw = { settles?: [string, number, number, boolean, number, string][]; runs?: [string, number, number, number][]; unhandled?: string[]; resources?: string[] };
+    const take = (m: Raw) => {
+      for (const [key, start, end, ok, fence, code] of m.settles ?? []) acc.settles.push({ proc, key, start, end, ok, code, fence: fence === -1 ? undefined : fence });
+      for (const [key, start, end, fence] of m.runs ?? []) acc.runs.push({ proc, key, start, end, fence: fence === -1 ? undefined : fence });
+      acc.unhandled.push(...(m.unhandled ?? []));
+    };
     handle.history = new Promise((resolve) => {
-      child.on('message', (m: { ev: string; settles?: [string, number, number, boolean, number, string][]; runs?: [string, number, number, number][]; unhandled?: string[]; resources?: string[] }) => {
+      child.on('message', (m: Raw & { ev: string }) => {
         if (m.ev === 'loader-start') {
           handle.loading++;
           const hook = handle.onLoaderStart;
           handle.onLoaderStart = undefined;
           hook?.();
-        }
-        else if (m.ev === 'loader-end') handle.loading--;
+        } else if (m.ev === 'loader-end') handle.loading--;
+        else if (m.ev === 'batch') take(m);
         else if (m.ev === 'history') {
-          resolve({
-            settles: (m.settles ?? []).map(([key, start, end, ok, fence, code]) => ({ proc, key, start, end, ok, code, fence: fence === -1 ? undefined : fence })),
-            runs: (m.runs ?? []).map(([key, start, end, fence]) => ({ proc, key, start, end, fence: fence === -1 ? undefined : fence })),
-            unhandled: m.unhandled ?? [],
-            resources: m.resources ?? [],
-          });
+          take(m);
+          resolve({ ...acc, resources: m.resources ?? [], killed: false });
         }
       });
-      child.once('exit', () => resolve(undefined)); // killed: its history is gone
+      child.once('exit', () => resolve({ ...acc, resources: [], killed: true }));
     });
     await new Promise((r) => child.once('message', r)); // ready
     child.send({ op: 'start', until });
@@ -185,7 +189,7 @@ async function campaign(c: CampaignConfig) {
   const reads = monotonicReads(settles);
   const bounded = boundedSettles(settles, SETTLE_BOUND, pauses);
   const unhandled = histories.flatMap((h) => h.unhandled);
-  const leaks = histories.filter((h) => h.resources.length > 0).map((h) => h.resources.join(','));
+  const leaks = histories.filter((h) => !h.killed && h.resources.length > 0).map((h) => h.resources.join(','));
   const violations: Violation[] = [...reads.violations, ...bounded.violations];
   const figures = {
     campaign: c.name,

@@ -304,6 +304,7 @@ describe('bad input fails with a typed error before any Redis traffic', () => {
 describe('close()', () => {
   it('leaves no subscription, keeps the caller\'s client usable, and later calls reject with ERR_CLOSED', async () => {
     const redis = h.client();
+    const listeners = redis.listenerCount('ready');
     const cache = createCache({ redis, prefix: 'closing' });
     await cache.ready();
     await cache.set('k', 1, 1000);
@@ -313,6 +314,7 @@ describe('close()', () => {
     const [, subscribers] = (await h.admin.pubsub('NUMSUB', 'closing:events')) as [string, number];
     expect(subscribers).toBe(0);
     expect(await redis.ping()).toBe('PONG');
+    expect(redis.listenerCount('ready')).toBe(listeners); // its reconnect listener is gone
     await expect(cache.getOrCompute('k', () => 2, 1000)).rejects.toMatchObject({ code: 'ERR_CLOSED' });
   });
 });

@@ -57,10 +57,18 @@ async function loop(until: number): Promise<void> {
   }
 }
 
+/** Streams the history in batches, so a worker killed by the campaign loses at most the last 250 ms. */
+function flush(): void {
+  if (settles.length === 0 && runs.length === 0) return;
+  process.send?.({ ev: 'batch', settles: settles.splice(0), runs: runs.splice(0), unhandled: unhandled.splice(0) });
+}
+
 process.on('message', (m: { op: 'start'; until: number } | { op: 'exit' }) => {
   if (m.op === 'exit') process.exit(0);
+  const streaming = setInterval(flush, 250);
   void (async () => {
     await Promise.all(Array.from({ length: callers }, () => loop(m.until)));
+    clearInterval(streaming);
     await cache.close();
     redis.disconnect();
     await sleep(50); // let the sockets finish closing
