@@ -199,7 +199,8 @@ if (!args['no-micro']) {
   overheadFigures = await overhead(store.url, quick ? 1000 : 10_000, RUNS);
   console.log('overhead', overheadFigures);
   if (redlock5.length === 5) {
-    lockFigures = await lockCost(store.url, redlock3, redlock5, quick ? 300 : 5000, RUNS);
+    const last = nodes[nodes.length - 1] as RedisServer;
+    lockFigures = await lockCost(store.url, redlock3, redlock5, quick ? 300 : 5000, RUNS, { pause: () => last.pause(), resume: () => last.resume() });
     console.log('lock cost', lockFigures);
   }
 }

@@ -75,7 +75,15 @@ export async function overhead(url: string, ops: number, runs: number): Promise<
   return medianOf(all);
 }
 
-export async function lockCost(url: string, redlock3: string[], redlock5: string[], ops: number, runs: number): Promise<LatencyFigure[]> {
+/** `pause` / `resume` freeze one Redlock node (SIGSTOP) for the last figure; omitted, that figure is skipped. */
+export async function lockCost(
+  url: string,
+  redlock3: string[],
+  redlock5: string[],
+  ops: number,
+  runs: number,
+  frozen?: { pause: () => void; resume: () => void },
+): Promise<LatencyFigure[]> {
   const store = new Redis(url);
   const clients = [...redlock5].map((u) => new Redis(u));
   const bus = new Bus('lockbench');
@@ -102,11 +110,20 @@ export async function lockCost(url: string, redlock3: string[], redlock5: string
   };
   const all: LatencyFigure[][] = [];
   for (let r = 0; r < runs; r++) {
-    all.push([
+    const figures = [
       await measure('single: acquire + release', ops, cycle(single)),
       await measure(`redlock over ${redlock3.length} nodes: acquire + release`, ops, cycle(three)),
       await measure(`redlock over ${redlock5.length} nodes: acquire + release`, ops, cycle(five)),
-    ]);
+    ];
+    if (frozen) {
+      frozen.pause();
+      try {
+        figures.push(await measure(`redlock over ${redlock5.length} nodes, 1 frozen (SIGSTOP): acquire + release`, ops, cycle(five)));
+      } finally {
+        frozen.resume();
+      }
+    }
+    all.push(figures);
   }
   store.disconnect();
   for (const c of clients) c.disconnect();

@@ -69,22 +69,50 @@ export class RedlockLock implements Locker {
     let best = 0;
     for (let attempt = 0; attempt <= this.config.retryCount; attempt++) {
       const started = clock.now();
-      const votes = await Promise.all(this.nodes.map((node) => this.vote(node, key, keys.lock, token, call.lockTtl)));
-      const ours = votes.filter((v) => v === 'ours').length;
-      const theirs = votes.filter((v) => v === 'theirs').length;
+      const { ours, theirs, allAnswered } = await this.collectVotes(key, keys.lock, token, call.lockTtl);
       best = Math.max(best, ours);
       const outcome = voteOutcome(n, ours, theirs, validity(call.lockTtl, clock.now() - started, this.config.driftFactor));
       if (outcome === 'granted') {
-        const grant = await this.grant(key, keys, token, call, started);
+        const grant = await this.grant(key, keys, token, call, started, allAnswered);
         if (grant) return grant;
         continue; // validity ran out while taking the fence: try again
       }
       await this.releaseNodes(keys.lock, token);
+      // A straggler may still grant us its vote after that release: release again once all answered.
+      void allAnswered.then(() => this.releaseNodes(keys.lock, token));
       if (outcome === 'contended') return null;
       if (outcome === 'unreachable') break;
       if (attempt < this.config.retryCount) await sleep(this.config.retryDelay + Math.random() * this.config.retryJitter);
     }
     return this.noQuorum(key, keys, call, best);
+  }
+
+  /**
+   * Fans out and resolves as soon as the outcome is decided — a quorum is ours, or another holder
+   * has too many nodes for us to reach one — or every node answered or timed out. A slow or frozen
+   * minority then costs nothing; its late votes are undone by the release that follows any outcome
+   * but a grant (and a grant's own release covers every node).
+   */
+  private collectVotes(key: string, lockKey: string, token: string, ttl: number): Promise<{ ours: number; theirs: number; allAnswered: Promise<unknown> }> {
+    const n = this.nodes.length;
+    const q = quorum(n);
+    return new Promise((resolve) => {
+      let ours = 0;
+      let theirs = 0;
+      let answered = 0;
+      const votes: Promise<unknown>[] = [];
+      const allAnswered = new Promise<unknown>((done) => queueMicrotask(() => done(Promise.all(votes))));
+      for (const node of this.nodes) {
+        votes.push(
+          this.vote(node, key, lockKey, token, ttl).then((v) => {
+            answered++;
+            if (v === 'ours') ours++;
+            else if (v === 'theirs') theirs++;
+            if (ours >= q || theirs > n - q || answered === n) resolve({ ours, theirs, allAnswered });
+          }),
+        );
+      }
+    });
   }
 
   private async vote(node: Node, key: string, lockKey: string, token: string, ttl: number): Promise<'ours' | 'theirs' | 'failed'> {
@@ -99,7 +127,7 @@ export class RedlockLock implements Locker {
   }
 
   /** Quorum reached: take the fence in the store, then re-check validity before handing out the grant. */
-  private async grant(key: string, keys: EntryKeys, token: string, call: ResolvedCall, started: number): Promise<Grant | null> {
+  private async grant(key: string, keys: EntryKeys, token: string, call: ResolvedCall, started: number, allAnswered: Promise<unknown>): Promise<Grant | null> {
     const { io, scripts, clock } = this.deps;
     let granted: number;
     let fence: number;
@@ -118,7 +146,7 @@ export class RedlockLock implements Locker {
       await this.releaseNodes(keys.lock, token);
       return null;
     }
-    return new RedlockGrant(this.deps, this, key, keys, token, fence, call.lockTtl, call.failBackoff, clock.now() + left);
+    return new RedlockGrant(this.deps, this, key, keys, token, fence, call.lockTtl, call.failBackoff, clock.now() + left, allAnswered);
   }
 
   private async noQuorum(key: string, keys: EntryKeys, call: ResolvedCall, granted: number): Promise<Grant | null> {
@@ -126,11 +154,30 @@ export class RedlockLock implements Locker {
     return this.fallback.acquire(key, keys, call);
   }
 
-  /** Release on every node at once; one bounded round (per-node timeout), never retried, never throws. */
-  async releaseNodes(lockKey: string, token: string): Promise<void> {
-    await Promise.all(
-      this.nodes.map((node) => node.io.run('redlock-release', () => node.scripts.release(lockKey, lockKey, token, '', '', 0), undefined).catch(() => undefined)),
-    );
+  /**
+   * Release on every node at once: one round, never retried, never throws. Resolves once a quorum of
+   * nodes confirmed (or every node answered or timed out): a frozen minority does not hold up the
+   * caller, and its key lapses with the lock's TTL.
+   */
+  releaseNodes(lockKey: string, token: string): Promise<void> {
+    const n = this.nodes.length;
+    const q = quorum(n);
+    return new Promise((resolve) => {
+      let confirmed = 0;
+      let answered = 0;
+      for (const node of this.nodes) {
+        void node.io
+          .run('redlock-release', () => node.scripts.release(lockKey, lockKey, token, '', '', 0), undefined)
+          .then(
+            () => void confirmed++,
+            () => undefined,
+          )
+          .finally(() => {
+            answered++;
+            if (confirmed >= q || answered === n) resolve();
+          });
+      }
+    });
   }
 
   /** Stops the nodes' timeout sweepers (close()). */
@@ -169,6 +216,8 @@ class RedlockGrant implements Grant {
     ttl: number,
     private readonly backoffMs: number,
     validUntil: number,
+    /** Settles when every node answered the acquisition (a straggler may grant its vote late). */
+    private readonly allAnswered: Promise<unknown>,
   ) {
     const extendOnce = async (): Promise<Extension> => {
       const kept = await lock.extendNodes(key, keys, token, ttl);
@@ -190,6 +239,7 @@ class RedlockGrant implements Grant {
     this.done = true;
     this.watchdog.stop();
     await this.lock.releaseNodes(this.keys.lock, this.token);
+    void this.allAnswered.then(() => this.lock.releaseNodes(this.keys.lock, this.token));
     // The store holds no Redlock key: token '' only announces the outcome (and sets the backoff).
     if (note !== '') await releaseInStore(this.deps, this.key, this.keys, '', note, note === 'e' ? this.backoffMs : 0);
   }
