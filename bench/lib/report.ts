@@ -89,7 +89,9 @@ export function ratioChart(r: Report): string {
   const top = 40;
   const maxRatio = Math.max(10, ...rows.map((x) => x.ratio as number));
   const yMax = Math.ceil(Math.log10(maxRatio));
-  const y = (v: number) => bottom - ((Math.log10(Math.max(1, v))) / yMax) * (bottom - top);
+  // The axis starts at 0.5 so the ideal (1.0) shows as a visible bar, not as the baseline.
+  const yMin = Math.log10(0.5);
+  const y = (v: number) => bottom - ((Math.log10(Math.max(0.5, v)) - yMin) / (yMax - yMin)) * (bottom - top);
   const groupW = (W - left - 20) / Math.max(1, scenariosList.length);
   const barW = (groupW - 16) / Math.max(1, contenders.length);
   const parts: string[] = [];
