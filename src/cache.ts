@@ -264,9 +264,7 @@ export class Cache extends EventEmitter<CacheEvents> {
           grant = await this.lockers[call.lock].acquire(key, keys, call);
         } catch (error) {
           if (error instanceof OriginBackoffError) return this.failSafe(key, fallback, error, 'backoff');
-          // Only an unreachable store degrades; NoQuorumError (onNoQuorum 'throw') reaches the caller.
-          if (!(error instanceof RedisUnavailableError)) throw error;
-          return await this.computeDegraded(key, loader, call, signal, 'acquire', error);
+          return await this.degradeOrThrow(key, loader, call, signal, error);
         }
         if (grant) {
           if (attempt > 0) this.emit('waited', { key, ms: clock.now() - started, outcome: 'took-over' });
@@ -275,7 +273,7 @@ export class Cache extends EventEmitter<CacheEvents> {
         const remaining = deadline - clock.now();
         if (remaining <= 0) {
           this.emit('waited', { key, ms: clock.now() - started, outcome: 'timeout' });
-          if (fallback) return this.failSafe(key, fallback, undefined, 'waitTimeout');
+          if (fallback) return this.serveFallback(key, fallback, 'waitTimeout');
           return await this.afterWaitTimeout(key, keys, loader, call, signal);
         }
         await waiter.next(pollDelay(call.pollInterval, remaining, Math.random()), signal);
@@ -301,13 +299,13 @@ export class Cache extends EventEmitter<CacheEvents> {
   private async loadWithin(key: string, keys: EntryKeys, loader: Loader<unknown>, call: ResolvedCall, signal: AbortSignal, grant: Grant, fallback: Fallback | undefined): Promise<unknown> {
     const rebuilding = this.rebuild(key, keys, loader, call, signal, grant, fallback, undefined);
     const wait = loaderTimeout(fallback !== undefined, call.softTimeout, call.hardTimeout);
-    if (wait.kind !== 'soft') return rebuilding;
+    if (!fallback || wait.kind !== 'soft') return rebuilding;
     this.track(key, rebuilding);
     let timer: NodeJS.Timeout | undefined;
     const soft = new Promise<typeof SOFT_TIMEOUT>((resolve) => (timer = setTimeout(() => resolve(SOFT_TIMEOUT), wait.ms)));
     const first = await Promise.race([rebuilding, soft]);
     clearTimeout(timer);
-    return first === SOFT_TIMEOUT ? this.failSafe(key, fallback, undefined, 'softTimeout') : first;
+    return first === SOFT_TIMEOUT ? this.serveFallback(key, fallback, 'softTimeout') : first;
   }
 
   /**
@@ -348,13 +346,22 @@ export class Cache extends EventEmitter<CacheEvents> {
     }
   }
 
-  /** Serves the fail-safe value (flagged with a `stale` event naming why), or throws `error`. */
+  /** Serves the fail-safe value when one is kept, else throws `error` (a loader's own error reaches its callers unchanged). */
   private failSafe(key: string, fallback: Fallback | undefined, error: unknown, reason: StaleReason): unknown {
-    // A loader's own error reaches its callers unchanged, whatever it is.
-    // eslint-disable-next-line @typescript-eslint/only-throw-error
-    if (!fallback) throw error ?? new WaitTimeoutError(key, 0);
+    if (!fallback) throw error;
+    return this.serveFallback(key, fallback, reason);
+  }
+
+  /** Serves a kept value, flagged with a `stale` event naming why. */
+  private serveFallback(key: string, fallback: Fallback, reason: StaleReason): unknown {
     this.emit('stale', { key, reason });
     return fallback.value;
+  }
+
+  /** An acquire failed: an unreachable store degrades to a local computation; anything else (NoQuorumError…) reaches the caller. */
+  private degradeOrThrow(key: string, loader: Loader<unknown>, call: ResolvedCall, signal: AbortSignal, error: unknown): Promise<unknown> {
+    if (!(error instanceof RedisUnavailableError)) throw error;
+    return this.computeDegraded(key, loader, call, signal, 'acquire', error);
   }
 
   private async writeQuietly(key: string, keys: EntryKeys, grant: Grant, value: unknown, call: ResolvedCall, loadMs: number): Promise<boolean> {
@@ -378,8 +385,7 @@ export class Cache extends EventEmitter<CacheEvents> {
     try {
       grant = (await this.lockers.local.acquire(key, keys, call)) as Grant;
     } catch (error) {
-      if (!(error instanceof RedisUnavailableError)) throw error;
-      return this.computeDegraded(key, loader, call, signal, 'acquire', error);
+      return this.degradeOrThrow(key, loader, call, signal, error);
     }
     return this.rebuild(key, keys, loader, call, signal, grant, undefined, undefined);
   }

@@ -11,7 +11,6 @@ export interface RedisClient {
   off?(event: 'ready', listener: () => void): unknown;
   /** True on an ioredis `Cluster`. */
   readonly isCluster?: boolean;
-  readonly status?: string;
 }
 
 /** What the subscriber connection (our duplicate) must offer. */

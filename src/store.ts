@@ -4,7 +4,7 @@ import type { Io } from './io.js';
 import type { EntryKeys } from './keys.js';
 import type { Grant } from './lock/types.js';
 import type { Scripts } from './lock/scripts.js';
-import { graceWindow, type ResolvedCall } from './options.js';
+import { graceWindow, physicalTtl, type ResolvedCall } from './options.js';
 import type { Bus, NoteKind } from './wait.js';
 
 export type Found =
@@ -62,7 +62,7 @@ export class Store {
       'write',
       () => this.writeScript(
         [keys.value, keys.fence, keys.lock],
-        [grant.token, String(grant.fence), bytes, call.ttl + graceMs, this.bus.channel, this.bus.message(kind, key)],
+        [grant.token, String(grant.fence), bytes, physicalTtl(call.ttl, call.staleTtl, call.failSafeTtl), this.bus.channel, this.bus.message(kind, key)],
       ),
       key,
     );

@@ -2,7 +2,7 @@ import { Cluster } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createCache, type Cache, type CacheOptions } from '../../src/index.js';
 import { entryKeys } from '../../src/keys.js';
-import { deferred, nextEvent } from '../support/harness.js';
+import { deferred, heldRebuild, missedCall, nextEvent } from '../support/harness.js';
 import { ACL_USER, AS_ACL_USER, startRedisCluster, type RedisClusterHandle } from '../support/redis-server.js';
 
 let cluster: RedisClusterHandle;
@@ -74,16 +74,11 @@ describe('Redis Cluster (3 masters)', () => {
     const a = cache('cl3');
     const b = cache('cl3', { defaults: { pollInterval: 3_600_000, waitTimeout: 3_600_000 } });
     await Promise.all([a.ready(), b.ready()]);
-    const gate = deferred<string>();
-    const started = deferred<void>();
-    const aCall = a.getOrCompute('w}', () => (started.resolve(), gate.promise), 60_000);
-    await started.promise;
-    const missed = nextEvent(b, 'miss');
-    const bCall = b.getOrCompute('w}', () => 'from-b', 60_000);
-    await missed;
-    gate.resolve('from-a');
-    expect(await aCall).toBe('from-a');
-    expect(await bCall).toBe('from-a');
+    const held = await heldRebuild<string>(a, 'w}');
+    const waiting = await missedCall(b, 'w}', () => 'from-b');
+    held.open('from-a');
+    expect(await held.call).toBe('from-a');
+    expect(await waiting.call).toBe('from-a');
   });
 
   it("delete() drops another instance's L1 copy over the cluster's pub/sub", async () => {
@@ -100,13 +95,10 @@ describe('Redis Cluster (3 masters)', () => {
 
   it('fencing: a set() during an in-flight rebuild wins', async () => {
     const c = cache('cl5');
-    const gate = deferred<string>();
-    const started = deferred<void>();
-    const call = c.getOrCompute('}f', () => (started.resolve(), gate.promise), 60_000);
-    await started.promise;
+    const held = await heldRebuild<string>(c, '}f');
     await c.set('}f', 'newer', 60_000);
-    gate.resolve('older');
-    await call;
+    held.open('older');
+    await held.call;
     expect(await c.get('}f')).toBe('newer');
   });
 

@@ -2,7 +2,7 @@ import { Redis } from 'ioredis';
 import { describe, expect, it } from 'vitest';
 import { createCache, type Cache, type LoaderContext } from '../../src/index.js';
 import { entryKeys } from '../../src/keys.js';
-import { countCommands, deferred, nextEvent, useRedis } from '../support/harness.js';
+import { countCommands, deferred, heldRebuild, missedCall, nextEvent, useRedis } from '../support/harness.js';
 
 const h = useRedis();
 const prefixOf = (cache: Cache) => (cache as unknown as { options: { prefix: string } }).options.prefix;
@@ -95,17 +95,12 @@ describe('loader errors', () => {
     // b can only progress by a notification: its poll and wait timeout are far beyond the test timeout.
     const b = createCache({ redis: h.client(), prefix: prefixOf(a), defaults: { pollInterval: 3_600_000, waitTimeout: 3_600_000 } });
     await Promise.all([a.ready(), b.ready()]);
-    const aGate = deferred<never>();
-    const aStarted = deferred<void>();
-    const aCall = a.getOrCompute('x', () => (aStarted.resolve(), aGate.promise), 60_000);
-    await aStarted.promise;
-    const bWaiting = nextEvent(b, 'miss');
-    const bCall = b.getOrCompute('x', () => 'from-b', 60_000);
-    await bWaiting;
+    const held = await heldRebuild<never>(a, 'x');
+    const waiting = await missedCall(b, 'x', () => 'from-b');
     await new Promise((r) => setTimeout(r, 50)); // b is now parked on its waiter
-    aGate.reject(new Error('a failed'));
-    await expect(aCall).rejects.toThrow('a failed');
-    await expect(bCall).resolves.toBe('from-b');
+    held.fail(new Error('a failed'));
+    await expect(held.call).rejects.toThrow('a failed');
+    await expect(waiting.call).resolves.toBe('from-b');
     await b.close();
   });
 });
@@ -115,17 +110,12 @@ describe('waiting', () => {
     const a = h.cache();
     const b = createCache({ redis: h.client(), prefix: prefixOf(a), defaults: { pollInterval: 3_600_000, waitTimeout: 3_600_000 } });
     await Promise.all([a.ready(), b.ready()]);
-    const gate = deferred<string>();
-    const started = deferred<void>();
-    const aCall = a.getOrCompute('w', () => (started.resolve(), gate.promise), 60_000);
-    await started.promise;
+    const held = await heldRebuild<string>(a, 'w');
     let bRuns = 0;
-    const missed = nextEvent(b, 'miss');
-    const bCall = b.getOrCompute('w', () => (bRuns++, 'from-b'), 60_000);
-    await missed;
-    gate.resolve('from-a');
-    expect(await aCall).toBe('from-a');
-    expect(await bCall).toBe('from-a');
+    const waiting = await missedCall(b, 'w', () => (bRuns++, 'from-b'));
+    held.open('from-a');
+    expect(await held.call).toBe('from-a');
+    expect(await waiting.call).toBe('from-a');
     expect(bRuns).toBe(0);
     await b.close();
   });
@@ -191,27 +181,21 @@ describe('set, delete and fencing', () => {
 
   it('a delete during an in-flight rebuild makes its write rejected: deleted data is not resurrected', async () => {
     const cache = h.cache();
-    const gate = deferred<string>();
-    const started = deferred<void>();
-    const call = cache.getOrCompute('r', () => (started.resolve(), gate.promise), 60_000);
-    await started.promise;
+    const held = await heldRebuild<string>(cache, 'r');
     await cache.delete('r');
     const rejected = nextEvent(cache, 'writeRejected');
-    gate.resolve('old');
-    expect(await call).toBe('old');
+    held.open('old');
+    expect(await held.call).toBe('old');
     await rejected;
     expect(await h.admin.exists(keysOf(cache, 'r').value)).toBe(0);
   });
 
   it('a set() during an in-flight rebuild wins over the rebuild\'s older write', async () => {
     const cache = h.cache();
-    const gate = deferred<string>();
-    const started = deferred<void>();
-    const call = cache.getOrCompute('s2', () => (started.resolve(), gate.promise), 60_000);
-    await started.promise;
+    const held = await heldRebuild<string>(cache, 's2');
     await cache.set('s2', 'newer', 60_000);
-    gate.resolve('older');
-    await call;
+    held.open('older');
+    await held.call;
     expect(await cache.get('s2')).toBe('newer');
   });
 

@@ -5,7 +5,7 @@
 import { Redis as Redis6 } from 'ioredis6';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createCache, type Cache, type CacheOptions } from '../../src/index.js';
-import { deferred, nextEvent } from '../support/harness.js';
+import { heldRebuild, missedCall, nextEvent } from '../support/harness.js';
 import { startRedisServer, type RedisServer } from '../support/redis-server.js';
 
 let server: RedisServer;
@@ -35,15 +35,10 @@ describe('with ioredis 6 clients', () => {
     const b = cache({ defaults: { pollInterval: 3_600_000, waitTimeout: 3_600_000 } });
     await Promise.all([a.ready(), b.ready()]);
     let runs = 0;
-    const gate = deferred<string>();
-    const started = deferred<void>();
-    const first = a.getOrCompute('k', () => (runs++, started.resolve(), gate.promise), 60_000);
-    await started.promise;
-    const missed = nextEvent(b, 'miss');
-    const second = b.getOrCompute('k', () => (runs++, 'b'), 60_000);
-    await missed;
-    gate.resolve('a');
-    expect([await first, await second]).toEqual(['a', 'a']);
+    const held = await heldRebuild<string>(a, 'k', 60_000, () => runs++);
+    const waiting = await missedCall(b, 'k', () => (runs++, 'b'));
+    held.open('a');
+    expect([await held.call, await waiting.call]).toEqual(['a', 'a']);
     expect(runs).toBe(1);
   });
 
@@ -54,13 +49,10 @@ describe('with ioredis 6 clients', () => {
     await a.getOrCompute('s', () => 'old', { ttl: 30, staleTtl: 60_000 });
     await new Promise((r) => setTimeout(r, 60));
     expect(await b.getOrCompute('s', () => 'new', { ttl: 60_000, staleTtl: 60_000 })).toBe('old');
-    const gate = deferred<string>();
-    const started = deferred<void>();
-    const call = a.getOrCompute('f', () => (started.resolve(), gate.promise), 60_000);
-    await started.promise;
+    const held = await heldRebuild<string>(a, 'f');
     await b.set('f', 'newer', 60_000);
-    gate.resolve('older');
-    await call;
+    held.open('older');
+    await held.call;
     expect(await b.get('f')).toBe('newer');
     expect(await a.get('f')).toBe('newer');
     const dropped = nextEvent(a, 'remoteChange');

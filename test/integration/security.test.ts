@@ -6,7 +6,7 @@ import { Redis, type RedisOptions } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createCache, type Cache } from '../../src/index.js';
 import { APP_COMMANDS } from '../support/acl.js';
-import { deferred, nextEvent } from '../support/harness.js';
+import { heldRebuild, missedCall } from '../support/harness.js';
 import { freePort, startRedisServer, waitForPing, type RedisServer } from '../support/redis-server.js';
 
 const clients: Redis[] = [];
@@ -51,15 +51,10 @@ describe('least-privilege ACL user', () => {
     for (const c of [a, b]) c.on('degraded', (e) => degraded.push(e.error));
     await Promise.all([a.ready(), b.ready()]);
     let runs = 0;
-    const gate = deferred<string>();
-    const started = deferred<void>();
-    const first = a.getOrCompute('k', () => (runs++, started.resolve(), gate.promise), 60_000);
-    await started.promise;
-    const missed = nextEvent(b, 'miss');
-    const second = b.getOrCompute('k', () => (runs++, 'b'), 60_000);
-    await missed;
-    gate.resolve('a');
-    expect([await first, await second]).toEqual(['a', 'a']);
+    const held = await heldRebuild<string>(a, 'k', 60_000, () => runs++);
+    const waiting = await missedCall(b, 'k', () => (runs++, 'b'));
+    held.open('a');
+    expect([await held.call, await waiting.call]).toEqual(['a', 'a']);
     expect(runs).toBe(1);
     await a.getOrCompute('s', () => 'old', { ttl: 30, staleTtl: 60_000 });
     await new Promise((r) => setTimeout(r, 60));
@@ -128,15 +123,10 @@ describe('TLS', () => {
     const b = createCache({ redis: client(url(), { tls }), prefix: 'tls', defaults: { pollInterval: 3_600_000, waitTimeout: 3_600_000 } });
     caches.push(a, b);
     await Promise.all([a.ready(), b.ready()]);
-    const gate = deferred<string>();
-    const started = deferred<void>();
-    const first = a.getOrCompute('k', () => (started.resolve(), gate.promise), 60_000);
-    await started.promise;
-    const missed = nextEvent(b, 'miss');
-    const second = b.getOrCompute('k', () => 'b', 60_000);
-    await missed;
-    gate.resolve('over-tls');
-    expect([await first, await second]).toEqual(['over-tls', 'over-tls']);
+    const held = await heldRebuild<string>(a, 'k');
+    const waiting = await missedCall(b, 'k', () => 'b');
+    held.open('over-tls');
+    expect([await held.call, await waiting.call]).toEqual(['over-tls', 'over-tls']);
   });
 
   // Options are built lazily: the CA exists only once beforeAll has run.

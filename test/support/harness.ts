@@ -2,7 +2,7 @@
 import { once } from 'node:events';
 import { Redis, type RedisOptions } from 'ioredis';
 import { afterAll, beforeAll } from 'vitest';
-import { createCache, type Cache, type CacheEvents, type CacheOptions } from '../../src/index.js';
+import { createCache, type Cache, type CacheEvents, type CacheOptions, type CallOptions } from '../../src/index.js';
 import { provideRedis, type ProvidedRedis } from './redis-server.js';
 
 export interface Harness {
@@ -98,4 +98,24 @@ export function deferred<T>() {
   let reject!: (e: unknown) => void;
   const promise = new Promise<T>((res, rej) => ((resolve = res), (reject = rej)));
   return { promise, resolve, reject };
+}
+
+/**
+ * Starts a call whose loader blocks until `open(value)` or `fail(error)`; resolves once that loader
+ * runs, i.e. once `cache` holds the rebuild (its lock and fence). `onLoad` runs when the loader starts.
+ */
+export async function heldRebuild<T>(cache: Cache, key: string, options: number | CallOptions = 60_000, onLoad: () => void = () => undefined) {
+  const gate = deferred<T>();
+  const started = deferred<void>();
+  const call = cache.getOrCompute<T>(key, () => (onLoad(), started.resolve(), gate.promise), options);
+  await started.promise;
+  return { call, open: gate.resolve, fail: gate.reject };
+}
+
+/** Starts a call and resolves once it found no value and went to the lock (it then waits, or rebuilds). */
+export async function missedCall<T>(cache: Cache, key: string, loader: () => T | Promise<T>, options: number | CallOptions = 60_000) {
+  const missed = nextEvent(cache, 'miss');
+  const call = cache.getOrCompute<T>(key, loader, options);
+  await missed;
+  return { call };
 }
