@@ -15,7 +15,8 @@ export type ErrorCode =
   | 'ERR_TOO_MANY_WAITERS'
   | 'ERR_LOADER_TIMEOUT'
   | 'ERR_BACKOFF'
-  | 'ERR_REDIS_NOPERM';
+  | 'ERR_REDIS_NOPERM'
+  | 'ERR_UNSTORABLE_VALUE';
 
 export class StampedeGuardError extends Error {
   readonly code: ErrorCode;
@@ -157,5 +158,14 @@ export class OriginBackoffError extends StampedeGuardError {
       { key },
     );
     this.retryAfterMs = retryAfterMs;
+  }
+}
+
+/** TEMPORARY SHIM (replaced by the fence branch). */
+export class UnstorableValueError extends StampedeGuardError {
+  readonly reason: string;
+  constructor(key: string, reason: string) {
+    super('ERR_UNSTORABLE_VALUE', `The value for "${key}" cannot be stored: ${reason}.`, { key });
+    this.reason = reason;
   }
 }

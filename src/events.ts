@@ -11,7 +11,7 @@ export interface CacheEvents {
    * A stale value was served. `reason`: `window` (inside staleTtl; a refresh runs in the background),
    * or a fail-safe fallback after `loaderError`, `backoff`, `softTimeout` or `waitTimeout`.
    */
-  stale: [{ key: string; reason: 'window' | 'loaderError' | 'backoff' | 'softTimeout' | 'waitTimeout' }];
+  stale: [{ key: string; reason: 'window' | 'loaderError' | 'cancelled' | 'backoff' | 'softTimeout' | 'waitTimeout' }];
   /** No usable value in Redis; this call went on to the lock. */
   miss: [{ key: string }];
   /** A loader ran in this process. `written` is false when the fence rejected it or Redis was unavailable. */
@@ -30,6 +30,12 @@ export interface CacheEvents {
   loaderError: [{ key: string; error: unknown }];
   /** Another cache instance wrote, set or deleted a key (pub/sub); this instance dropped its L1 copy. */
   remoteChange: [{ key: string; kind: 'written' | 'set' | 'deleted' }];
+  /**
+   * A loader's value could never be read back from Redis (a function, a symbol, a cycle, a type the
+   * decoder refuses, larger than `maxValueBytes`): its callers got it, nothing was written, and waiters in
+   * other processes were told so (they reject with UnstorableValueError instead of rebuilding in turn).
+   */
+  unstorable: [{ key: string; reason: string; error: unknown }];
   /** A background (stale) refresh failed; the stale value stays until it expires. */
   refreshError: [{ key: string; error: unknown }];
 }

@@ -10,6 +10,9 @@ export interface LocalTier {
   set(key: string, value: unknown, freshMs: number): void;
   delete(key: string): void;
   clear(): void;
+  begin(key: string): number;
+  fill(ticket: number, key: string, value: unknown, freshMs: number): void;
+  invalidate(key: string): void;
 }
 
 interface Slot {
@@ -47,6 +50,18 @@ export class LruTier implements LocalTier {
   clear(): void {
     this.lru.clear();
   }
+
+  begin(_key: string): number {
+    return 0;
+  }
+
+  fill(_ticket: number, key: string, value: unknown, freshMs: number): void {
+    this.set(key, value, freshMs);
+  }
+
+  invalidate(key: string): void {
+    this.delete(key);
+  }
 }
 
 /** L1 switched off: costs a no-op call. */
@@ -55,4 +70,7 @@ export const NO_LOCAL_TIER: LocalTier = {
   set: () => undefined,
   delete: () => undefined,
   clear: () => undefined,
+  begin: () => 0,
+  fill: () => undefined,
+  invalidate: () => undefined,
 };

@@ -7,8 +7,8 @@ import type { RedisClient, SubscriberClient } from './redis-types.js';
  *   w written by a rebuild · s set() · d delete() · e loader failed · r released without a value.
  * Every kind wakes waiters on the key; w/s/d also drop other processes' L1 copy.
  */
-export type NoteKind = 'w' | 's' | 'd' | 'e' | 'r';
-const KINDS = new Set<string>(['w', 's', 'd', 'e', 'r']);
+export type NoteKind = 'w' | 's' | 'd' | 'e' | 'r' | 'u';
+const KINDS = new Set<string>(['w', 's', 'd', 'e', 'r', 'u']);
 
 export interface Note {
   readonly kind: NoteKind;

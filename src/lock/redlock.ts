@@ -4,7 +4,8 @@ import type { EntryKeys } from '../keys.js';
 import type { ResolvedCall, ResolvedRedlock } from '../options.js';
 import { defineScripts, type Scripts } from './scripts.js';
 import { newToken, releaseInStore, type LockDeps } from './single.js';
-import type { Grant, Locker, ReleaseNote } from './types.js';
+import { NOTE_OF, type Grant, type Locker } from './types.js';
+import type { ReleaseOutcome } from './grant.js';
 import { Watchdog, type Extension } from './watchdog.js';
 
 // ------------------------------------------------------------------ pure rules (table-tested)
@@ -234,7 +235,8 @@ class RedlockGrant implements Grant {
     this.watchdog.stop();
   }
 
-  async release(note: ReleaseNote): Promise<void> {
+  async release(outcome: ReleaseOutcome): Promise<void> {
+    const note = NOTE_OF[outcome];
     if (this.done) return;
     this.done = true;
     this.watchdog.stop();

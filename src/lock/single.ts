@@ -5,7 +5,8 @@ import type { EntryKeys } from '../keys.js';
 import type { Clock, LockMode, ResolvedCall } from '../options.js';
 import type { Bus } from '../wait.js';
 import type { Scripts } from './scripts.js';
-import type { Grant, Locker, ReleaseNote } from './types.js';
+import { NOTE_OF, type Grant, type Locker, type ReleaseNote } from './types.js';
+import type { ReleaseOutcome } from './grant.js';
 import { Watchdog, type Extension } from './watchdog.js';
 
 export function newToken(): string {
@@ -79,7 +80,8 @@ class StoreGrant implements Grant {
     this.watchdog.stop();
   }
 
-  async release(note: ReleaseNote): Promise<void> {
+  async release(outcome: ReleaseOutcome): Promise<void> {
+    const note = NOTE_OF[outcome];
     if (this.released) return;
     this.markReleased();
     if (!this.exclusive && note === '') return;

@@ -1,8 +1,10 @@
 import type { EntryKeys } from '../keys.js';
 import type { LockMode, ResolvedCall } from '../options.js';
+import type { ReleaseOutcome } from './grant.js';
 
 /** What a rebuild announces when it ends without writing: `e` loader failed, `r` released (no value). */
-export type ReleaseNote = 'e' | 'r' | '';
+export type ReleaseNote = 'e' | 'r' | 'u' | '';
+export const NOTE_OF: Record<ReleaseOutcome, ReleaseNote> = { written: '', empty: 'r', failed: 'e', cancelled: 'r', unstorable: 'u' };
 
 /**
  * One rebuild's right to write a key. Ownership is explicit: whoever acquires a grant releases it
@@ -22,7 +24,7 @@ export interface Grant {
   readonly signal: AbortSignal;
   /** Marks the lock as already freed (the fenced write script releases it atomically). */
   markReleased(): void;
-  release(note: ReleaseNote): Promise<void>;
+  release(outcome: ReleaseOutcome): Promise<unknown>;
 }
 
 /** A lock strategy. `acquire` resolves `null` when someone else holds the lock. */

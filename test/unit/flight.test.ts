@@ -77,3 +77,25 @@ describe('NoFlight', () => {
     expect(runs).toBe(5);
   });
 });
+
+describe('aborted callers (issue 8 item 1)', () => {
+  it('an already-aborted caller starts no work and leaves no flight behind', async () => {
+    for (const c of [new SingleFlight(), new NoFlight()]) {
+      let runs = 0;
+      await expect(c.run('k', AbortSignal.abort(), async () => ++runs)).rejects.toBeInstanceOf(AbortedError);
+      expect(runs).toBe(0);
+    }
+  });
+
+  it('a flight abandoned by all its callers is not joinable: the next caller starts new work', async () => {
+    const flight = new SingleFlight();
+    const gate = deferred<string>();
+    const ac = new AbortController();
+    const first = flight.run('k', ac.signal, () => gate.promise);
+    ac.abort();
+    await expect(first).rejects.toBeInstanceOf(AbortedError);
+    expect(flight.size).toBe(0);
+    await expect(flight.run('k', undefined, async () => 'new work')).resolves.toBe('new work');
+    gate.reject(new Error('the abandoned work fails later: observed, never unhandled'));
+  });
+});

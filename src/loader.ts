@@ -1,0 +1,98 @@
+import { LoaderTimeoutError } from './errors.js';
+import type { Clock } from './options.js';
+
+/** What a loader receives. */
+export interface LoaderContext<T = unknown> {
+  readonly key: string;
+  /**
+   * Aborts when every caller sharing this rebuild aborted, the cache closed, the lock was lost (reason:
+   * LockLostError) or `hardTimeout` passed (reason: LoaderTimeoutError). A loader that stops on it is
+   * cancelled, not failed: no `loaderError`, no `failBackoff` (except after `hardTimeout`: a slow origin is a failure).
+   */
+  readonly signal: AbortSignal;
+  /** The grant's fencing token, strictly increasing per key; `undefined` when Redis was unavailable (degraded). */
+  readonly fencingToken: number | undefined;
+  /** The stale value being refreshed, when this is a background refresh. */
+  readonly staleValue: T | undefined;
+}
+
+export type Loader<T> = (ctx: LoaderContext<T>) => T | Promise<T>;
+
+/**
+ * How a loader run ended. `cancelled` means its signal aborted for a reason other than `hardTimeout`
+ * (callers left, the cache closed, the lock was lost) and the loader then threw: that says nothing
+ * about the origin, so it must not count as a failure anywhere (events, fleet-wide backoff).
+ */
+export type LoadResult =
+  | { readonly kind: 'value'; readonly value: unknown; readonly loadMs: number }
+  | { readonly kind: 'failed'; readonly error: unknown }
+  | { readonly kind: 'cancelled'; readonly error: unknown };
+
+export interface LoadRequest {
+  readonly key: string;
+  readonly fencingToken: number | undefined;
+  readonly staleValue: unknown;
+  /** Every signal that should stop this loader; combined without AbortSignal.any (see `linkSignals`). */
+  readonly signals: readonly AbortSignal[];
+  /** 0 = none. */
+  readonly hardTimeout: number;
+  readonly clock: Clock;
+}
+
+/** Runs a loader once; never throws (the outcome is the result). */
+export async function runLoader(loader: Loader<unknown>, req: LoadRequest): Promise<LoadResult> {
+  const timeout = req.hardTimeout > 0 ? new AbortController() : undefined;
+  const linked = linkSignals(timeout ? [...req.signals, timeout.signal] : req.signals);
+  let timer: NodeJS.Timeout | undefined;
+  const started = req.clock.now();
+  try {
+    const running = Promise.resolve().then(() =>
+      loader({ key: req.key, signal: linked.signal, fencingToken: req.fencingToken, staleValue: req.staleValue }),
+    );
+    let value: unknown;
+    if (timeout) {
+      running.catch(() => undefined); // after a hard timeout nobody awaits it
+      const expired = new Promise<never>((_, reject) => {
+        timer = setTimeout(() => {
+          const err = new LoaderTimeoutError(req.key, req.hardTimeout);
+          timeout.abort(err);
+          reject(err);
+        }, req.hardTimeout);
+      });
+      value = await Promise.race([running, expired]);
+    } else {
+      value = await running;
+    }
+    return { kind: 'value', value, loadMs: req.clock.now() - started };
+  } catch (error) {
+    const cancelled = linked.signal.aborted && !(linked.signal.reason instanceof LoaderTimeoutError);
+    return { kind: cancelled ? 'cancelled' : 'failed', error };
+  } finally {
+    clearTimeout(timer);
+    linked.dispose();
+  }
+}
+
+/**
+ * One signal that aborts when any input aborts (with that input's reason). Unlike `AbortSignal.any`,
+ * `dispose()` detaches it from its inputs: on Node 20 `AbortSignal.any` over a long-lived signal (the
+ * cache's lifetime) keeps every combined signal reachable from it forever (nodejs/node#55351), one per
+ * loader run. Invariant: after dispose() no input references the combined signal.
+ */
+export function linkSignals(inputs: readonly AbortSignal[]): { readonly signal: AbortSignal; dispose(): void } {
+  const controller = new AbortController();
+  const already = inputs.find((s) => s.aborted);
+  if (already) {
+    controller.abort(already.reason);
+    return { signal: controller.signal, dispose: () => undefined };
+  }
+  const onAbort = function (this: AbortSignal): void {
+    controller.abort(this.reason);
+    dispose();
+  };
+  const dispose = (): void => {
+    for (const s of inputs) s.removeEventListener('abort', onAbort);
+  };
+  for (const s of inputs) s.addEventListener('abort', onAbort, { once: true });
+  return { signal: controller.signal, dispose };
+}

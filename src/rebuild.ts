@@ -1,0 +1,321 @@
+import { freshRemaining } from './entry.js';
+import { CacheClosedError, OriginBackoffError, RedisUnavailableError, UnstorableValueError, WaitTimeoutError } from './errors.js';
+import type { CacheEvents } from './events.js';
+import type { EntryKeys } from './keys.js';
+import type { GrantRegistry, ReleaseOutcome } from './lock/grant.js';
+import type { Grant, Locker } from './lock/types.js';
+import { runLoader, type Loader } from './loader.js';
+import type { LocalTier } from './local-tier.js';
+import { loaderTimeout, pollDelay, type Clock, type LockMode, type ResolvedCall } from './options.js';
+import type { Found, Store } from './store.js';
+import type { Waiters } from './wait.js';
+
+/** Emits a cache event; a throwing listener is reported, never propagated into the protocol. */
+export type Emit = <E extends keyof CacheEvents>(name: E, ...payload: CacheEvents[E]) => void;
+
+/** What one cache lends every call's protocol. */
+export interface RebuildDeps {
+  readonly store: Store;
+  readonly lockers: Readonly<Record<LockMode, Locker>>;
+  /** Fence-only grants (no lock): computing after `waitTimeout`. */
+  readonly fenceOnly: Locker;
+  readonly local: LocalTier;
+  readonly waiters: Waiters;
+  readonly grants: GrantRegistry;
+  readonly background: Background;
+  /** Aborts on close(): no loader starts and nothing is written after it. */
+  readonly lifetime: AbortSignal;
+  readonly clock: Clock;
+  readonly emit: Emit;
+}
+
+/** An expired value kept for fail-safe. */
+type Fallback = { readonly value: unknown };
+type StaleReason = CacheEvents['stale'][0]['reason'];
+const SOFT_TIMEOUT = Symbol('soft timeout');
+
+/**
+ * Reads the entry; a fresh value is served (a `hit`) and fills L1 — only if no invalidation of the key
+ * reached this process while the read was in flight (the ticket is taken before the read is sent).
+ * Throws RedisUnavailableError.
+ */
+export async function readEntry(d: RebuildDeps, key: string, keys: EntryKeys): Promise<Found> {
+  const ticket = d.local.begin(key);
+  const found = await d.store.read(key, keys);
+  if (found.state === 'fresh') {
+    d.local.fill(ticket, key, found.value, freshRemaining(found.pttl, found.graceMs));
+    d.emit('hit', { key, tier: 'redis' });
+  }
+  return found;
+}
+
+/**
+ * One call's trip through the protocol, after L1 and the in-process flight:
+ * store → fresh/stale → lock → re-read → loader → fenced write → release → notify; losers wait to be
+ * woken (or poll) until `waitTimeout`. Ownership: every grant this trip acquires is released by the
+ * one `finally` in `rebuild`, which starts right after the acquisition returns.
+ */
+export class Rebuild {
+  /** An expired value at hand, served if the loader fails, backs off or is slow (fail-safe). */
+  private fallback: Fallback | undefined;
+
+  constructor(
+    private readonly d: RebuildDeps,
+    readonly key: string,
+    readonly keys: EntryKeys,
+    private readonly loader: Loader<unknown>,
+    readonly call: ResolvedCall,
+    /** Aborts when every caller sharing this trip left (or, for a background refresh, on close()). */
+    private readonly signal: AbortSignal,
+  ) {}
+
+  async run(): Promise<unknown> {
+    let found: Found;
+    try {
+      found = await readEntry(this.d, this.key, this.keys);
+    } catch (error) {
+      return this.degraded('read', error);
+    }
+    if (found.state === 'fresh') return found.value;
+    if (found.state === 'stale') {
+      this.refreshInBackground(found.value);
+      return this.serveStale(found.value, 'window');
+    }
+    this.d.emit('miss', { key: this.key });
+    if (found.state === 'kept') this.fallback = found;
+    return this.lockOrWait();
+  }
+
+  /** Take the lock and rebuild, or wait to be woken by the winner; retry the lock after each wake. */
+  private async lockOrWait(): Promise<unknown> {
+    const { clock, waiters } = this.d;
+    const waiter = waiters.register(this.key); // before the first attempt: no notification can slip by
+    const started = clock.now();
+    const deadline = started + this.call.waitTimeout;
+    try {
+      for (let attempt = 0; ; attempt++) {
+        this.assertRunning();
+        let grant: Grant | null;
+        try {
+          grant = await this.d.lockers[this.call.lock].acquire(this.key, this.keys, this.call);
+        } catch (error) {
+          return await this.acquireFailed(error);
+        }
+        if (grant) {
+          const answer = this.loadWithin(grant); // owns the grant from here on
+          if (attempt > 0) this.d.emit('waited', { key: this.key, ms: clock.now() - started, outcome: 'took-over' });
+          return await answer;
+        }
+        const remaining = deadline - clock.now();
+        if (remaining <= 0) {
+          this.d.emit('waited', { key: this.key, ms: clock.now() - started, outcome: 'timeout' });
+          if (this.fallback) return this.serveStale(this.fallback.value, 'waitTimeout');
+          return await this.afterWaitTimeout();
+        }
+        const woken = await waiter.next(pollDelay(this.call.pollInterval, remaining, Math.random()), this.signal);
+        this.assertRunning();
+        // The winner's value can never reach this process through Redis: rebuilding in turn would fail the same way.
+        if ((woken as string) === 'u') throw new UnstorableValueError(this.key, 'reported by the process that ran the loader');
+        let found: Found;
+        try {
+          found = await readEntry(this.d, this.key, this.keys);
+        } catch (error) {
+          return await this.degraded('read', error);
+        }
+        if (found.state === 'fresh' || found.state === 'stale') {
+          this.d.emit('waited', { key: this.key, ms: clock.now() - started, outcome: found.state === 'fresh' ? 'value' : 'stale' });
+          return found.state === 'fresh' ? found.value : this.serveStale(found.value, 'window');
+        }
+        if (found.state === 'kept') this.fallback = found;
+      }
+    } finally {
+      waiter.dispose();
+    }
+  }
+
+  /** Runs the rebuild; with a fail-safe value and a soft timeout, answers with that value once it passes (the rebuild goes on). */
+  private async loadWithin(grant: Grant): Promise<unknown> {
+    const rebuilding = this.rebuild(grant, undefined);
+    const fallback = this.fallback;
+    const wait = loaderTimeout(fallback !== undefined, this.call.softTimeout, this.call.hardTimeout);
+    if (!fallback || wait.kind !== 'soft') return rebuilding;
+    this.d.background.track(this.key, rebuilding, this.d.emit);
+    let timer: NodeJS.Timeout | undefined;
+    try {
+      const soft = new Promise<typeof SOFT_TIMEOUT>((resolve) => (timer = setTimeout(() => resolve(SOFT_TIMEOUT), wait.ms)));
+      const first = await Promise.race([rebuilding, soft]);
+      return first === SOFT_TIMEOUT ? this.serveStale(fallback.value, 'softTimeout') : first;
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  /**
+   * We hold `grant`: re-read (someone may have just written), run the loader, write fenced, and release
+   * in this one `finally` with the outcome — whatever throws in between.
+   */
+  async rebuild(grant: Grant, staleValue: unknown): Promise<unknown> {
+    let outcome: ReleaseOutcome = 'empty';
+    try {
+      if (!this.d.grants.hold(grant) || this.d.lifetime.aborted) {
+        outcome = 'cancelled';
+        throw new CacheClosedError(this.key);
+      }
+      if (grant.exclusive) {
+        const again = await readEntry(this.d, this.key, this.keys).catch(() => undefined);
+        if (again?.state === 'fresh') return again.value;
+      }
+      const result = await runLoader(this.loader, {
+        key: this.key,
+        fencingToken: grant.fence,
+        staleValue,
+        signals: [this.signal, grant.signal, this.d.lifetime],
+        hardTimeout: this.call.hardTimeout,
+        clock: this.d.clock,
+      });
+      if (result.kind === 'cancelled') {
+        outcome = 'cancelled';
+        return this.failSafe(result.error, 'cancelled');
+      }
+      if (result.kind === 'failed') {
+        outcome = 'failed';
+        this.d.emit('loaderError', { key: this.key, error: result.error });
+        return this.failSafe(result.error, 'loaderError');
+      }
+      // `undefined` means "do not cache": callers get it, nothing is written, waiters are told to retry.
+      if (result.value === undefined) return undefined;
+      outcome = await this.write(grant, result.value, result.loadMs);
+      return result.value;
+    } finally {
+      this.d.grants.drop(grant);
+      await grant.release(outcome);
+    }
+  }
+
+  /** The fenced write; never throws. Returns how the grant ends. */
+  private async write(grant: Grant, value: unknown, loadMs: number): Promise<ReleaseOutcome> {
+    if (this.d.lifetime.aborted) return 'cancelled'; // closed while loading: write nothing
+    const { key } = this;
+    const ticket = this.d.local.begin(key);
+    let outcome: ReleaseOutcome;
+    let written = false;
+    try {
+      written = await this.d.store.write(key, this.keys, grant, value, this.call, loadMs, 'w');
+      if (written) this.d.local.fill(ticket, key, value, this.call.ttl);
+      else this.d.emit('writeRejected', { key, fence: grant.fence });
+      outcome = 'written'; // the write script released the lock and announced the outcome
+    } catch (error) {
+      if (error instanceof UnstorableValueError) {
+        this.d.emit('unstorable', { key, reason: error.reason, error });
+        outcome = 'unstorable';
+      } else {
+        this.d.emit('degraded', { key, operation: 'write', error });
+        outcome = 'empty';
+      }
+    }
+    this.d.emit('computed', { key, lock: grant.mode, fence: grant.fence, loadMs, written });
+    return outcome;
+  }
+
+  /** After `waitTimeout`: throw, or compute under a fence-only grant (its write still cannot clobber a newer value). */
+  private async afterWaitTimeout(): Promise<unknown> {
+    if (this.call.onWaitTimeout === 'throw') throw new WaitTimeoutError(this.key, this.call.waitTimeout);
+    let grant: Grant | null;
+    try {
+      grant = await this.d.fenceOnly.acquire(this.key, this.keys, this.call);
+    } catch (error) {
+      return this.acquireFailed(error);
+    }
+    if (!grant) throw new Error('unreachable: a fence-only grant is never refused');
+    return this.rebuild(grant, undefined);
+  }
+
+  /** An acquire failed: backoff serves the fail-safe value or rethrows; an unreachable store degrades; anything else reaches the caller. */
+  private acquireFailed(error: unknown): unknown {
+    if (error instanceof OriginBackoffError) return this.failSafe(error, 'backoff');
+    if (error instanceof RedisUnavailableError) return this.degraded('acquire', error);
+    throw error;
+  }
+
+  /** Redis failed: run the loader here (still one per key per process through the flight); no store write. */
+  private async degraded(operation: string, error: unknown): Promise<unknown> {
+    const { key } = this;
+    this.d.emit('degraded', { key, operation, error });
+    this.assertRunning();
+    const ticket = this.d.local.begin(key);
+    const result = await runLoader(this.loader, {
+      key,
+      fencingToken: undefined,
+      staleValue: undefined,
+      signals: [this.signal, this.d.lifetime],
+      hardTimeout: this.call.hardTimeout,
+      clock: this.d.clock,
+    });
+    if (result.kind !== 'value') {
+      if (result.kind === 'failed') this.d.emit('loaderError', { key, error: result.error });
+      throw result.error;
+    }
+    if (result.value !== undefined) this.d.local.fill(ticket, key, result.value, this.call.ttl);
+    this.d.emit('computed', { key, lock: 'degraded', fence: undefined, loadMs: result.loadMs, written: false });
+    return result.value;
+  }
+
+  /** Stale served: refresh once per key per process, only if this process wins the lock. */
+  private refreshInBackground(staleValue: unknown): void {
+    const { d, key } = this;
+    if (d.background.has(key) || d.lifetime.aborted) return;
+    const refresh = new Rebuild(d, key, this.keys, this.loader, this.call, d.lifetime);
+    const work = (async () => {
+      const grant = await d.lockers[this.call.lock].acquire(key, this.keys, this.call);
+      if (grant) await refresh.rebuild(grant, staleValue);
+    })();
+    d.background.track(key, work, d.emit);
+  }
+
+  /** Serves the fail-safe value when one is kept, else throws `error` (a loader's own error reaches its callers unchanged). */
+  private failSafe(error: unknown, reason: StaleReason): unknown {
+    if (!this.fallback) throw error;
+    return this.serveStale(this.fallback.value, reason);
+  }
+
+  /** Serves an expired value, flagged with a `stale` event naming why. */
+  private serveStale(value: unknown, reason: StaleReason): unknown {
+    this.d.emit('stale', { key: this.key, reason });
+    return value;
+  }
+
+  private assertRunning(): void {
+    if (this.d.lifetime.aborted) throw new CacheClosedError(this.key);
+    if (this.signal.aborted) throw this.signal.reason instanceof Error ? this.signal.reason : new CacheClosedError(this.key);
+  }
+}
+
+/**
+ * Background work on keys (a stale refresh, a rebuild that outlived its soft timeout): at most one per
+ * key per process, never an unhandled rejection. Invariant: a key is present only while its work runs.
+ */
+export class Background {
+  private readonly byKey = new Map<string, Promise<void>>();
+
+  has(key: string): boolean {
+    return this.byKey.has(key);
+  }
+
+  track(key: string, work: Promise<unknown>, emit: Emit): void {
+    const tracked: Promise<void> = work
+      .then(
+        () => undefined,
+        (error: unknown) => {
+          if (!(error instanceof OriginBackoffError) && !(error instanceof CacheClosedError)) emit('refreshError', { key, error });
+        },
+      )
+      .finally(() => {
+        if (this.byKey.get(key) === tracked) this.byKey.delete(key);
+      });
+    this.byKey.set(key, tracked);
+  }
+
+  clear(): void {
+    this.byKey.clear();
+  }
+}
