@@ -4,7 +4,7 @@
  * Retained heap (after full GC) and RSS over N loader runs (distinct keys, instant loader, short ttl),
  * with L1 off and with a small L1, each variant in a fresh --expose-gc process against a redis-server
  * started here; medians of R runs per checkpoint. Prints a markdown table with the command.
- * N defaults to 1,000,000 (200,000 with --quick).
+ * N defaults to 1,000,000 (100,000 with --quick, as in npm run bench -- --quick).
  */
 import { parseArgs } from 'node:util';
 import { provideRedis } from '../test/support/redis-server.js';
@@ -19,10 +19,11 @@ const { values: args } = parseArgs({
   },
 });
 const quick = args.quick ?? false;
-const total = Number(args['loader-runs'] ?? (quick ? 200_000 : 1_000_000));
+const total = Number(args['loader-runs'] ?? (quick ? 100_000 : 1_000_000));
 const runs = Number(args.runs ?? 1);
 const inFlight = Number(args['in-flight'] ?? DEFAULT_IN_FLIGHT);
-const command = `npm run bench:heap -- ${process.argv.slice(2).join(' ')}`.trim();
+const extra = process.argv.slice(2).join(' ');
+const command = extra ? `npm run bench:heap -- ${extra}` : 'npm run bench:heap';
 
 const store = await provideRedis();
 try {
