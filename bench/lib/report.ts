@@ -177,7 +177,9 @@ export function heapChart(r: Report): string {
   const x = (runs: number) => left + (runs / maxRuns) * (right - left);
   const y = (mib: number) => bottom - (mib / maxMiB) * (bottom - top);
   const parts: string[] = [`<text x="${left}" y="22" font-size="15" font-weight="bold">Heap used after GC (MiB) by loader runs — flat is no leak</text>`];
-  const step = 10 ** Math.floor(Math.log10(maxMiB));
+  // Gridlines every power of ten, halved when that would leave fewer than three.
+  const decade = 10 ** Math.floor(Math.log10(maxMiB));
+  const step = maxMiB / decade < 3 ? decade / 2 : decade;
   for (let v = 0; v <= maxMiB; v += step) {
     parts.push(`<line x1="${left}" x2="${right}" y1="${y(v)}" y2="${y(v)}" stroke="#ddd"/><text x="${left - 6}" y="${y(v) + 4}" font-size="11" text-anchor="end">${v}</text>`);
   }
