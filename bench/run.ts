@@ -1,10 +1,11 @@
 /**
  * `npm run bench [-- --quick] [--processes P] [--callers C] [--runs R] [--duration-ms D] [--loader-ms L]
- *   [--ttl-ms T] [--only scenario,…] [--contenders a,b,…] [--no-http] [--no-micro]`
+ *   [--ttl-ms T] [--only scenario,…] [--contenders a,b,…] [--no-http] [--no-micro] [--no-heap] [--heap-runs N]`
  *
  * Multi-process stampede scenarios (every contender in the same run, same processes, same loader),
- * an HTTP scenario driven by autocannon, fresh-hit overhead and lock cost. Every figure is the median
- * of R runs. Writes bench/results/<stamp>.json, bench/results/latest.md and SVG charts.
+ * an HTTP scenario driven by autocannon, fresh-hit overhead, lock cost, and retained heap over many
+ * loader runs (1,000,000; 100,000 with --quick; see bench/lib/heap.ts). Every figure is the median
+ * of R runs, except the heap's: one run of N loader runs per variant unless --heap-runs says more. Writes bench/results/<stamp>.json, bench/results/latest.md and SVG charts.
  */
 import { fork, spawnSync, type ChildProcess } from 'node:child_process';
 import os from 'node:os';
@@ -14,6 +15,7 @@ import { Redis } from 'ioredis';
 import { hasRedisBinary, provideRedis, startRedisServer, type RedisServer } from '../test/support/redis-server.js';
 import { ALL_CONTENDERS, servesStale, type ContenderName } from './lib/contenders.js';
 import { httpRun, type HttpFigure } from './lib/http.js';
+import { DEFAULT_IN_FLIGHT, heapGrowth, heapNote, type HeapFigure } from './lib/heap.js';
 import { lockCost, overhead, type LatencyFigure } from './lib/micro.js';
 import { writeReport, type ScenarioRow } from './lib/report.js';
 import { idealRebuilds, maxConcurrentPerKey, median, percentile, scenarios, type ScenarioSpec } from './lib/scenarios.js';
@@ -32,6 +34,8 @@ const { values: args } = parseArgs({
     contenders: { type: 'string' },
     'no-http': { type: 'boolean', default: false },
     'no-micro': { type: 'boolean', default: false },
+    'no-heap': { type: 'boolean', default: false },
+    'heap-runs': { type: 'string' },
   },
 });
 const quick = args.quick ?? false;
@@ -205,6 +209,16 @@ if (!args['no-micro']) {
   }
 }
 
+// A million loader runs take about two minutes per variant here (measured: ~9,000 runs/s with 32 in
+// flight on 2 shared cores); --quick keeps a tenth, enough to show a per-run leak as a slope.
+let heap: HeapFigure[] = [];
+const heapTotal = quick ? 100_000 : 1_000_000;
+const heapRuns = num(args['heap-runs'], 1);
+if (!args['no-heap']) {
+  await Promise.all(flushers.map((f) => f.flushall()));
+  heap = await heapGrowth(store.url, { total: heapTotal, runs: heapRuns, log: (l) => console.log(l) });
+}
+
 // ------------------------------------------------------------------ output
 
 const env = {
@@ -220,8 +234,9 @@ const env = {
   callers: C,
   runs: RUNS,
   sizes,
+  ...(heap.length > 0 ? { heapNote: heapNote(heapTotal, heapRuns, DEFAULT_IN_FLIGHT) } : {}),
 };
-const files = writeReport({ env, rows, http, overhead: overheadFigures, lockCost: lockFigures, latencySamples }, quick ? 'bench/results/quick' : 'bench/results');
+const files = writeReport({ env, rows, http, overhead: overheadFigures, lockCost: lockFigures, heap, latencySamples }, quick ? 'bench/results/quick' : 'bench/results');
 console.log(`\nwrote ${files.join(', ')}`);
 for (const f of flushers) f.disconnect();
 await Promise.all(nodes.map((n) => n.stop()));

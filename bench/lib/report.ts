@@ -1,5 +1,6 @@
 /** Writes the benchmark's JSON, a markdown table and two SVG charts (drawn here, no chart library). */
 import { mkdirSync, writeFileSync } from 'node:fs';
+import { heapMarkdown, type HeapFigure, type HeapSample } from './heap.js';
 import type { HttpFigure } from './http.js';
 import type { LatencyFigure } from './micro.js';
 import { percentile } from './scenarios.js';
@@ -29,6 +30,8 @@ export interface Report {
   http: HttpFigure[];
   overhead: LatencyFigure[];
   lockCost: LatencyFigure[];
+  /** Absent in results files written before the heap measurement existed. */
+  heap?: HeapFigure[];
   latencySamples: Record<string, Record<string, number[]>>;
 }
 
@@ -74,6 +77,7 @@ export function markdown(r: Report): string {
     out.push('', `Fresh hit ÷ bare GET+decode (p50): ${f2(hit.p50us / bare.p50us)}; L1 hit ÷ bare lru-cache get (p50): ${f2(l1.p50us / lru.p50us)}.`);
   }
   micro('Lock cost', r.lockCost);
+  out.push(...heapMarkdown(r.heap ?? [], String(r.env.heapNote)));
   return `${out.join('\n')}\n`;
 }
 
@@ -120,16 +124,20 @@ export function ratioChart(r: Report): string {
   return svg(W, H, parts);
 }
 
+/** The frame of the line charts: plot area left of a 200-px legend column. */
+const LINE_FRAME = { W: 980, H: 420, left: 60, right: 780, top: 40, bottom: 360 } as const;
+
+/** A legend entry in the column right of a line chart's plot area. */
+function legendEntry(i: number, color: string | undefined, label: string): string {
+  const { right, top } = LINE_FRAME;
+  return `<rect x="${right + 20}" y="${top + i * 20}" width="12" height="12" fill="${color}"/><text x="${right + 38}" y="${top + i * 20 + 11}" font-size="12">${label}</text>`;
+}
+
 /** Latency percentile curves per contender for one scenario (log-scaled ms). */
 export function latencyChart(r: Report, scenario: string): string {
   const samples = r.latencySamples[scenario] ?? {};
   const ps = [10, 25, 50, 75, 90, 95, 99, 99.9, 100];
-  const W = 980;
-  const H = 420;
-  const left = 60;
-  const right = W - 200;
-  const top = 40;
-  const bottom = 360;
+  const { W, H, left, right, top, bottom } = LINE_FRAME;
   // Loops, not spreads: a run holds hundreds of thousands of samples (a spread overflows the stack).
   let maxMs = 1;
   let minMs = 1;
@@ -153,7 +161,34 @@ export function latencyChart(r: Report, scenario: string): string {
     const sorted = [...lat].sort((a, b) => a - b);
     const pts = ps.map((p, i) => `${lx(i).toFixed(1)},${ly(percentile(sorted, p)).toFixed(1)}`).join(' ');
     parts.push(`<polyline points="${pts}" fill="none" stroke="${COLORS[ci % COLORS.length]}" stroke-width="2"/>`);
-    parts.push(`<rect x="${right + 20}" y="${top + ci * 20}" width="12" height="12" fill="${COLORS[ci % COLORS.length]}"/><text x="${right + 38}" y="${top + ci * 20 + 11}" font-size="12">${c}</text>`);
+    parts.push(legendEntry(ci, COLORS[ci % COLORS.length], c));
+  });
+  return svg(W, H, parts);
+}
+
+/** Retained heap (MiB, after GC) against loader runs, one line per variant, from 0 MiB. */
+export function heapChart(r: Report): string {
+  const figures = r.heap ?? [];
+  const { W, H, left, right, top, bottom } = LINE_FRAME;
+  const MiB = 1024 * 1024;
+  const all: HeapSample[] = figures.flatMap((f) => f.samples);
+  const maxRuns = Math.max(1, ...all.map((s) => s.runs));
+  const maxMiB = Math.max(1, ...all.map((s) => s.heapUsed / MiB)) * 1.1;
+  const x = (runs: number) => left + (runs / maxRuns) * (right - left);
+  const y = (mib: number) => bottom - (mib / maxMiB) * (bottom - top);
+  const parts: string[] = [`<text x="${left}" y="22" font-size="15" font-weight="bold">Heap used after GC (MiB) by loader runs — flat is no leak</text>`];
+  // Gridlines every power of ten, halved when that would leave fewer than three.
+  const decade = 10 ** Math.floor(Math.log10(maxMiB));
+  const step = maxMiB / decade < 3 ? decade / 2 : decade;
+  for (let v = 0; v <= maxMiB; v += step) {
+    parts.push(`<line x1="${left}" x2="${right}" y1="${y(v)}" y2="${y(v)}" stroke="#ddd"/><text x="${left - 6}" y="${y(v) + 4}" font-size="11" text-anchor="end">${v}</text>`);
+  }
+  for (const s of figures[0]?.samples ?? []) parts.push(`<text x="${x(s.runs)}" y="${bottom + 16}" font-size="11" text-anchor="middle">${s.runs.toLocaleString('en-US')}</text>`);
+  figures.forEach((f, i) => {
+    const color = COLORS[(i + 1) % COLORS.length];
+    const pts = f.samples.map((s) => `${x(s.runs).toFixed(1)},${y(s.heapUsed / MiB).toFixed(1)}`).join(' ');
+    parts.push(`<polyline points="${pts}" fill="none" stroke="${color}" stroke-width="2"/>`);
+    parts.push(legendEntry(i, color, f.variant));
   });
   return svg(W, H, parts);
 }
@@ -172,6 +207,10 @@ export function writeReport(r: Report, dir = 'bench/results'): string[] {
   writeFileSync(`${dir}/latest.md`, markdown(r));
   writeFileSync(`${dir}/rebuilds.svg`, ratioChart(r));
   const files = [json, `${dir}/latest.md`, `${dir}/rebuilds.svg`];
+  if (r.heap && r.heap.length > 0) {
+    writeFileSync(`${dir}/heap.svg`, heapChart(r));
+    files.push(`${dir}/heap.svg`);
+  }
   for (const s of ['cold-stampede', 'hot-20-keys', 'stale-window', 'fresh-hits']) {
     if (!r.latencySamples[s]) continue;
     writeFileSync(`${dir}/latency-${s}.svg`, latencyChart(r, s));
