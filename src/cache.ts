@@ -16,7 +16,8 @@ import { LruTier, NO_LOCAL_TIER, type LocalTier } from './local-tier.js';
 import { defineScripts } from './lock/scripts.js';
 import { RedlockLock } from './lock/redlock.js';
 import { StoreLock, type LockDeps } from './lock/single.js';
-import type { Grant, Locker, ReleaseNote } from './lock/types.js';
+import { GrantRegistry } from './lock/grant.js';
+import type { Grant, Locker, ReleaseOutcome } from './lock/types.js';
 import {
   loaderTimeout,
   pollDelay,
@@ -102,7 +103,7 @@ export class Cache extends EventEmitter<CacheEvents> {
   /** Background refreshes by key: at most one per key per process. */
   private readonly refreshing = new Map<string, Promise<void>>();
   /** Grants held right now; close() releases them (their watchdogs stop) without waiting for loaders. */
-  private readonly grants = new Set<Grant>();
+  private readonly grants = new GrantRegistry();
   /** Aborts every loader's ctx.signal on close(). */
   private readonly lifetime = new AbortController();
   private closed = false;
@@ -188,11 +189,12 @@ export class Cache extends EventEmitter<CacheEvents> {
     if (value === undefined) throw new InvalidOptionError('value', value, 'a value other than undefined (use delete() to remove)', key);
     const keys = entryKeys(this.options.prefix, key);
     const grant = (await this.lockers.local.acquire(key, keys, call)) as Grant;
+    let outcome: ReleaseOutcome = 'cancelled';
     try {
-      await this.store.write(key, keys, grant, value, call, 0, 's');
+      outcome = (await this.store.write(key, keys, grant, value, call, 0, 's')) ? 'written' : 'empty';
       this.local.set(key, value, call.ttl);
     } finally {
-      await grant.release('');
+      await grant.release(outcome);
     }
   }
 
@@ -219,7 +221,7 @@ export class Cache extends EventEmitter<CacheEvents> {
     this.waiters.wakeAll();
     // Loaders may ignore their signal; close() never waits for them. Their grants are released now,
     // and a loader that finishes later writes nothing (writeQuietly checks `closed`).
-    await Promise.all([...this.grants].map((g) => g.release('r')));
+    await this.grants.close();
     this.refreshing.clear();
     this.client.off?.('ready', this.onReady);
     this.io.close();
@@ -314,13 +316,16 @@ export class Cache extends EventEmitter<CacheEvents> {
    * to the fail-safe value when there is one.
    */
   private async rebuild(key: string, keys: EntryKeys, loader: Loader<unknown>, call: ResolvedCall, signal: AbortSignal, grant: Grant, fallback: Fallback | undefined, staleValue: unknown): Promise<unknown> {
-    let note: ReleaseNote = 'r';
-    this.grants.add(grant);
+    let outcome: ReleaseOutcome = 'cancelled';
+    if (!this.grants.hold(grant)) {
+      await grant.release('cancelled');
+      throw new CacheClosedError(key);
+    }
     try {
       if (grant.exclusive) {
         const again = await this.store.read(key, keys).catch(() => undefined);
         if (again?.state === 'fresh') {
-          note = '';
+          outcome = 'empty';
           return this.served(key, again);
         }
       }
@@ -329,20 +334,21 @@ export class Cache extends EventEmitter<CacheEvents> {
       try {
         value = await runLoader(loader, { key, signals: [signal, grant.signal, this.lifetime.signal], fencingToken: grant.fence, staleValue }, call.hardTimeout);
       } catch (error) {
-        note = 'e';
+        outcome = 'failed';
         this.emit('loaderError', { key, error });
         return this.failSafe(key, fallback, error, 'loaderError');
       }
       const loadMs = this.options.clock.now() - started;
       // `undefined` means "do not cache": callers get it, nothing is written, waiters are told to retry.
+      outcome = 'empty';
       if (value === undefined) return value;
       const written = await this.writeQuietly(key, keys, grant, value, call, loadMs);
-      if (written) note = '';
+      if (written) outcome = 'written';
       this.emit('computed', { key, lock: grant.mode, fence: grant.fence, loadMs, written });
       return value;
     } finally {
-      this.grants.delete(grant);
-      await grant.release(note);
+      this.grants.drop(grant);
+      await grant.release(outcome);
     }
   }
 

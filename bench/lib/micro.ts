@@ -106,7 +106,7 @@ export async function lockCost(
     const key = `k${i++}`;
     const grant = await lock.acquire(key, entryKeys('lockbench', key), call);
     if (!grant) throw new Error('lock not granted in an uncontended benchmark');
-    await grant.release('');
+    await grant.release('empty');
   };
   const all: LatencyFigure[][] = [];
   for (let r = 0; r < runs; r++) {

@@ -3,8 +3,9 @@ import { Io } from '../io.js';
 import type { EntryKeys } from '../keys.js';
 import type { ResolvedCall, ResolvedRedlock } from '../options.js';
 import { defineScripts, type Scripts } from './scripts.js';
-import { newToken, releaseInStore, type LockDeps } from './single.js';
-import type { Grant, Locker, ReleaseNote } from './types.js';
+import { announceInStore, ReleaseOnce, silentInStore } from './grant.js';
+import { newToken, type LockDeps } from './single.js';
+import type { Grant, Locker, ReleaseOutcome, ReleaseResult } from './types.js';
 import { Watchdog, type Extension } from './watchdog.js';
 
 // ------------------------------------------------------------------ pure rules (table-tested)
@@ -156,25 +157,30 @@ export class RedlockLock implements Locker {
 
   /**
    * Release on every node at once: one round, never retried, never throws. Resolves once a quorum of
-   * nodes confirmed (or every node answered or timed out): a frozen minority does not hold up the
-   * caller, and its key lapses with the lock's TTL.
+   * nodes answered (or every node answered or timed out): a frozen minority does not hold up the
+   * caller, and its key lapses with the lock's TTL. 'released' when a node that answered still held
+   * our token, 'not-ours' when none did, 'unknown' when fewer than a quorum answered.
    */
-  releaseNodes(lockKey: string, token: string): Promise<void> {
+  releaseNodes(lockKey: string, token: string): Promise<ReleaseResult> {
     const n = this.nodes.length;
     const q = quorum(n);
     return new Promise((resolve) => {
+      let freed = 0;
       let confirmed = 0;
       let answered = 0;
       for (const node of this.nodes) {
         void node.io
           .run('redlock-release', () => node.scripts.release(lockKey, lockKey, token, '', '', 0), undefined)
           .then(
-            () => void confirmed++,
+            (r) => {
+              confirmed++;
+              if (r === 1) freed++;
+            },
             () => undefined,
           )
           .finally(() => {
             answered++;
-            if (confirmed >= q || answered === n) resolve();
+            if (confirmed >= q || answered === n) resolve(confirmed < q ? 'unknown' : freed > 0 ? 'released' : 'not-ours');
           });
       }
     });
@@ -204,7 +210,7 @@ class RedlockGrant implements Grant {
   readonly exclusive = true;
   readonly signal: AbortSignal;
   private readonly watchdog: Watchdog;
-  private done = false;
+  private readonly once = new ReleaseOnce();
 
   constructor(
     private readonly deps: LockDeps,
@@ -234,14 +240,16 @@ class RedlockGrant implements Grant {
     this.watchdog.stop();
   }
 
-  async release(note: ReleaseNote): Promise<void> {
-    if (this.done) return;
-    this.done = true;
-    this.watchdog.stop();
-    await this.lock.releaseNodes(this.keys.lock, this.token);
-    void this.allAnswered.then(() => this.lock.releaseNodes(this.keys.lock, this.token));
-    // The store holds no Redlock key: token '' only announces the outcome (and sets the backoff).
-    if (note !== '') await releaseInStore(this.deps, this.key, this.keys, '', note, note === 'e' ? this.backoffMs : 0);
+  /** Frees the nodes for every outcome (a store write does not free them), then announces it in the store. */
+  release(outcome: ReleaseOutcome): Promise<ReleaseResult> {
+    return this.once.run(async () => {
+      this.watchdog.stop();
+      const result = await this.lock.releaseNodes(this.keys.lock, this.token);
+      void this.allAnswered.then(() => this.lock.releaseNodes(this.keys.lock, this.token));
+      // The store holds no Redlock key: token '' frees nothing, it only announces (and sets the backoff).
+      if (!silentInStore(outcome)) await announceInStore(this.deps, this.key, this.keys, '', outcome, this.backoffMs);
+      return result;
+    });
   }
 }
 
