@@ -1,4 +1,4 @@
-import { NoQuorumError, OriginBackoffError } from '../errors.js';
+import { CacheClosedError, NoQuorumError, OriginBackoffError } from '../errors.js';
 import { Io } from '../io.js';
 import type { EntryKeys } from '../keys.js';
 import type { ResolvedCall, ResolvedRedlock } from '../options.js';
@@ -27,6 +27,8 @@ export function validity(lockTtl: number, elapsed: number, driftFactor: number):
  * - contended: another holder has so many nodes that we cannot reach a quorum (wait for them);
  * - unreachable: fewer than a quorum of nodes answered at all (a majority is down);
  * - retry: a split vote or validity spent; release and try again after a random delay.
+ * Only 'unreachable' means "no quorum": a split vote that stays split is contention (acquire resolves
+ * null and the caller waits), never a reason to fall back to onNoQuorum while a valid holder may hold.
  */
 export function voteOutcome(n: number, ours: number, theirs: number, validityLeft: number): 'granted' | 'contended' | 'unreachable' | 'retry' {
   const q = quorum(n);
@@ -49,6 +51,9 @@ interface Node {
  */
 export class RedlockLock implements Locker {
   private readonly nodes: readonly Node[];
+  /** Retry sleeps in progress; close() ends them at once. Invariant: empty once closed. */
+  private readonly sleeps = new Set<() => void>();
+  private closed = false;
 
   constructor(
     private readonly deps: LockDeps,
@@ -63,17 +68,23 @@ export class RedlockLock implements Locker {
     }));
   }
 
+  /**
+   * Resolves a grant, or null when another holder has (or may have) the lock: contended, or a split
+   * vote still split after `retryCount` retries. Falls back to onNoQuorum only when fewer than a
+   * quorum of nodes answered. Rejects with CacheClosedError once close() was called (a pending retry
+   * sleep ends at once).
+   */
   async acquire(key: string, keys: EntryKeys, call: ResolvedCall): Promise<Grant | null> {
     const token = newToken();
     const { clock } = this.deps;
     const n = this.nodes.length;
-    let best = 0;
     for (let attempt = 0; attempt <= this.config.retryCount; attempt++) {
+      if (attempt > 0) await this.sleep(this.config.retryDelay + Math.random() * this.config.retryJitter, key);
+      this.assertOpen(key);
       const started = clock.now();
       const { ours, theirs, allAnswered } = await this.collectVotes(key, keys.lock, token, call.lockTtl);
-      best = Math.max(best, ours);
       const outcome = voteOutcome(n, ours, theirs, validity(call.lockTtl, clock.now() - started, this.config.driftFactor));
-      if (outcome === 'granted') {
+      if (outcome === 'granted' && !this.closed) {
         const grant = await this.grant(key, keys, token, call, started, allAnswered);
         if (grant) return grant;
         continue; // validity ran out while taking the fence: try again
@@ -81,11 +92,35 @@ export class RedlockLock implements Locker {
       await this.releaseNodes(keys.lock, token);
       // A straggler may still grant us its vote after that release: release again once all answered.
       void allAnswered.then(() => this.releaseNodes(keys.lock, token));
+      this.assertOpen(key);
       if (outcome === 'contended') return null;
-      if (outcome === 'unreachable') break;
-      if (attempt < this.config.retryCount) await sleep(this.config.retryDelay + Math.random() * this.config.retryJitter);
+      if (outcome === 'unreachable') return this.noQuorum(key, keys, call, ours);
     }
-    return this.noQuorum(key, keys, call, best);
+    return null; // still split: someone may hold a valid lock; wait for them like any loser
+  }
+
+  /** The retry delay, ended early (rejecting CacheClosedError) by close(). Leaves no timer behind. */
+  private sleep(ms: number, key: string): Promise<void> {
+    this.assertOpen(key);
+    return new Promise((resolve, reject) => {
+      const wake = (): void => {
+        clearTimeout(timer);
+        this.sleeps.delete(wake);
+        if (this.closed) reject(new CacheClosedError(key));
+        else resolve();
+      };
+      const timer = setTimeout(wake, ms);
+      this.sleeps.add(wake);
+    });
+  }
+
+  /** Retry sleeps in progress (0 once closed). */
+  get retrying(): number {
+    return this.sleeps.size;
+  }
+
+  private assertOpen(key: string): void {
+    if (this.closed) throw new CacheClosedError(key);
   }
 
   /**
@@ -186,8 +221,10 @@ export class RedlockLock implements Locker {
     });
   }
 
-  /** Stops the nodes' timeout sweepers (close()). */
+  /** Ends pending retry sleeps (their acquire rejects CacheClosedError) and stops the nodes' timeout sweepers. Idempotent. */
   close(): void {
+    this.closed = true;
+    for (const wake of [...this.sleeps]) wake();
     for (const node of this.nodes) node.io.close();
   }
 
@@ -251,8 +288,4 @@ class RedlockGrant implements Grant {
       return result;
     });
   }
-}
-
-function sleep(ms: number): Promise<void> {
-  return new Promise((r) => setTimeout(r, ms));
 }
