@@ -205,7 +205,7 @@ describe('redlock over 3 nodes', () => {
   });
 });
 
-describe('RedlockLock retries', () => {
+describe('RedlockLock', () => {
   /** A node that fails every command at once (nothing listens, no offline queue). */
   function deadNode(): Redis {
     const c = new Redis({ port: 1, lazyConnect: true, enableOfflineQueue: false, maxRetriesPerRequest: 0, retryStrategy: () => null });
@@ -219,7 +219,7 @@ describe('RedlockLock retries', () => {
     const deps: LockDeps = { io: new Io(300, 5, 1000, systemClock), scripts: defineScripts(storeClient), bus: new Bus('rlretry'), clock: systemClock, onLost: () => undefined };
     const config: ResolvedRedlock = { nodes: redlockNodes, driftFactor: 0.01, retryCount: 1, retryDelay: 10, retryJitter: 0, nodeTimeout: 100, onNoQuorum: 'local', ...tuning };
     const lock = new RedlockLock(deps, config, new StoreLock(deps, 'local', false), { threshold: 5, cooldown: 1000 });
-    const call = resolveCallOptions(resolveCacheOptions({ redis: storeClient }).defaults, { ttl: 1000, lockTtl: 10_000 }, 'k');
+    const call = resolveCallOptions(resolveCacheOptions({ redis: storeClient }).defaults, { ttl: 1000, lockTtl: 10_000, failBackoff: 5_000 }, 'k');
     return { lock, call };
   }
 
@@ -242,6 +242,31 @@ describe('RedlockLock retries', () => {
     const grant = await lock.acquire('unreachable', entryKeys('rlretry', 'unreachable'), call);
     expect(grant?.mode).toBe('local');
     await grant?.release('empty');
+    lock.close();
+  });
+
+  it("a grant frees its nodes for every outcome; only a non-written outcome is announced in the store, and only 'failed' sets the backoff", async () => {
+    const live = nodes.slice(0, 3).map((n) => client(n.url));
+    const admins = nodes.slice(0, 3).map((n) => client(n.adminUrl));
+    const storeAdmin = client(store.adminUrl);
+    const notes: string[] = [];
+    const sub = client(store.adminUrl);
+    sub.on('message', (_c: string, m: string) => notes.push(`${m[0]}:${m.slice(m.lastIndexOf('|') + 1)}`));
+    await sub.subscribe('rlretry:events');
+    const { lock, call } = lockOver(live, {});
+    for (const outcome of ['written', 'failed', 'cancelled'] as const) {
+      const key = `rel-${outcome}`;
+      const keys = entryKeys('rlretry', key);
+      const grant = await lock.acquire(key, keys, call);
+      expect(grant?.mode).toBe('redlock');
+      expect(await grant?.release(outcome)).toBe('released');
+      expect(await grant?.release('empty')).toBe('released'); // idempotent: sends nothing
+      await vi.waitFor(async () => expect(await Promise.all(admins.map((a) => a.exists(keys.lock)))).toEqual([0, 0, 0]), { timeout: 4000, interval: 10 });
+      expect(await storeAdmin.exists(keys.backoff)).toBe(outcome === 'failed' ? 1 : 0);
+    }
+    await storeAdmin.publish('rlretry:events', 'x|sentinel|end');
+    await vi.waitFor(() => expect(notes).toContain('x:end'), { timeout: 4000, interval: 10 });
+    expect(notes).toEqual(['e:rel-failed', 'r:rel-cancelled', 'x:end']);
     lock.close();
   });
 
