@@ -69,9 +69,10 @@ export class ReleaseOnce {
  * signal — and no grant outlives the cache with a watchdog extending it forever.
  */
 export class GrantRegistry {
-  /** Invariant: holds exactly the grants acquired and not yet dropped; empty once close() resolved. */
+  /** Invariant: holds exactly the grants acquired and not yet dropped or released by close(); empty once close() resolved. */
   private readonly held = new Set<Grant>();
   private closing: Promise<void> | undefined;
+  private finished = false;
 
   get size(): number {
     return this.held.size;
@@ -81,11 +82,15 @@ export class GrantRegistry {
     return this.closing !== undefined;
   }
 
-  /** Registers a grant. False once closed: the caller must then release it at once with 'cancelled'. */
+  /**
+   * Registers a grant. False once close() was called: the caller must not start a loader and must
+   * release it at once with 'cancelled'. While close() is still awaiting releases such a grant is
+   * registered anyway, so close() also releases it and resolves only after that release settled
+   * (the caller's own release is the same, idempotent one).
+   */
   hold(grant: Grant): boolean {
-    if (this.closing) return false;
-    this.held.add(grant);
-    return true;
+    if (!this.finished) this.held.add(grant);
+    return this.closing === undefined;
   }
 
   drop(grant: Grant): void {
@@ -93,8 +98,9 @@ export class GrantRegistry {
   }
 
   /**
-   * Refuses new grants and releases every held one with 'cancelled', looping until none is left (a
-   * grant may be registered while releases are awaited). Idempotent: a second call awaits the first.
+   * Refuses new grants and releases every held one with 'cancelled', looping until none is left
+   * (grants registered while releases are awaited are released in the next round). Idempotent: a
+   * second call returns the first call's promise.
    */
   close(): Promise<void> {
     this.closing ??= (async () => {
@@ -103,6 +109,7 @@ export class GrantRegistry {
         this.held.clear();
         await Promise.all(batch.map((g) => g.release('cancelled')));
       }
+      this.finished = true;
     })();
     return this.closing;
   }

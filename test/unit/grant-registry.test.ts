@@ -41,17 +41,26 @@ describe('GrantRegistry', () => {
     expect(r.size).toBe(0);
   });
 
-  it('hold() refuses once close() began, also while it awaits releases', async () => {
+  it('hold() refuses once close() began; a grant held while close() awaits releases is released by close() before it resolves', async () => {
     const log: string[] = [];
-    const gate = deferred<void>();
+    const first = deferred<void>();
+    const late = deferred<void>();
     const r = new GrantRegistry();
-    r.hold(grant('a', log, gate.promise));
-    const closing = r.close();
-    expect(r.hold(grant('late', log))).toBe(false); // the caller releases it itself with 'cancelled'
-    gate.resolve();
-    await closing;
-    expect(r.hold(grant('later', log))).toBe(false);
-    expect(log).toEqual(['a:cancelled', 'a:done']);
+    r.hold(grant('a', log, first.promise));
+    let closed = false;
+    const closing = r.close().then(() => (closed = true));
+    const lateGrant = grant('late', log, late.promise);
+    expect(r.hold(lateGrant)).toBe(false); // the caller starts no loader and releases it itself
+    first.resolve();
+    await new Promise((resolve) => setTimeout(resolve, 0));
+    expect(log).toEqual(['a:cancelled', 'a:done', 'late:cancelled']); // close() took it in its next round
+    expect(closed).toBe(false); // and waits for that release too
+    const callers = lateGrant.release('cancelled'); // the caller's release is the same one: nothing runs twice
+    late.resolve();
+    await Promise.all([closing, callers]);
+    expect(log).toEqual(['a:cancelled', 'a:done', 'late:cancelled', 'late:done']);
+    expect(r.hold(grant('after', log))).toBe(false);
+    expect(r.size).toBe(0); // a grant refused after close() is not kept: its caller releases it
   });
 
   it('a dropped grant is not released by close(); a second close() awaits the first and releases nothing again', async () => {
