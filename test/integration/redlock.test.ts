@@ -205,6 +205,28 @@ describe('redlock over 3 nodes', () => {
   });
 });
 
+describe('close() during a redlock retry', () => {
+  /** Scripts a node has run so far (votes and releases are scripts). */
+  async function scriptCalls(admin: Redis): Promise<number> {
+    const info = await admin.info('commandstats');
+    return [...info.matchAll(/cmdstat_(?:eval|evalsha):calls=(\d+)/g)].reduce((sum, m) => sum + Number(m[1]), 0);
+  }
+
+  it('a call sleeping between split-vote retries rejects with ERR_CLOSED as soon as the cache closes', async () => {
+    const cache = cacheOn(3, { redlock: { nodes: [], retryCount: 2, retryDelay: 600_000, retryJitter: 0 } }, 'closing');
+    const node2 = client((nodes[2] as RedisServer).adminUrl);
+    await client((nodes[1] as RedisServer).adminUrl).set(entryKeys('closing', 'c').lock, 'foreign', 'PX', 60_000);
+    await nodes[0]?.kill(); // votes: down, foreign, ours — a split vote, then a 10-minute retry sleep
+    const before = await scriptCalls(node2);
+    const call = cache.getOrCompute('c', () => 'never', { ttl: 60_000, waitTimeout: 600_000 });
+    call.catch(() => undefined);
+    // Node 2 ran our vote and its release: the first round is over, the retry sleep has begun.
+    await vi.waitFor(async () => expect(await scriptCalls(node2)).toBeGreaterThanOrEqual(before + 2), { timeout: 4000, interval: 10 });
+    await cache.close();
+    await expect(call).rejects.toMatchObject({ code: 'ERR_CLOSED' });
+  });
+});
+
 describe('RedlockLock', () => {
   /** A node that fails every command at once (nothing listens, no offline queue). */
   function deadNode(): Redis {
