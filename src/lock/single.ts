@@ -83,7 +83,7 @@ class StoreGrant implements Grant {
   release(outcome: ReleaseOutcome): Promise<ReleaseResult> {
     return this.once.run(async () => {
       this.watchdog.stop();
-      // After an accepted write the script freed our lock and announced the value: nothing to send.
+      // After an accepted write the script freed our lock (if still ours: it does not say) and announced the value: nothing to send.
       if (silentInStore(outcome)) return 'released';
       const freed = await announceInStore(this.deps, this.key, this.keys, this.token, outcome, this.backoffMs);
       if (freed === undefined) return 'unknown';
