@@ -1,25 +1,116 @@
-// TEMPORARY SHIM (replaced by the locks branch).
-import type { Grant } from './types.js';
+import type { EntryKeys } from '../keys.js';
+import type { NoteKind } from '../wait.js';
+import type { LockDeps } from './single.js';
+import type { Grant, ReleaseOutcome, ReleaseResult } from './types.js';
 
-export type ReleaseOutcome = 'written' | 'empty' | 'failed' | 'cancelled' | 'unstorable';
+/**
+ * The note kind that announces an unstorable value: "the loader's value cannot be stored; do not
+ * rebuild in turn". The pub/sub module parses it; until then subscribers ignore it and poll.
+ */
+const UNSTORABLE = 'u' as NoteKind;
 
-export class GrantRegistry {
-  private readonly held = new Set<Grant>();
-  private closed = false;
-  hold(grant: Grant): boolean {
-    if (this.closed) return false;
-    this.held.add(grant);
-    return true;
+/** What the store is told for one outcome: the note to publish (none: nothing to announce) and whether to set the backoff. */
+interface Announcement {
+  readonly note: NoteKind | undefined;
+  readonly backoff: boolean;
+}
+
+/**
+ * The one mapping from a rebuild's outcome to the store's release note. A cancelled load wakes
+ * waiters like an empty one and sets no backoff: a client going away is not an origin failure.
+ */
+const ANNOUNCE: Readonly<Record<ReleaseOutcome, Announcement>> = Object.freeze({
+  written: { note: undefined, backoff: false }, // the fenced write script already released and published
+  empty: { note: 'r', backoff: false },
+  failed: { note: 'e', backoff: true },
+  cancelled: { note: 'r', backoff: false },
+  unstorable: { note: UNSTORABLE, backoff: false },
+});
+
+/** True when the outcome needs nothing from the store (the write script did it all). */
+export function silentInStore(outcome: ReleaseOutcome): boolean {
+  return ANNOUNCE[outcome].note === undefined;
+}
+
+/**
+ * The store side of a release: compare-and-delete our lock (token '' frees nothing), set the
+ * failure backoff, announce the outcome. Resolves the script's answer (1 freed, 0 not ours), or
+ * undefined when Redis did not answer. Never throws.
+ */
+export async function announceInStore(deps: LockDeps, key: string, keys: EntryKeys, token: string, outcome: ReleaseOutcome, failBackoffMs: number): Promise<number | undefined> {
+  const { io, scripts, bus } = deps;
+  const { note, backoff } = ANNOUNCE[outcome];
+  const message = note === undefined ? '' : bus.message(note, key);
+  return io
+    .run('release', () => scripts.release(keys.lock, keys.backoff, token, bus.channel, message, backoff ? failBackoffMs : 0), key)
+    .catch(() => undefined);
+}
+
+/**
+ * Makes a release happen once: the first call runs it, every later call gets the same result and
+ * sends nothing. A release that throws (it should not) reads as 'unknown'.
+ */
+export class ReleaseOnce {
+  private result: Promise<ReleaseResult> | undefined;
+
+  get done(): boolean {
+    return this.result !== undefined;
   }
+
+  run(release: () => Promise<ReleaseResult>): Promise<ReleaseResult> {
+    this.result ??= (async () => release())().catch((): ReleaseResult => 'unknown');
+    return this.result;
+  }
+}
+
+/**
+ * The grants a cache holds right now. A grant is registered the moment it is acquired and dropped
+ * after its release, so close() can release every one of them — including loaders that ignore their
+ * signal — and no grant outlives the cache with a watchdog extending it forever.
+ */
+export class GrantRegistry {
+  /** Invariant: holds exactly the grants acquired and not yet dropped or released by close(); empty once close() resolved. */
+  private readonly held = new Set<Grant>();
+  private closing: Promise<void> | undefined;
+  private finished = false;
+
+  get size(): number {
+    return this.held.size;
+  }
+
+  get closed(): boolean {
+    return this.closing !== undefined;
+  }
+
+  /**
+   * Registers a grant. False once close() was called: the caller must not start a loader and must
+   * release it at once with 'cancelled'. While close() is still awaiting releases such a grant is
+   * registered anyway, so close() also releases it and resolves only after that release settled
+   * (the caller's own release is the same, idempotent one).
+   */
+  hold(grant: Grant): boolean {
+    if (!this.finished) this.held.add(grant);
+    return this.closing === undefined;
+  }
+
   drop(grant: Grant): void {
     this.held.delete(grant);
   }
-  async close(): Promise<void> {
-    this.closed = true;
-    while (this.held.size > 0) {
-      const all = [...this.held];
-      this.held.clear();
-      await Promise.all(all.map((g) => g.release('cancelled')));
-    }
+
+  /**
+   * Refuses new grants and releases every held one with 'cancelled', looping until none is left
+   * (grants registered while releases are awaited are released in the next round). Idempotent: a
+   * second call returns the first call's promise.
+   */
+  close(): Promise<void> {
+    this.closing ??= (async () => {
+      while (this.held.size > 0) {
+        const batch = [...this.held];
+        this.held.clear();
+        await Promise.all(batch.map((g) => g.release('cancelled')));
+      }
+      this.finished = true;
+    })();
+    return this.closing;
   }
 }

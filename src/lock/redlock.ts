@@ -1,11 +1,11 @@
-import { NoQuorumError, OriginBackoffError } from '../errors.js';
+import { CacheClosedError, NoQuorumError, OriginBackoffError } from '../errors.js';
 import { Io } from '../io.js';
 import type { EntryKeys } from '../keys.js';
 import type { ResolvedCall, ResolvedRedlock } from '../options.js';
 import { defineScripts, type Scripts } from './scripts.js';
-import { newToken, releaseInStore, type LockDeps } from './single.js';
-import { NOTE_OF, type Grant, type Locker } from './types.js';
-import type { ReleaseOutcome } from './grant.js';
+import { announceInStore, ReleaseOnce, silentInStore } from './grant.js';
+import { newToken, type LockDeps } from './single.js';
+import type { Grant, Locker, ReleaseOutcome, ReleaseResult } from './types.js';
 import { Watchdog, type Extension } from './watchdog.js';
 
 // ------------------------------------------------------------------ pure rules (table-tested)
@@ -27,6 +27,8 @@ export function validity(lockTtl: number, elapsed: number, driftFactor: number):
  * - contended: another holder has so many nodes that we cannot reach a quorum (wait for them);
  * - unreachable: fewer than a quorum of nodes answered at all (a majority is down);
  * - retry: a split vote or validity spent; release and try again after a random delay.
+ * Only 'unreachable' means "no quorum": a split vote that stays split is contention (acquire resolves
+ * null and the caller waits), never a reason to fall back to onNoQuorum while a valid holder may hold.
  */
 export function voteOutcome(n: number, ours: number, theirs: number, validityLeft: number): 'granted' | 'contended' | 'unreachable' | 'retry' {
   const q = quorum(n);
@@ -49,6 +51,9 @@ interface Node {
  */
 export class RedlockLock implements Locker {
   private readonly nodes: readonly Node[];
+  /** Retry sleeps in progress; close() ends them at once. Invariant: empty once closed. */
+  private readonly sleeps = new Set<() => void>();
+  private closed = false;
 
   constructor(
     private readonly deps: LockDeps,
@@ -63,17 +68,23 @@ export class RedlockLock implements Locker {
     }));
   }
 
+  /**
+   * Resolves a grant, or null when another holder has (or may have) the lock: contended, or a split
+   * vote still split after `retryCount` retries. Falls back to onNoQuorum only when fewer than a
+   * quorum of nodes answered. Rejects with CacheClosedError once close() was called (a pending retry
+   * sleep ends at once).
+   */
   async acquire(key: string, keys: EntryKeys, call: ResolvedCall): Promise<Grant | null> {
     const token = newToken();
     const { clock } = this.deps;
     const n = this.nodes.length;
-    let best = 0;
     for (let attempt = 0; attempt <= this.config.retryCount; attempt++) {
+      if (attempt > 0) await this.sleep(this.config.retryDelay + Math.random() * this.config.retryJitter, key);
+      this.assertOpen(key);
       const started = clock.now();
       const { ours, theirs, allAnswered } = await this.collectVotes(key, keys.lock, token, call.lockTtl);
-      best = Math.max(best, ours);
       const outcome = voteOutcome(n, ours, theirs, validity(call.lockTtl, clock.now() - started, this.config.driftFactor));
-      if (outcome === 'granted') {
+      if (outcome === 'granted' && !this.closed) {
         const grant = await this.grant(key, keys, token, call, started, allAnswered);
         if (grant) return grant;
         continue; // validity ran out while taking the fence: try again
@@ -81,11 +92,35 @@ export class RedlockLock implements Locker {
       await this.releaseNodes(keys.lock, token);
       // A straggler may still grant us its vote after that release: release again once all answered.
       void allAnswered.then(() => this.releaseNodes(keys.lock, token));
+      this.assertOpen(key);
       if (outcome === 'contended') return null;
-      if (outcome === 'unreachable') break;
-      if (attempt < this.config.retryCount) await sleep(this.config.retryDelay + Math.random() * this.config.retryJitter);
+      if (outcome === 'unreachable') return this.noQuorum(key, keys, call, ours);
     }
-    return this.noQuorum(key, keys, call, best);
+    return null; // still split: someone may hold a valid lock; wait for them like any loser
+  }
+
+  /** The retry delay, ended early (rejecting CacheClosedError) by close(). Leaves no timer behind. */
+  private sleep(ms: number, key: string): Promise<void> {
+    this.assertOpen(key);
+    return new Promise((resolve, reject) => {
+      const wake = (): void => {
+        clearTimeout(timer);
+        this.sleeps.delete(wake);
+        if (this.closed) reject(new CacheClosedError(key));
+        else resolve();
+      };
+      const timer = setTimeout(wake, ms);
+      this.sleeps.add(wake);
+    });
+  }
+
+  /** Retry sleeps in progress (0 once closed). */
+  get retrying(): number {
+    return this.sleeps.size;
+  }
+
+  private assertOpen(key: string): void {
+    if (this.closed) throw new CacheClosedError(key);
   }
 
   /**
@@ -157,32 +192,39 @@ export class RedlockLock implements Locker {
 
   /**
    * Release on every node at once: one round, never retried, never throws. Resolves once a quorum of
-   * nodes confirmed (or every node answered or timed out): a frozen minority does not hold up the
-   * caller, and its key lapses with the lock's TTL.
+   * nodes answered (or every node answered or timed out): a frozen minority does not hold up the
+   * caller, and its key lapses with the lock's TTL. 'released' when a node that answered still held
+   * our token, 'not-ours' when none did, 'unknown' when fewer than a quorum answered.
    */
-  releaseNodes(lockKey: string, token: string): Promise<void> {
+  releaseNodes(lockKey: string, token: string): Promise<ReleaseResult> {
     const n = this.nodes.length;
     const q = quorum(n);
     return new Promise((resolve) => {
+      let freed = 0;
       let confirmed = 0;
       let answered = 0;
       for (const node of this.nodes) {
         void node.io
           .run('redlock-release', () => node.scripts.release(lockKey, lockKey, token, '', '', 0), undefined)
           .then(
-            () => void confirmed++,
+            (r) => {
+              confirmed++;
+              if (r === 1) freed++;
+            },
             () => undefined,
           )
           .finally(() => {
             answered++;
-            if (confirmed >= q || answered === n) resolve();
+            if (confirmed >= q || answered === n) resolve(confirmed < q ? 'unknown' : freed > 0 ? 'released' : 'not-ours');
           });
       }
     });
   }
 
-  /** Stops the nodes' timeout sweepers (close()). */
+  /** Ends pending retry sleeps (their acquire rejects CacheClosedError) and stops the nodes' timeout sweepers. Idempotent. */
   close(): void {
+    this.closed = true;
+    for (const wake of [...this.sleeps]) wake();
     for (const node of this.nodes) node.io.close();
   }
 
@@ -205,7 +247,7 @@ class RedlockGrant implements Grant {
   readonly exclusive = true;
   readonly signal: AbortSignal;
   private readonly watchdog: Watchdog;
-  private done = false;
+  private readonly once = new ReleaseOnce();
 
   constructor(
     private readonly deps: LockDeps,
@@ -235,18 +277,15 @@ class RedlockGrant implements Grant {
     this.watchdog.stop();
   }
 
-  async release(outcome: ReleaseOutcome): Promise<void> {
-    const note = NOTE_OF[outcome];
-    if (this.done) return;
-    this.done = true;
-    this.watchdog.stop();
-    await this.lock.releaseNodes(this.keys.lock, this.token);
-    void this.allAnswered.then(() => this.lock.releaseNodes(this.keys.lock, this.token));
-    // The store holds no Redlock key: token '' only announces the outcome (and sets the backoff).
-    if (note !== '') await releaseInStore(this.deps, this.key, this.keys, '', note, note === 'e' ? this.backoffMs : 0);
+  /** Frees the nodes for every outcome (a store write does not free them), then announces it in the store. */
+  release(outcome: ReleaseOutcome): Promise<ReleaseResult> {
+    return this.once.run(async () => {
+      this.watchdog.stop();
+      const result = await this.lock.releaseNodes(this.keys.lock, this.token);
+      void this.allAnswered.then(() => this.lock.releaseNodes(this.keys.lock, this.token));
+      // The store holds no Redlock key: token '' frees nothing, it only announces (and sets the backoff).
+      if (!silentInStore(outcome)) await announceInStore(this.deps, this.key, this.keys, '', outcome, this.backoffMs);
+      return result;
+    });
   }
-}
-
-function sleep(ms: number): Promise<void> {
-  return new Promise((r) => setTimeout(r, ms));
 }

@@ -5,8 +5,8 @@ import type { EntryKeys } from '../keys.js';
 import type { Clock, LockMode, ResolvedCall } from '../options.js';
 import type { Bus } from '../wait.js';
 import type { Scripts } from './scripts.js';
-import { NOTE_OF, type Grant, type Locker, type ReleaseNote } from './types.js';
-import type { ReleaseOutcome } from './grant.js';
+import { announceInStore, ReleaseOnce, silentInStore } from './grant.js';
+import type { AcquireOptions, Grant, Locker, ReleaseOutcome, ReleaseResult } from './types.js';
 import { Watchdog, type Extension } from './watchdog.js';
 
 export function newToken(): string {
@@ -33,7 +33,8 @@ export class StoreLock implements Locker {
     private readonly exclusive: boolean,
   ) {}
 
-  async acquire(key: string, keys: EntryKeys, call: ResolvedCall): Promise<Grant | null> {
+  /** `_opts.ignoreBackoff` is accepted but not yet honoured (see AcquireOptions). */
+  async acquire(key: string, keys: EntryKeys, call: ResolvedCall, _opts?: AcquireOptions): Promise<Grant | null> {
     const token = this.exclusive ? newToken() : '';
     const lockTtl = this.exclusive ? call.lockTtl : 0;
     const { io, scripts, bus } = this.deps;
@@ -54,7 +55,7 @@ export class StoreLock implements Locker {
 class StoreGrant implements Grant {
   readonly signal: AbortSignal;
   private readonly watchdog: Watchdog;
-  private released = false;
+  private readonly once = new ReleaseOnce();
 
   constructor(
     private readonly deps: LockDeps,
@@ -76,22 +77,18 @@ class StoreGrant implements Grant {
   }
 
   markReleased(): void {
-    this.released = true;
     this.watchdog.stop();
   }
 
-  async release(outcome: ReleaseOutcome): Promise<void> {
-    const note = NOTE_OF[outcome];
-    if (this.released) return;
-    this.markReleased();
-    if (!this.exclusive && note === '') return;
-    await releaseInStore(this.deps, this.key, this.keys, this.token, note, note === 'e' ? this.backoffMs : 0);
+  release(outcome: ReleaseOutcome): Promise<ReleaseResult> {
+    return this.once.run(async () => {
+      this.watchdog.stop();
+      // After an accepted write the script freed our lock (if still ours: it does not say) and announced the value: nothing to send.
+      if (silentInStore(outcome)) return 'released';
+      const freed = await announceInStore(this.deps, this.key, this.keys, this.token, outcome, this.backoffMs);
+      if (freed === undefined) return 'unknown';
+      // A fence-only grant holds no lock key: the script answered, there was nothing else to free.
+      return freed === 1 || !this.exclusive ? 'released' : 'not-ours';
+    });
   }
-}
-
-/** The store side of a release: compare-and-delete our lock, set the failure backoff, announce. Never throws. */
-export async function releaseInStore(deps: LockDeps, key: string, keys: EntryKeys, token: string, note: ReleaseNote, backoffMs: number): Promise<void> {
-  const { io, scripts, bus } = deps;
-  const message = note === '' ? '' : bus.message(note, key);
-  await io.run('release', () => scripts.release(keys.lock, keys.backoff, token, bus.channel, message, backoffMs), key).catch(() => undefined);
 }

@@ -1,15 +1,25 @@
 import type { EntryKeys } from '../keys.js';
 import type { LockMode, ResolvedCall } from '../options.js';
-import type { ReleaseOutcome } from './grant.js';
-
-/** What a rebuild announces when it ends without writing: `e` loader failed, `r` released (no value). */
-export type ReleaseNote = 'e' | 'r' | 'u' | '';
-export const NOTE_OF: Record<ReleaseOutcome, ReleaseNote> = { written: '', empty: 'r', failed: 'e', cancelled: 'r', unstorable: 'u' };
 
 /**
- * One rebuild's right to write a key. Ownership is explicit: whoever acquires a grant releases it
- * in one `finally`; `release()` is idempotent and never throws (a release failure must not mask the
- * loader's own error; the lock then lapses after its TTL).
+ * How a rebuild ended, told to its grant exactly once. The grant (src/lock/grant.ts) maps it to what
+ * the store announces; callers never pick a note or a backoff themselves.
+ *   written     the fenced write was accepted (it already freed the lock and announced the value);
+ *   empty       nothing to write (undefined, a fresh value found on re-read, a refused write);
+ *   failed      the loader failed: announce it and set the fleet-wide `failBackoff`;
+ *   cancelled   the load was abandoned (callers aborted, close(), lock lost): not an origin failure;
+ *   unstorable  the loader's value cannot be stored; others must not rebuild it in turn.
+ */
+export type ReleaseOutcome = 'written' | 'empty' | 'failed' | 'cancelled' | 'unstorable';
+
+/** What a release found: our lock freed, not ours any more (lapsed or taken over), or unknown (Redis did not answer). */
+export type ReleaseResult = 'released' | 'not-ours' | 'unknown';
+
+/**
+ * One rebuild's right to write a key. Ownership is explicit: whoever acquires a grant registers it
+ * (GrantRegistry) and releases it once with its outcome. `release()` is idempotent (a second call
+ * returns the first call's result and sends nothing) and never throws: a release failure must not
+ * mask the loader's own error; the lock then lapses after its TTL.
  */
 export interface Grant {
   /** The fencing token: strictly increasing per key across grants, sets and deletes. */
@@ -22,12 +32,24 @@ export interface Grant {
   readonly exclusive: boolean;
   /** Aborts with a LockLostError when the grant is known lost (extension refused or lapsed). */
   readonly signal: AbortSignal;
-  /** Marks the lock as already freed (the fenced write script releases it atomically). */
+  /**
+   * The fenced write script ran (it frees the store lock atomically): stop extending. The outcome is
+   * still announced by `release()`, so a refused write ('empty') still wakes waiters.
+   */
   markReleased(): void;
-  release(outcome: ReleaseOutcome): Promise<unknown>;
+  release(outcome: ReleaseOutcome): Promise<ReleaseResult>;
 }
 
-/** A lock strategy. `acquire` resolves `null` when someone else holds the lock. */
+/** Per-acquisition switches (StoreLock only). */
+export interface AcquireOptions {
+  /**
+   * Take the grant even while a fleet-wide failure backoff is active (an explicit `set()`).
+   * Not yet honoured: it needs the acquire script's `ignoreBackoff` argument.
+   */
+  readonly ignoreBackoff?: boolean;
+}
+
+/** A lock strategy. `acquire` resolves `null` when someone else holds the lock (wait and try again). */
 export interface Locker {
   acquire(key: string, keys: EntryKeys, call: ResolvedCall): Promise<Grant | null>;
 }

@@ -14,7 +14,17 @@ export class Watchdog {
   private readonly controller = new AbortController();
   private readonly timer: NodeJS.Timeout;
   private stopped = false;
-  /** Monotonic time until which the grant is known to be ours. */
+  /**
+   * Invariant: at most one extension round is in flight. A round may outlast the interval (it is
+   * bounded by redisTimeout, which may exceed lockTtl/3); ticks that find one in flight only check
+   * the validity, so rounds never pile up on a slow Redis.
+   */
+  private inFlight = false;
+  /**
+   * Monotonic time until which the grant is known to be ours. Invariant: it never decreases — a
+   * 'kept' round only ever extends it (a round proves validity from its own start, which may be
+   * earlier than what is already known).
+   */
   private validUntil: number;
 
   constructor(
@@ -29,7 +39,7 @@ export class Watchdog {
   ) {
     this.signal = this.controller.signal;
     this.validUntil = validUntil;
-    this.timer = setInterval(() => void this.tick(), watchdogInterval(ttl));
+    this.timer = setInterval(() => this.tick(), watchdogInterval(ttl));
     this.timer.unref();
   }
 
@@ -39,13 +49,28 @@ export class Watchdog {
     clearInterval(this.timer);
   }
 
-  private async tick(): Promise<void> {
+  private tick(): void {
+    if (this.inFlight) {
+      this.checkValidity();
+      return;
+    }
+    this.inFlight = true;
+    void this.round().finally(() => {
+      this.inFlight = false;
+    });
+  }
+
+  private async round(): Promise<void> {
     const sentAt = this.clock.now();
     const outcome = await this.extendOnce().catch((): Extension => 'unknown');
     if (this.stopped) return;
-    if (outcome === 'kept') this.validUntil = sentAt + this.validFor;
+    if (outcome === 'kept') this.validUntil = Math.max(this.validUntil, sentAt + this.validFor);
     else if (outcome === 'lost') this.lose(new Error('extension refused: the lock holds another token, or too few nodes kept it'));
-    if (this.clock.now() >= this.validUntil) this.lose(new Error('validity ran out before an extension was confirmed'));
+    this.checkValidity();
+  }
+
+  private checkValidity(): void {
+    if (!this.stopped && this.clock.now() >= this.validUntil) this.lose(new Error('validity ran out before an extension was confirmed'));
   }
 
   private lose(cause: unknown): void {

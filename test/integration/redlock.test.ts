@@ -1,6 +1,13 @@
 import { Redis } from 'ioredis';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import { createCache, type Cache, type CacheOptions, type LockMode } from '../../src/index.js';
+import { Io } from '../../src/io.js';
+import { entryKeys } from '../../src/keys.js';
+import { RedlockLock } from '../../src/lock/redlock.js';
+import { defineScripts } from '../../src/lock/scripts.js';
+import { StoreLock, type LockDeps } from '../../src/lock/single.js';
+import { resolveCacheOptions, resolveCallOptions, systemClock, type ResolvedRedlock } from '../../src/options.js';
+import { Bus } from '../../src/wait.js';
 import { deferred, nextEvent } from '../support/harness.js';
 import { FENCED_WRITE, maxActiveKey, runsKey } from '../support/counting-loader.js';
 import { startRedisServer, type RedisServer } from '../support/redis-server.js';
@@ -100,7 +107,9 @@ describe('redlock over 5 nodes', () => {
   });
 
   it('quorum lost mid-loader: ctx.signal aborts with ERR_LOCK_LOST and the late write is rejected after a newer grant wrote', async () => {
-    const a = cacheOn(5, { defaults: { lockTtl: 600 } }, 'lost');
+    // Set SG_TEST_UNFENCED_A=1 to run the negative control: a's write skips the fence, and this test must fail.
+    const unfenced = process.env.SG_TEST_UNFENCED_A === '1';
+    const a = cacheOn(5, { defaults: { lockTtl: 600 }, unsafeUnfencedWrites: unfenced }, 'lost');
     const b = cacheOn(5, { defaults: { lockTtl: 600 } }, 'lost');
     const started = deferred<void>();
     const finish = deferred<string>();
@@ -116,15 +125,20 @@ describe('redlock over 5 nodes', () => {
     await Promise.all(nodes.slice(0, 3).map((n) => n.kill()));
     await nextEvent(a, 'lockLost');
     expect(aborted).toMatchObject({ code: 'ERR_LOCK_LOST' });
-    // The nodes come back empty; b takes a newer grant and writes.
+    // The nodes come back empty; b takes a newer grant and writes. Nothing else touches the key (no
+    // delete, no set): the only thing that can refuse a's late write is b's accepted write.
     await Promise.all(nodes.slice(0, 3).map((n) => n.restart()));
-    await b.delete('q');
+    const bComputed = nextEvent(b, 'computed');
     expect(await b.getOrCompute('q', () => 'newer', 60_000)).toBe('newer');
-    const rejected = nextEvent(a, 'writeRejected');
+    expect(await bComputed).toMatchObject({ written: true }); // under redlock, or onNoQuorum's 'local' while the nodes reconnect
+    let rejected = false;
+    a.on('writeRejected', () => (rejected = true));
+    const aComputed = nextEvent(a, 'computed');
     finish.resolve('stale');
     expect(await aCall).toBe('stale');
-    await rejected;
-    expect(await b.get('q')).toBe('newer');
+    expect(await aComputed).toMatchObject({ written: false });
+    expect(rejected).toBe(true);
+    expect(await b.get('q')).toBe('newer'); // b has no L1: this reads the store
   });
 
   it('two contenders started together never hold a Redlock grant at the same time', async () => {
@@ -152,6 +166,142 @@ describe('redlock over 5 nodes', () => {
     expect(overlaps).toBe(0);
     intervals.sort((x, y) => x[0] - y[0]);
     for (let i = 1; i < intervals.length; i++) expect((intervals[i] as [number, number])[0]).toBeGreaterThanOrEqual((intervals[i - 1] as [number, number])[1]);
+  });
+});
+
+describe('redlock over 3 nodes', () => {
+  it("a split vote never falls back to onNoQuorum: the second caller waits while the valid holder holds", async () => {
+    const opts = { defaults: { lockTtl: 6000, failBackoff: 0 }, redlock: { nodes: [], onNoQuorum: 'local' as const } };
+    const a = cacheOn(3, opts, 'split');
+    const b = cacheOn(3, opts, 'split');
+    const log: string[] = [];
+    // A holds nodes 0 and 1 only: node 2 carries a foreign token while A votes.
+    const node2 = client((nodes[2] as RedisServer).adminUrl);
+    const lockKey = entryKeys('split', 's').lock;
+    await node2.set(lockKey, 'foreign', 'PX', 60_000);
+    const started = deferred<void>();
+    const aCall = a.getOrCompute('s', (ctx) => {
+      log.push('a-start');
+      started.resolve();
+      return new Promise<string>((_, reject) => ctx.signal.addEventListener('abort', () => {
+        log.push('a-lost');
+        reject(ctx.signal.reason as Error);
+      }));
+    }, 60_000);
+    aCall.catch(() => undefined);
+    await started.promise;
+    await node2.del(lockKey);
+    await nodes[0]?.kill(); // A keeps a valid grant until its watchdog finds too few nodes (lockTtl/3)
+    const bMode = lockOf(b, 's');
+    // B's votes: node 0 down, node 1 A's, node 2 B's — a split vote, not a missing quorum.
+    const bValue = await b.getOrCompute('s', () => {
+      log.push('b-start');
+      return 'b';
+    }, { ttl: 60_000, waitTimeout: 30_000 });
+    expect(bValue).toBe('b');
+    await expect(aCall).rejects.toMatchObject({ code: 'ERR_LOCK_LOST' });
+    expect(log).toEqual(['a-start', 'a-lost', 'b-start']);
+    expect(await bMode).toBe('redlock');
+  });
+});
+
+describe('close() during a redlock retry', () => {
+  /** Scripts a node has run so far (votes and releases are scripts). */
+  async function scriptCalls(admin: Redis): Promise<number> {
+    const info = await admin.info('commandstats');
+    return [...info.matchAll(/cmdstat_(?:eval|evalsha):calls=(\d+)/g)].reduce((sum, m) => sum + Number(m[1]), 0);
+  }
+
+  it('a call sleeping between split-vote retries rejects with ERR_CLOSED as soon as the cache closes', async () => {
+    const cache = cacheOn(3, { redlock: { nodes: [], retryCount: 2, retryDelay: 600_000, retryJitter: 0 } }, 'closing');
+    const node2 = client((nodes[2] as RedisServer).adminUrl);
+    await client((nodes[1] as RedisServer).adminUrl).set(entryKeys('closing', 'c').lock, 'foreign', 'PX', 60_000);
+    await nodes[0]?.kill(); // votes: down, foreign, ours — a split vote, then a 10-minute retry sleep
+    const before = await scriptCalls(node2);
+    const call = cache.getOrCompute('c', () => 'never', { ttl: 60_000, waitTimeout: 600_000 });
+    call.catch(() => undefined);
+    // Node 2 ran our vote and its release: the first round is over, the retry sleep has begun.
+    await vi.waitFor(async () => expect(await scriptCalls(node2)).toBeGreaterThanOrEqual(before + 2), { timeout: 4000, interval: 10 });
+    await cache.close();
+    await expect(call).rejects.toMatchObject({ code: 'ERR_CLOSED' });
+  });
+});
+
+describe('RedlockLock', () => {
+  /** A node that fails every command at once (nothing listens, no offline queue). */
+  function deadNode(): Redis {
+    const c = new Redis({ port: 1, lazyConnect: true, enableOfflineQueue: false, maxRetriesPerRequest: 0, retryStrategy: () => null });
+    c.on('error', () => undefined);
+    clients.push(c);
+    return c;
+  }
+
+  function lockOver(redlockNodes: Redis[], tuning: Partial<ResolvedRedlock>): { lock: RedlockLock; call: ReturnType<typeof resolveCallOptions> } {
+    const storeClient = client(store.url);
+    const deps: LockDeps = { io: new Io(300, 5, 1000, systemClock), scripts: defineScripts(storeClient), bus: new Bus('rlretry'), clock: systemClock, onLost: () => undefined };
+    const config: ResolvedRedlock = { nodes: redlockNodes, driftFactor: 0.01, retryCount: 1, retryDelay: 10, retryJitter: 0, nodeTimeout: 100, onNoQuorum: 'local', ...tuning };
+    const lock = new RedlockLock(deps, config, new StoreLock(deps, 'local', false), { threshold: 5, cooldown: 1000 });
+    const call = resolveCallOptions(resolveCacheOptions({ redis: storeClient }).defaults, { ttl: 1000, lockTtl: 10_000, failBackoff: 5_000 }, 'k');
+    return { lock, call };
+  }
+
+  /** Node 0 down, node 1 held by another token, node 2 free: every round is a split vote (1 ours, 1 theirs). */
+  async function splitVote(key: string): Promise<{ nodesUsed: Redis[]; keys: ReturnType<typeof entryKeys> }> {
+    const keys = entryKeys('rlretry', key);
+    await client((nodes[1] as RedisServer).adminUrl).set(keys.lock, 'foreign', 'PX', 60_000);
+    return { nodesUsed: [deadNode(), client((nodes[1] as RedisServer).url), client((nodes[2] as RedisServer).url)], keys };
+  }
+
+  it('exhausted split-vote retries resolve null (wait for the holder), never the onNoQuorum fallback', async () => {
+    const { nodesUsed, keys } = await splitVote('split-null');
+    const { lock, call } = lockOver(nodesUsed, { retryCount: 2 });
+    expect(await lock.acquire('split-null', keys, call)).toBeNull();
+    lock.close();
+  });
+
+  it('fewer than a quorum answering is what falls back to onNoQuorum', async () => {
+    const { lock, call } = lockOver([deadNode(), deadNode(), client((nodes[2] as RedisServer).url)], {});
+    const grant = await lock.acquire('unreachable', entryKeys('rlretry', 'unreachable'), call);
+    expect(grant?.mode).toBe('local');
+    await grant?.release('empty');
+    lock.close();
+  });
+
+  it("a grant frees its nodes for every outcome; only a non-written outcome is announced in the store, and only 'failed' sets the backoff", async () => {
+    const live = nodes.slice(0, 3).map((n) => client(n.url));
+    const admins = nodes.slice(0, 3).map((n) => client(n.adminUrl));
+    const storeAdmin = client(store.adminUrl);
+    const notes: string[] = [];
+    const sub = client(store.adminUrl);
+    sub.on('message', (_c: string, m: string) => notes.push(`${m[0]}:${m.slice(m.lastIndexOf('|') + 1)}`));
+    await sub.subscribe('rlretry:events');
+    const { lock, call } = lockOver(live, {});
+    for (const outcome of ['written', 'failed', 'cancelled'] as const) {
+      const key = `rel-${outcome}`;
+      const keys = entryKeys('rlretry', key);
+      const grant = await lock.acquire(key, keys, call);
+      expect(grant?.mode).toBe('redlock');
+      expect(await grant?.release(outcome)).toBe('released');
+      expect(await grant?.release('empty')).toBe('released'); // idempotent: sends nothing
+      await vi.waitFor(async () => expect(await Promise.all(admins.map((a) => a.exists(keys.lock)))).toEqual([0, 0, 0]), { timeout: 4000, interval: 10 });
+      expect(await storeAdmin.exists(keys.backoff)).toBe(outcome === 'failed' ? 1 : 0);
+    }
+    await storeAdmin.publish('rlretry:events', 'x|sentinel|end');
+    await vi.waitFor(() => expect(notes).toContain('x:end'), { timeout: 4000, interval: 10 });
+    expect(notes).toEqual(['e:rel-failed', 'r:rel-cancelled', 'x:end']);
+    lock.close();
+  });
+
+  it('close() ends a pending retry sleep at once: acquire rejects with ERR_CLOSED and no retry timer is left', async () => {
+    const { nodesUsed, keys } = await splitVote('split-close');
+    const { lock, call } = lockOver(nodesUsed, { retryCount: 3, retryDelay: 600_000 }); // a sleep that would outlive the test
+    const acquiring = lock.acquire('split-close', keys, call);
+    acquiring.catch(() => undefined);
+    await vi.waitFor(() => expect(lock.retrying).toBe(1), { timeout: 4000, interval: 10 });
+    lock.close();
+    expect(lock.retrying).toBe(0);
+    await expect(acquiring).rejects.toMatchObject({ code: 'ERR_CLOSED', key: 'split-close' });
+    await expect(lock.acquire('split-close', keys, call)).rejects.toMatchObject({ code: 'ERR_CLOSED' });
   });
 });
 
