@@ -156,8 +156,13 @@ export class Cache extends EventEmitter<CacheEvents> {
    * Returns the cached value for `key`, or runs `loader` — once across all processes — to rebuild it.
    * The story: L1 → in-process flight → store → fresh/stale → lock → re-read → loader → fenced write →
    * release → notify; losers wait to be woken (or poll) until `waitTimeout`.
+   *
+   * `T` is inferred from what the loader returns. `S` (the type of `ctx.staleValue`) is separate so that
+   * an unannotated `(ctx) => …` loader does not pin `T` to `unknown`: TypeScript must type `ctx` before
+   * it reads the loader's body, so with a single parameter `T` would be fixed from `ctx` first. `S` is `T`
+   * when `T` is given explicitly or the loader annotates `ctx` (`Loader<T>`), else `unknown`.
    */
-  async getOrCompute<T>(key: string, loader: Loader<T>, ttlOrOptions?: number | CallOptions): Promise<T> {
+  async getOrCompute<T, S = T>(key: string, loader: (ctx: LoaderContext<S>) => T | Promise<T>, ttlOrOptions?: number | CallOptions): Promise<T> {
     const call = this.resolveCall(key, ttlOrOptions);
     if (typeof loader !== 'function') throw new InvalidOptionError('loader', loader, 'a function (ctx) => value | Promise<value>', key);
     const l1 = this.local.get(key);
