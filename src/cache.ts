@@ -121,7 +121,7 @@ export class Cache extends EventEmitter<CacheEvents> {
     this.local = o.local ? new LruTier(o.local, o.clock) : NO_LOCAL_TIER;
     this.store = new Store(this.io, scripts, this.bus, o.maxValueBytes, {
       decodeError: (key, reason, error) => this.emit('decodeError', { key, reason, error }),
-    }, o.unsafeUnfencedWrites);
+    }, o.unsafe.unfencedWrites);
     const deps: LockDeps = {
       io: this.io,
       scripts,
