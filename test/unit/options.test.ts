@@ -192,7 +192,7 @@ describe('resolveCacheOptions', () => {
     ['breakerCooldown', 2 ** 31], ['maxWaitersPerKey', null], ['allowInsecureTls', 'yes'], ['lock', 'mutex'], ['defaults', 5],
   ];
   it.each(badValues)('createCache option %s = %o: the message names the option, the value and its type', (option, value) => {
-    expectNamed(invalid(() => resolveCacheOptions({ redis: fakeClient, [option]: value } as CacheOptions)), option, value);
+    expectNamed(invalid(() => resolveCacheOptions({ redis: fakeClient, [option]: value })), option, value);
   });
 
   it('only undefined counts as absent: undefined takes the default', () => {
