@@ -23,17 +23,6 @@ export interface Field<T, D extends T | undefined = T | undefined> {
   readonly perCallOnly?: true;
 }
 
-/** A field with no default. */
-export function field<T>(parse: Parse<T>): Field<T, undefined>;
-/** A field with no default and flags, kept in its type (the resolved types read them). */
-export function field<T, const F extends { required?: true; perCallOnly?: true }>(parse: Parse<T>, flags: F): Field<T, undefined> & F;
-/** A field whose default goes into DEFAULTS, typed as its literal (`'single'`, `1000`). Defaults are primitives: an object here would be read as flags. */
-export function field<T, const D extends T>(parse: Parse<T>, defaultValue: D): Field<T, D>;
-export function field<T>(parse: Parse<T>, second?: unknown): Field<T> {
-  if (typeof second === 'object' && second !== null) return Object.freeze({ parse, default: undefined, ...second });
-  return Object.freeze({ parse, default: second as T | undefined });
-}
-
 /** The value type a field resolves to. */
 export type Parsed<F> = F extends { readonly parse: Parse<infer T> } ? T : never;
 /** What `parseFields` returns for a schema: each field's type, `| undefined` where there is no default. */
@@ -83,7 +72,7 @@ export function numberFrom(min: number, max: number): Parse<number> {
 }
 
 /** One of a few string literals; the message lists them. */
-export function oneOf<const L extends string>(choices: readonly L[]): Parse<L> {
+export function oneOf<L extends string>(choices: readonly L[]): Parse<L> {
   const shown = choices.map((c) => `'${c}'`).join(', ');
   return (v, name, key) => {
     if ((choices as readonly unknown[]).includes(v)) return v as L;

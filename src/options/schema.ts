@@ -13,7 +13,6 @@ import {
   abortSignal,
   boolean,
   clock,
-  field,
   intFrom,
   isRedisClient,
   lockPolicy,
@@ -31,7 +30,21 @@ import {
   type Parsed,
   type PerCallOnly,
 } from './fields.js';
-import type { CacheOptions, CallOptions, Clock, LocalTierOptions, LockMode, RedlockOptions } from './public.js';
+import type { CacheOptions, CallOptions, Clock, LocalTierOptions, LockMode, OnNoQuorum, OnWaitTimeout, RedlockOptions } from './public.js';
+
+// Builds a field. Not exported, so its `const` type parameters (which keep DEFAULTS' literal types,
+// `'single'`, `1000`) stay out of the published .d.ts: that still parses with TypeScript 4.9.
+
+/** A field with no default. */
+function field<T>(parse: Parse<T>): Field<T, undefined>;
+/** A field with no default and flags, kept in its type (the resolved types read them). */
+function field<T, const F extends { required?: true; perCallOnly?: true }>(parse: Parse<T>, flags: F): Field<T, undefined> & F;
+/** A field whose default goes into DEFAULTS, typed as its literal (`'single'`, `1000`). Defaults are primitives: an object here would be read as flags. */
+function field<T, const D extends T>(parse: Parse<T>, defaultValue: D): Field<T, D>;
+function field<T>(parse: Parse<T>, second?: unknown): Field<T> {
+  if (typeof second === 'object' && second !== null) return Object.freeze({ parse, default: undefined, ...second });
+  return Object.freeze({ parse, default: second as T | undefined });
+}
 
 // ---------------------------------------------------------------- per call (and cache-wide `defaults`)
 
@@ -42,7 +55,7 @@ export const CALL_FIELDS = {
   lock: field(lockPolicy, 'single'),
   lockTtl: field(positiveMs, 10_000),
   waitTimeout: field(positiveMs, 5_000),
-  onWaitTimeout: field(oneOf(['compute', 'throw']), 'compute'),
+  onWaitTimeout: field(oneOf<OnWaitTimeout>(['compute', 'throw']), 'compute'),
   pollInterval: field(positiveMs, 250),
   // A signal belongs to one call: a cache-wide one would abort every call at once.
   signal: field(abortSignal, { perCallOnly: true }),
@@ -105,7 +118,7 @@ export const REDLOCK_FIELDS = {
   retryDelay: field(nonNegativeMs, 200),
   retryJitter: field(nonNegativeMs, 100),
   nodeTimeout: field(positiveMs, 100),
-  onNoQuorum: field(oneOf(['throw', 'single', 'local']), 'local'),
+  onNoQuorum: field(oneOf<OnNoQuorum>(['throw', 'single', 'local']), 'local'),
 } satisfies { readonly [K in keyof RedlockOptions]-?: Field<unknown> };
 
 type RedlockFields = typeof REDLOCK_FIELDS;
