@@ -7,15 +7,15 @@ import type { RedisClient } from '../redis-types.js';
 import { LOCK_MODES, type Clock, type LockMode, type LockPolicy } from './public.js';
 
 /**
- * Checks a given (never `undefined`) value and returns it as its resolved type, or throws an
- * `InvalidOptionError` naming `name` (the option as the caller wrote it, e.g. `redlock.nodeTimeout`),
- * the value and the expected type. `key` is the user key of the call, for per-call options.
+ * Checks a given value and returns it as its resolved type, or throws an `InvalidOptionError` naming
+ * `name` (e.g. `redlock.nodeTimeout`), the value and the expected type. `key` is the user key of the
+ * call, for per-call options. Only required fields are ever parsed with `undefined`.
  */
 export type Parse<T> = (value: unknown, name: string, key?: string) => T;
 
 export interface Field<T, D extends T | undefined = T | undefined> {
   readonly parse: Parse<T>;
-  /** The value used when the option is absent; `undefined` = no default (required, or absent stays absent). It is listed in DEFAULTS. */
+  /** The value used when the option is absent, and listed in DEFAULTS; `undefined` = none (required, or absent stays absent). */
   readonly default: D;
   /** Absent is an error (no default can stand in). */
   readonly required?: true;

@@ -82,6 +82,8 @@ export type ResolvedCall = Readonly<
 /**
  * Validates the options given to one call (or as `defaults`): unknown names are refused (named with
  * `where`, e.g. `defaults.bogus`); each given value is checked by its field. Absent values stay absent.
+ * A bad value is named without `where` (`lockTtl`, also inside `defaults`): `option` keeps the value
+ * it always had.
  */
 export function validateCall(input: object, where: string, key?: string): Partial<Record<keyof CallFields, unknown>> {
   refuseUnknown(CALL_FIELDS, input, where, '', key);
