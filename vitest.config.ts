@@ -10,5 +10,8 @@ export default defineConfig({
     hookTimeout: 60_000,
     // The suite itself must not leave unhandled rejections behind; vitest fails the run if it sees one.
     dangerouslyIgnoreUnhandledErrors: false,
+    // test/types/*.test.ts are compile-time assertions (expectTypeOf, @ts-expect-error): vitest also
+    // type-checks them with tsc, so a wrong type fails `npm test`, not only `npm run typecheck`.
+    typecheck: { enabled: true, include: ['test/types/**/*.test.ts'], tsconfig: './tsconfig.json' },
   },
 });

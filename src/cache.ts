@@ -61,7 +61,7 @@ export class Cache extends EventEmitter<CacheEvents> {
     const emit = this.safeEmit;
     const store = new Store(this.io, scripts, this.bus, o.maxValueBytes, {
       decodeError: (key, reason, error) => emit('decodeError', { key, reason, error }),
-    }, o.unsafeUnfencedWrites);
+    }, o.unsafe.unfencedWrites);
     const lockDeps: LockDeps = { io: this.io, scripts, bus: this.bus, clock: o.clock, onLost: (key, error) => emit('lockLost', { key, error }) };
     const local = new StoreLock(lockDeps, 'local', false);
     const single = new StoreLock(lockDeps, 'single', true);
@@ -117,8 +117,13 @@ export class Cache extends EventEmitter<CacheEvents> {
    * Returns the cached value for `key`, or runs `loader` — once across all processes — to rebuild it.
    * The story: L1 → in-process flight → store → fresh/stale → lock → re-read → loader → fenced write →
    * release → notify; losers wait to be woken (or poll) until `waitTimeout` (see rebuild.ts).
+   *
+   * `T` is inferred from what the loader returns. `S` (the type of `ctx.staleValue`) is separate so that
+   * an unannotated `(ctx) => …` loader does not pin `T` to `unknown`: TypeScript must type `ctx` before
+   * it reads the loader's body, so with a single parameter `T` would be fixed from `ctx` first. `S` is `T`
+   * when `T` is given explicitly or the loader annotates `ctx` (`Loader<T>`), else `unknown`.
    */
-  async getOrCompute<T>(key: string, loader: (ctx: LoaderContext<NoInfer<T>>) => T | Promise<T>, ttlOrOptions?: number | CallOptions): Promise<T> {
+  async getOrCompute<T, S = T>(key: string, loader: (ctx: LoaderContext<S>) => T | Promise<T>, ttlOrOptions?: number | CallOptions): Promise<T> {
     const call = this.resolveCall(key, ttlOrOptions);
     if (typeof loader !== 'function') throw new InvalidOptionError('loader', loader, 'a function (ctx) => value | Promise<value>', key);
     const l1 = this.local.get(key);

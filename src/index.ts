@@ -1,3 +1,7 @@
+/**
+ * The public surface, listed explicitly: everything a user may need to name. Internals (resolved
+ * option types, the test-only UNSAFE switches) are deliberately not here.
+ */
 export { Cache, createCache, type Loader, type LoaderContext } from './cache.js';
 export type { CacheEvents } from './events.js';
 export {
@@ -8,7 +12,9 @@ export {
   type LocalTierOptions,
   type LockMode,
   type LockPolicy,
+  type OnNoQuorum,
   type OnWaitTimeout,
+  type RedlockOptions,
 } from './options.js';
 export {
   AbortedError,

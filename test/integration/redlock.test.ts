@@ -7,6 +7,7 @@ import { RedlockLock } from '../../src/lock/redlock.js';
 import { defineScripts } from '../../src/lock/scripts.js';
 import { StoreLock, type LockDeps } from '../../src/lock/single.js';
 import { resolveCacheOptions, resolveCallOptions, systemClock, type ResolvedRedlock } from '../../src/options.js';
+import { UNSAFE } from '../../src/unsafe.js';
 import { Bus } from '../../src/wait.js';
 import { deferred, nextEvent } from '../support/harness.js';
 import { FENCED_WRITE, maxActiveKey, runsKey } from '../support/counting-loader.js';
@@ -109,7 +110,7 @@ describe('redlock over 5 nodes', () => {
   it('quorum lost mid-loader: ctx.signal aborts with ERR_LOCK_LOST and the late write is rejected after a newer grant wrote', async () => {
     // Set SG_TEST_UNFENCED_A=1 to run the negative control: a's write skips the fence, and this test must fail.
     const unfenced = process.env.SG_TEST_UNFENCED_A === '1';
-    const a = cacheOn(5, { defaults: { lockTtl: 600 }, unsafeUnfencedWrites: unfenced }, 'lost');
+    const a = cacheOn(5, { defaults: { lockTtl: 600 }, [UNSAFE]: { unfencedWrites: unfenced } } as Partial<CacheOptions>, 'lost');
     const b = cacheOn(5, { defaults: { lockTtl: 600 } }, 'lost');
     const started = deferred<void>();
     const finish = deferred<string>();

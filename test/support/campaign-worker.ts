@@ -4,7 +4,8 @@
  * history goes at the end, after close(), with the handles still open and any unhandled rejection.
  */
 import { Redis } from 'ioredis';
-import { createCache, type CallOptions } from '../../src/index.js';
+import { createCache, type CacheOptions, type CallOptions } from '../../src/index.js';
+import { UNSAFE } from '../../src/unsafe.js';
 
 const env = process.env;
 const proc = Number(env.SG_PROC);
@@ -23,8 +24,8 @@ const cache = createCache({
   redis,
   prefix: env.SG_PREFIX,
   redisTimeout: Number(env.SG_REDIS_TIMEOUT),
-  unsafeUnfencedWrites: env.SG_UNFENCED === '1',
-});
+  [UNSAFE]: { unfencedWrites: env.SG_UNFENCED === '1' },
+} as CacheOptions);
 
 const now = (): number => performance.timeOrigin + performance.now();
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));

@@ -1,7 +1,8 @@
 import { describe, expect, it } from 'vitest';
-import { InvalidOptionError } from '../../src/errors.js';
+import { describe as describeValue, InvalidOptionError } from '../../src/errors.js';
 import {
   DEFAULTS,
+  graceWindow,
   loaderTimeout,
   lockModeFor,
   physicalTtl,
@@ -11,11 +12,41 @@ import {
   watchdogInterval,
   type CacheOptions,
 } from '../../src/options.js';
+import { CACHE_FIELDS, CALL_FIELDS } from '../../src/options/schema.js';
+import { UNSAFE } from '../../src/unsafe.js';
 
 /** A structural stand-in: option validation only checks the shape, and never sends a command. */
 const fakeClient = { defineCommand: () => undefined, duplicate: () => undefined } as unknown as CacheOptions['redis'];
 
+/** Runs `f`, returns what it threw as an InvalidOptionError (failing the test if it threw nothing else). */
+function invalid(f: () => unknown): InvalidOptionError {
+  try {
+    f();
+  } catch (e) {
+    expect(e).toBeInstanceOf(InvalidOptionError);
+    return e as InvalidOptionError;
+  }
+  throw new Error('expected an InvalidOptionError, nothing was thrown');
+}
+
+/** The message names the option, the value and its type (describe() prints `5 (number)`). */
+function expectNamed(err: InvalidOptionError, option: string, value: unknown): void {
+  expect(err.code).toBe('ERR_INVALID_OPTION');
+  expect(err.option).toBe(option);
+  expect(err.message).toContain(`"${option}"`);
+  expect(err.message).toContain(describeValue(value));
+}
+
 describe('effective values (pure)', () => {
+  it.each([
+    [0, 0, 0],
+    [500, 0, 500],
+    [0, 2000, 2000],
+    [5000, 2000, 5000],
+  ])('graceWindow(staleTtl %i, failSafeTtl %i) is the longer of the two: %i', (stale, failSafe, expected) => {
+    expect(graceWindow(stale, failSafe)).toBe(expected);
+  });
+
   it.each([
     [1000, 0, 0, 1000],
     [1000, 500, 0, 1500],
@@ -113,20 +144,15 @@ describe('resolveCallOptions', () => {
     ['staleTtl', -1], ['staleTtl', 0.5], ['lockTtl', 0], ['waitTimeout', -5], ['pollInterval', 0],
     ['lock', 'mutex'], ['lock', 7], ['onWaitTimeout', 'wait'], ['signal', {}], ['bogus', 1],
   ];
-  it.each(bad)('option %s = %o is rejected with ERR_INVALID_OPTION naming the option and the value', (option, value) => {
-    const input = { ttl: 1000, [option]: value };
-    let caught: unknown;
-    try {
-      resolveCallOptions(defaults, input, 'k');
-    } catch (e) {
-      caught = e;
-    }
-    expect(caught).toBeInstanceOf(InvalidOptionError);
-    const err = caught as InvalidOptionError;
-    expect(err.code).toBe('ERR_INVALID_OPTION');
-    expect(err.option).toBe(option);
-    expect(err.message).toContain(option);
+  it.each(bad)('option %s = %o is rejected with ERR_INVALID_OPTION naming the option, the value and its type', (option, value) => {
+    const err = invalid(() => resolveCallOptions(defaults, { ttl: 1000, [option]: value }, 'k'));
+    expectNamed(err, option, value);
     expect(err.key).toBe('k');
+  });
+
+  it('an unknown call option lists exactly the schema names', () => {
+    const err = invalid(() => resolveCallOptions(defaults, { ttl: 1, stalTtl: 2 } as never, 'k'));
+    expect(err.message).toContain(`known: ${Object.keys(CALL_FIELDS).join(', ')}.`);
   });
 });
 
@@ -159,5 +185,107 @@ describe('resolveCacheOptions', () => {
     expect(() => resolveCacheOptions({ redis: fakeClient, ...extra })).toThrow(
       expect.objectContaining({ code: 'ERR_INVALID_OPTION', option }),
     );
+  });
+
+  const badValues: [string, unknown][] = [
+    ['prefix', 42], ['redisTimeout', 1.5], ['maxKeyLength', 0], ['maxValueBytes', '1mb'], ['breakerThreshold', -1],
+    ['breakerCooldown', 2 ** 31], ['maxWaitersPerKey', null], ['allowInsecureTls', 'yes'], ['lock', 'mutex'], ['defaults', 5],
+  ];
+  it.each(badValues)('createCache option %s = %o: the message names the option, the value and its type', (option, value) => {
+    expectNamed(invalid(() => resolveCacheOptions({ redis: fakeClient, [option]: value })), option, value);
+  });
+
+  it('only undefined counts as absent: undefined takes the default', () => {
+    expect(resolveCacheOptions({ redis: fakeClient, prefix: undefined, redisTimeout: undefined }).prefix).toBe(DEFAULTS.prefix);
+  });
+
+  it('the cache-wide lock is the default lock; giving it twice is an error naming "lock"', () => {
+    expect(resolveCacheOptions({ redis: fakeClient, lock: 'local' }).defaults.lock).toBe('local');
+    expect(resolveCacheOptions({ redis: fakeClient, defaults: { lock: 'none' } }).defaults.lock).toBe('none');
+    expectNamed(invalid(() => resolveCacheOptions({ redis: fakeClient, lock: 'local', defaults: { lock: 'none' } })), 'lock', 'local');
+  });
+
+  it('cache defaults are frozen, fill every call default, and keep a given ttl', () => {
+    const d = resolveCacheOptions({ redis: fakeClient, defaults: { ttl: 5, staleTtl: 7 } }).defaults;
+    expect(Object.isFrozen(d)).toBe(true);
+    expect(d).toEqual({ ...DEFAULTS_OF_CALL, ttl: 5, staleTtl: 7 });
+  });
+});
+
+/** The call-level defaults, spelled out: the schema must not change one by accident. */
+const DEFAULTS_OF_CALL = {
+  staleTtl: 0, lock: 'single', lockTtl: 10_000, waitTimeout: 5_000, onWaitTimeout: 'compute', pollInterval: 250,
+  failSafeTtl: 0, failBackoff: 0, softTimeout: 0, hardTimeout: 0,
+};
+
+describe('DEFAULTS', () => {
+  it('is frozen and holds exactly these values (every level in one flat object; no ttl, signal or clock)', () => {
+    expect(Object.isFrozen(DEFAULTS)).toBe(true);
+    expect(DEFAULTS).toEqual({
+      prefix: 'sg', local: false, redisTimeout: 1000, maxKeyLength: 1024, maxValueBytes: 1024 * 1024,
+      breakerThreshold: 5, breakerCooldown: 2000, maxWaitersPerKey: 10_000, allowInsecureTls: false,
+      ...DEFAULTS_OF_CALL,
+      driftFactor: 0.01, retryCount: 3, retryDelay: 200, retryJitter: 100, nodeTimeout: 100, onNoQuorum: 'local',
+    });
+  });
+});
+
+describe('redlock options', () => {
+  const nodes = [fakeClient, fakeClient, fakeClient];
+
+  it('fills DEFAULTS and freezes the result and its node list', () => {
+    const r = resolveCacheOptions({ redis: fakeClient, redlock: { nodes } }).redlock;
+    expect(r).toEqual({
+      nodes, driftFactor: DEFAULTS.driftFactor, retryCount: DEFAULTS.retryCount, retryDelay: DEFAULTS.retryDelay,
+      retryJitter: DEFAULTS.retryJitter, nodeTimeout: DEFAULTS.nodeTimeout, onNoQuorum: DEFAULTS.onNoQuorum,
+    });
+    expect(Object.isFrozen(r)).toBe(true);
+    expect(Object.isFrozen(r?.nodes)).toBe(true);
+  });
+
+  const bad: [string, Record<string, unknown>, unknown][] = [
+    ['redlock.nodes', { nodes: [fakeClient, fakeClient] }, [fakeClient, fakeClient]],
+    ['redlock.nodes', {}, undefined],
+    ['redlock.driftFactor', { nodes, driftFactor: 1 }, 1],
+    ['redlock.retryCount', { nodes, retryCount: 101 }, 101],
+    ['redlock.retryDelay', { nodes, retryDelay: -1 }, -1],
+    ['redlock.retryJitter', { nodes, retryJitter: 0.5 }, 0.5],
+    ['redlock.nodeTimeout', { nodes, nodeTimeout: 0 }, 0],
+    ['redlock.onNoQuorum', { nodes, onNoQuorum: 'wait' }, 'wait'],
+    ['redlock.retries', { nodes, retries: 3 }, 3],
+  ];
+  it.each(bad)('rejects %s with a message naming it, the value and its type', (option, redlock, value) => {
+    expectNamed(invalid(() => resolveCacheOptions({ redis: fakeClient, redlock } as unknown as CacheOptions)), option, value);
+  });
+});
+
+describe('test-only switches (options[UNSAFE])', () => {
+  it('are all off unless given, and frozen', () => {
+    const u = resolveCacheOptions({ redis: fakeClient }).unsafe;
+    expect(u).toEqual({ unfencedWrites: false, incoherentL1: false });
+    expect(Object.isFrozen(u)).toBe(true);
+  });
+
+  it('are read from the UNSAFE symbol key', () => {
+    const o = { redis: fakeClient, [UNSAFE]: { unfencedWrites: true } } as CacheOptions;
+    expect(resolveCacheOptions(o).unsafe).toEqual({ unfencedWrites: true, incoherentL1: false });
+    const both = { redis: fakeClient, [UNSAFE]: { unfencedWrites: true, incoherentL1: true } } as CacheOptions;
+    expect(resolveCacheOptions(both).unsafe).toEqual({ unfencedWrites: true, incoherentL1: true });
+  });
+
+  it.each([
+    ['[UNSAFE]', 'yes', 'yes'],
+    ['[UNSAFE].unfencedWrites', { unfencedWrites: 1 }, 1],
+    ['[UNSAFE].fenceless', { fenceless: true }, true],
+  ])('a bad switch is an InvalidOptionError naming %s', (option, switches, value) => {
+    expectNamed(invalid(() => resolveCacheOptions({ redis: fakeClient, [UNSAFE]: switches } as CacheOptions)), option, value);
+  });
+
+  it('the retired unsafeUnfencedWrites option is an unknown option, and the known list names no switch', () => {
+    const err = invalid(() => resolveCacheOptions({ redis: fakeClient, unsafeUnfencedWrites: true } as CacheOptions));
+    expectNamed(err, 'unsafeUnfencedWrites', true);
+    expect(err.message).toContain(`known: ${Object.keys(CACHE_FIELDS).join(', ')}.`);
+    expect(err.message.slice(err.message.indexOf('known:'))).not.toMatch(/unsafe|unfenced|incoherent/i);
+    expect(Object.keys(CACHE_FIELDS).join()).not.toMatch(/unsafe/i);
   });
 });

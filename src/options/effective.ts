@@ -1,0 +1,45 @@
+/**
+ * Effective values: every rule that combines options into the number or mode actually used is a named
+ * pure function here, each with a table test (test/unit/options.test.ts).
+ */
+import { InvalidOptionError } from '../errors.js';
+import { LOCK_MODES, type LockMode, type LockPolicy } from './public.js';
+
+/** The mode a policy picks for a key; a policy function returning garbage is a typed error. */
+export function lockModeFor(policy: LockPolicy, key: string): LockMode {
+  const mode = typeof policy === 'function' ? policy(key) : policy;
+  if (!(LOCK_MODES as readonly string[]).includes(mode)) {
+    throw new InvalidOptionError('lock', mode, `the lock policy to return one of ${LOCK_MODES.join(', ')}`, key);
+  }
+  return mode;
+}
+
+/** How long an entry outlives its fresh time: the longer of the stale window and the fail-safe window. */
+export function graceWindow(staleTtl: number, failSafeTtl: number): number {
+  return Math.max(staleTtl, failSafeTtl);
+}
+
+/** How long Redis keeps an entry: fresh time plus its grace window. */
+export function physicalTtl(ttl: number, staleTtl: number, failSafeTtl = 0): number {
+  return ttl + graceWindow(staleTtl, failSafeTtl);
+}
+
+/**
+ * Which loader timeout applies. With a fallback value at hand (fail-safe) a soft timeout returns it
+ * early; otherwise only the hard timeout can end the wait. 0 = no timeout.
+ */
+export function loaderTimeout(hasFallback: boolean, softTimeout: number, hardTimeout: number): { kind: 'soft' | 'hard' | 'none'; ms: number } {
+  if (hasFallback && softTimeout > 0 && (hardTimeout === 0 || softTimeout < hardTimeout)) return { kind: 'soft', ms: softTimeout };
+  if (hardTimeout > 0) return { kind: 'hard', ms: hardTimeout };
+  return { kind: 'none', ms: 0 };
+}
+
+/** How often the watchdog extends a grant: a third of its lifetime, so two extensions may fail before it lapses. */
+export function watchdogInterval(lockTtl: number): number {
+  return Math.max(1, Math.floor(lockTtl / 3));
+}
+
+/** The next fallback poll delay: `pollInterval` jittered to [0.5, 1.5)× and never past the deadline. `rand` is in [0, 1). */
+export function pollDelay(pollInterval: number, remainingMs: number, rand: number): number {
+  return Math.max(0, Math.min(remainingMs, Math.round(pollInterval * (0.5 + rand))));
+}

@@ -1,0 +1,115 @@
+/**
+ * The public option types, each option documented once here (TSDoc, with its default). The schema in
+ * `schema.ts` must list exactly these names: its `satisfies` clauses and test/types/options.test.ts
+ * fail when the two differ.
+ */
+import type { RedisClient } from '../redis-types.js';
+
+/**
+ * How a key's rebuild is coordinated.
+ * - `none`: plain cache-aside; every missing call runs the loader (the baseline).
+ * - `local`: one loader per key per process (in-process single-flight only).
+ * - `single`: one loader per key across every process, via a lock on the store's Redis (an efficiency lock).
+ * - `redlock`: as `single`, but the lock needs a quorum of independent Redis masters (`redlock.nodes`).
+ */
+export type LockMode = 'none' | 'local' | 'single' | 'redlock';
+export const LOCK_MODES: readonly LockMode[] = ['none', 'local', 'single', 'redlock'];
+
+/** A lock mode, or a function choosing one from the key (evaluated on every call). */
+export type LockPolicy = LockMode | ((key: string) => LockMode);
+
+/** What a caller that waited `waitTimeout` without seeing a value does next. */
+export type OnWaitTimeout = 'compute' | 'throw';
+
+/** Monotonic milliseconds. Injectable so unit tests can use fake timers. */
+export interface Clock {
+  now(): number;
+}
+export const systemClock: Clock = { now: () => performance.now() };
+
+/** Options accepted per call and, as cache-wide defaults, in `createCache({ defaults })`. */
+export interface CallOptions {
+  /** Fresh time in ms (a positive integer). No default: give it per call or in `defaults`. */
+  ttl?: number;
+  /** How long after `ttl` a stale value may still be served (at once) while one process refreshes it, in ms. Default `0` (no stale serving). */
+  staleTtl?: number;
+  /** Lock mode or per-key policy. Default `'single'`. */
+  lock?: LockPolicy;
+  /** Lifetime of a rebuild lock grant in ms; a watchdog extends it every `lockTtl / 3` while the loader runs. Default `10000`. */
+  lockTtl?: number;
+  /** Longest time a caller waits for another process's rebuild, in ms. Default `5000`. */
+  waitTimeout?: number;
+  /** After `waitTimeout`: `'compute'` runs the loader anyway (fenced), `'throw'` rejects with `WaitTimeoutError`. Default `'compute'`. */
+  onWaitTimeout?: OnWaitTimeout;
+  /** Fallback poll interval while waiting, in ms, jittered ±50%; waiters are normally woken by pub/sub first. Default `250`. */
+  pollInterval?: number;
+  /** The caller's AbortSignal: aborting it rejects this call with `AbortedError` (ERR_ABORTED). Default none. */
+  signal?: AbortSignal;
+  /** Fail-safe: how long after `ttl` an expired value is kept, to be served (flagged stale) when the loader fails or times out, in ms. Default `0` (off). */
+  failSafeTtl?: number;
+  /** After a loader failure, no process calls the loader for this key for this long (fleet-wide, kept in Redis), in ms. Default `0` (off). */
+  failBackoff?: number;
+  /** With a fallback value at hand (fail-safe), return it after this many ms of loading; the loader finishes in the background and still fills the cache. Default `0` (off). */
+  softTimeout?: number;
+  /** A loader running longer than this fails its callers with `LoaderTimeoutError`; its signal aborts and the lock is released, in ms. Default `0` (off). */
+  hardTimeout?: number;
+}
+
+/** The optional in-process L1 tier. */
+export interface LocalTierOptions {
+  /** Most entries kept (lru-cache `max`). Required. */
+  max: number;
+}
+
+/** What a redlock acquisition does when no quorum of nodes answers. */
+export type OnNoQuorum = 'throw' | 'single' | 'local';
+
+/** Redlock: a quorum over N independent Redis masters (not replicas). */
+export interface RedlockOptions {
+  /** ioredis clients of independent masters, owned by the caller; at least 3 (odd numbers recommended). Required. */
+  nodes: RedisClient[];
+  /** Clock drift allowance as a fraction of lockTtl (plus 2 ms). Default `0.01`. */
+  driftFactor?: number;
+  /** Extra attempts after a split vote or an expired validity. Default `3`. */
+  retryCount?: number;
+  /** Base delay between attempts, ms. Default `200`. */
+  retryDelay?: number;
+  /** Random extra delay added to each retry, up to this many ms. Default `100`. */
+  retryJitter?: number;
+  /** Longest wait for one node's answer, ms; a hanging node costs at most this. Default `100`. */
+  nodeTimeout?: number;
+  /** No quorum reachable: `'throw'` NoQuorumError, or run under `'single'` (the store's lock) or `'local'`. Default `'local'`. */
+  onNoQuorum?: OnNoQuorum;
+}
+
+/** `createCache` options. Unknown names are an `InvalidOptionError`, not silently ignored. */
+export interface CacheOptions {
+  /** An ioredis `Redis` or `Cluster`, owned by the caller. Required. Never quit by the cache; duplicated once for pub/sub. */
+  redis: RedisClient;
+  /** Key namespace; must not contain `{` or `}`. Default `'sg'`. */
+  prefix?: string;
+  /** The in-process L1 tier; `false` or omitted turns it off. Default `false`. */
+  local?: LocalTierOptions | false;
+  /** Cache-wide defaults for every per-call option. */
+  defaults?: CallOptions;
+  /** Longest time any single Redis operation may take before the call degrades, in ms. Default `1000`. */
+  redisTimeout?: number;
+  /** Longest accepted key, in UTF-16 code units. Default `1024`. */
+  maxKeyLength?: number;
+  /** Entries larger than this (bytes) are never decoded: treated as a miss and reported. Default `1048576` (1 MiB). */
+  maxValueBytes?: number;
+  /** Consecutive Redis failures that open the circuit breaker (Redis is then skipped for `breakerCooldown`). Default `5`. */
+  breakerThreshold?: number;
+  /** How long the open breaker skips Redis before one probe, in ms. Default `2000`. */
+  breakerCooldown?: number;
+  /** Callers of one key in one process beyond this get a fast `TooManyWaitersError`. Default `10000`. */
+  maxWaitersPerKey?: number;
+  /** Monotonic clock. Default `performance.now()`. */
+  clock?: Clock;
+  /** The cache-wide lock policy (same as `defaults.lock`; give one or the other). Default `'single'`. */
+  lock?: LockPolicy;
+  /** Redlock nodes and tuning; required for lock mode `'redlock'`. Default none. */
+  redlock?: RedlockOptions;
+  /** Accept clients whose TLS options set `rejectUnauthorized: false` (certificate not verified). Default `false`: such clients are refused. */
+  allowInsecureTls?: boolean;
+}

@@ -1,0 +1,72 @@
+/**
+ * Resolution: createCache's options once (frozen), one call's options over the cache defaults on
+ * every call. Both throw `InvalidOptionError` before any Redis traffic.
+ */
+import { InvalidOptionError } from '../errors.js';
+import type { RedisClient } from '../redis-types.js';
+import { UNSAFE, type UnsafeSwitches } from '../unsafe.js';
+import { lockModeFor } from './effective.js';
+import { parseFields, positiveMs } from './fields.js';
+import { systemClock, type CacheOptions, type CallOptions } from './public.js';
+import {
+  CACHE_FIELDS,
+  CALL_DEFAULTS,
+  UNSAFE_FIELDS,
+  validateCall,
+  type ResolvedCache,
+  type ResolvedCall,
+  type ResolvedDefaults,
+} from './schema.js';
+
+/** Reads an ioredis client's TLS options (Redis: options.tls; Cluster: options.redisOptions.tls). */
+function skipsTlsVerification(client: unknown): boolean {
+  const o = (client as { options?: { tls?: { rejectUnauthorized?: unknown }; redisOptions?: { tls?: { rejectUnauthorized?: unknown } } } }).options;
+  const tls = o?.tls ?? o?.redisOptions?.tls;
+  return typeof tls === 'object' && tls !== null && tls.rejectUnauthorized === false;
+}
+
+/** A client that does not verify the server's certificate is refused unless `allowInsecureTls`, and then warned about. */
+function checkTls(redis: RedisClient, nodes: readonly RedisClient[], allowInsecureTls: boolean): void {
+  for (const [name, client] of [['redis', redis] as const, ...nodes.map((n, i) => [`redlock.nodes[${i}]`, n] as const)]) {
+    if (!skipsTlsVerification(client)) continue;
+    if (!allowInsecureTls) {
+      throw new InvalidOptionError(name, 'tls.rejectUnauthorized: false', 'a client that verifies the server certificate, or allowInsecureTls: true');
+    }
+    process.emitWarning(`stampede-guard: ${name} does not verify the Redis server's TLS certificate (allowInsecureTls: true)`, { code: 'SG_INSECURE_TLS' });
+  }
+}
+
+const SAFE: Readonly<Required<UnsafeSwitches>> = Object.freeze(parseFields(UNSAFE_FIELDS, {}, '', ''));
+
+/** The test-only switches at `input[UNSAFE]` (a symbol key, so they are never among the named options). */
+function resolveUnsafe(input: object): Readonly<Required<UnsafeSwitches>> {
+  const given = (input as { [UNSAFE]?: unknown })[UNSAFE];
+  if (given === undefined) return SAFE;
+  if (typeof given !== 'object' || given === null) throw new InvalidOptionError('[UNSAFE]', given, 'an object of test-only switches');
+  return Object.freeze(parseFields(UNSAFE_FIELDS, given, '[UNSAFE].', 'test-only '));
+}
+
+/** Validates `createCache` options once; the result is frozen. */
+export function resolveCacheOptions(input: CacheOptions): ResolvedCache {
+  if (typeof input !== 'object' || input === null) throw new InvalidOptionError('options', input, 'an object with at least { redis }');
+  const { defaults: given = {}, lock, clock, ...rest } = parseFields(CACHE_FIELDS, input, '', 'createCache ');
+  checkTls(rest.redis, rest.redlock?.nodes ?? [], rest.allowInsecureTls);
+  if (lock !== undefined && given.lock !== undefined) throw new InvalidOptionError('lock', lock, 'either lock or defaults.lock, not both');
+  const defaults: ResolvedDefaults = Object.freeze({ ...CALL_DEFAULTS, ...given, ...(lock === undefined ? {} : { lock }) });
+  return Object.freeze({ ...rest, defaults, clock: clock ?? systemClock, unsafe: resolveUnsafe(input) });
+}
+
+/**
+ * Merges one call's options over the cache defaults. `input` is a ttl number or an options object.
+ * Throws `InvalidOptionError` before any Redis traffic.
+ */
+export function resolveCallOptions(defaults: ResolvedDefaults, input: number | CallOptions | undefined, key: string): ResolvedCall {
+  let given: Partial<ResolvedCall>;
+  if (typeof input === 'number') given = { ttl: positiveMs(input, 'ttl', key) };
+  else if (input === undefined) given = {};
+  else if (typeof input === 'object' && input !== null) given = validateCall(input, '', key) as Partial<ResolvedCall>;
+  else throw new InvalidOptionError('ttl', input, 'a ttl in ms or an options object', key);
+  const merged = { ...defaults, ...given };
+  if (merged.ttl === undefined) throw new InvalidOptionError('ttl', undefined, 'a positive integer number of ms, per call or in defaults', key);
+  return Object.freeze({ ...merged, ttl: merged.ttl, lock: lockModeFor(merged.lock, key), signal: merged.signal });
+}
