@@ -70,7 +70,7 @@ export interface RedlockOptions {
   nodes: RedisClient[];
   /** Clock drift allowance as a fraction of lockTtl (plus 2 ms). Default `0.01`. */
   driftFactor?: number;
-  /** Extra attempts after a split vote or an expired validity. Default `3`. */
+  /** Extra attempts after a split vote or an expired validity; a vote still split after the last one waits like any loser (it is not "no quorum"). Default `3`. */
   retryCount?: number;
   /** Base delay between attempts, ms. Default `200`. */
   retryDelay?: number;
