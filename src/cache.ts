@@ -187,7 +187,7 @@ export class Cache extends EventEmitter<CacheEvents> {
     const call = this.resolveCall(key, ttlOrOptions);
     if (value === undefined) throw new InvalidOptionError('value', value, 'a value other than undefined (use delete() to remove)', key);
     const keys = entryKeys(this.options.prefix, key);
-    const grant = (await this.lockers.local.acquire(key, keys, call)) as Grant;
+    const grant = (await (this.lockers.local as StoreLock).acquire(key, keys, call, { ignoreBackoff: true, operation: 'set' })) as Grant;
     try {
       await this.store.write(key, keys, grant, value, call, 0, 's');
       this.local.set(key, value, call.ttl);

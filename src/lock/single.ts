@@ -32,14 +32,15 @@ export class StoreLock implements Locker {
     private readonly exclusive: boolean,
   ) {}
 
-  async acquire(key: string, keys: EntryKeys, call: ResolvedCall): Promise<Grant | null> {
+  /** `how`: set() passes `{ ignoreBackoff: true, operation: 'set' }` (an explicit write runs no loader). */
+  async acquire(key: string, keys: EntryKeys, call: ResolvedCall, how: { ignoreBackoff?: boolean; operation?: string } = {}): Promise<Grant | null> {
     const token = this.exclusive ? newToken() : '';
     const lockTtl = this.exclusive ? call.lockTtl : 0;
     const { io, scripts, bus } = this.deps;
     const started = this.deps.clock.now();
     const [granted, fenceOrPttl] = await io.run(
-      'acquire',
-      () => scripts.acquire(keys.lock, keys.fence, keys.backoff, token, lockTtl, call.lockTtl),
+      how.operation ?? 'acquire',
+      () => scripts.acquire(keys.lock, keys.fence, keys.backoff, token, lockTtl, call.lockTtl, how.ignoreBackoff === true),
       key,
       // A timed-out acquire may still be applied (now or later): free that orphan by its token.
       this.exclusive ? () => void scripts.release(keys.lock, keys.backoff, token, bus.channel, '', 0).catch(() => undefined) : undefined,
