@@ -89,7 +89,8 @@ export function encodeStorable(key: string, e: Envelope, maxValueBytes: number):
  * Why a value cannot be stored as it is ('function', 'symbol', 'cycle'), or undefined. Iterative (no
  * stack overflow on deep values); a cycle is an object met again while still on the current path —
  * a shared, acyclic reference is fine (it decodes as two copies). Walks what msgpackr encodes: array
- * items, own enumerable string keys of objects, Map keys and values, Set items.
+ * items, own enumerable string keys of objects, Map keys and values, Set items, and a class
+ * instance's toJSON() result when it has one.
  */
 function unstorablePart(root: unknown): string | undefined {
   const onPath = new Set<object>();
@@ -112,7 +113,17 @@ function unstorablePart(root: unknown): string | undefined {
     if (Array.isArray(v)) for (const item of v as unknown[]) stack.push({ visit: item });
     else if (v instanceof Map) for (const [k, item] of v) stack.push({ visit: k }, { visit: item });
     else if (v instanceof Set) for (const item of v) stack.push({ visit: item });
-    else for (const k of Object.keys(v)) stack.push({ visit: (v as Record<string, unknown>)[k] });
+    else if (Object.getPrototypeOf(v) !== Object.prototype && typeof (v as { toJSON?: unknown }).toJSON === 'function') {
+      // msgpackr writes a class instance's toJSON() result (a plain object's own toJSON is just a
+      // function property). If toJSON throws, the encoder throws the same and step 2 reports it.
+      let json: unknown;
+      try {
+        json = (v as { toJSON: () => unknown }).toJSON();
+      } catch {
+        return undefined;
+      }
+      if (json !== v) stack.push({ visit: json });
+    } else for (const k of Object.keys(v)) stack.push({ visit: (v as Record<string, unknown>)[k] });
   }
   return undefined;
 }
