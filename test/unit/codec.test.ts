@@ -233,7 +233,7 @@ describe('what a value becomes through Redis', () => {
   });
 
   it('a sparse array becomes dense: holes become undefined elements', () => {
-    const out = roundTrip([1, , 3]) as unknown[]; // eslint-disable-line no-sparse-arrays
+    const out = roundTrip([1, , 3]) as unknown[];
     expect(out).toHaveLength(3);
     expect(1 in out).toBe(true);
     expect(out[1]).toBeUndefined();
