@@ -24,8 +24,10 @@ import type { RedisClient } from '../redis-types.js';
  *
  * Decided: a newer *grant* alone does NOT refuse an older write; only a newer accepted write, set,
  * delete or re-seed does. Fence-only grants (modes none/local) overlap by design; if each newer grant
- * refused the older ones, concurrent rebuilders would reject each other and rebuild over and over (~10x
- * in a stampede). The lock makes such overlap rare, and once the newer grant writes, the older is refused.
+ * refused the older ones, concurrent rebuilders would reject each other's writes: every rebuild but the
+ * last-granted one would be wasted, and with grants still arriving none might land for a while, so the
+ * key would be rebuilt over and over. The lock makes such overlap rare, and once the newer grant writes,
+ * the older is refused.
  *
  * The hash outlives every live grant (the watchdog extends it) and every value (the write extends it).
  * Re-seeding from TIME keeps new tokens above old ones unless more than one token per microsecond was

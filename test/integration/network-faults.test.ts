@@ -168,6 +168,29 @@ describe('fencing across a Redis restart without persistence', () => {
   });
 });
 
+describe('what a failed set() or delete() says', () => {
+  it("a blackholed Redis: set() and delete() reject as 'timeout' under their own operation name; once the breaker opens, as 'breaker' quoting the last failure", async () => {
+    const proxy = await startProxy(server);
+    proxies.push(proxy);
+    const c = cache(asAppUser(proxy.url), { redisTimeout: 150, breakerThreshold: 2, breakerCooldown: 60_000, prefix: 'says' });
+    await c.ready();
+    proxy.blackhole('up', true);
+    try {
+      const failure = (p: Promise<unknown>) => p.then(() => undefined, (e: unknown) => e as { code: string; operation: string; failure: string; message: string });
+      const set = await failure(c.set('k', 'v', 60_000));
+      expect(set).toMatchObject({ code: 'ERR_REDIS_UNAVAILABLE', operation: 'set', failure: 'timeout', key: 'k' });
+      expect(set?.message).toMatch(/^Redis set for "k" timed out: no reply within 150 ms; raise "redisTimeout"/);
+      const del = await failure(c.delete('k'));
+      expect(del).toMatchObject({ operation: 'delete', failure: 'timeout' });
+      const skipped = await failure(c.set('k', 'v', 60_000));
+      expect(skipped).toMatchObject({ code: 'ERR_REDIS_UNAVAILABLE', operation: 'set', failure: 'breaker' });
+      expect(skipped?.message).toContain('circuit breaker open after 2 consecutive failures (last: no reply within 150 ms)');
+    } finally {
+      proxy.blackhole('up', false);
+    }
+  });
+});
+
 describe('error replies', () => {
   it('READONLY (the store is a replica): calls still answer through the loader, reported as degraded', async () => {
     const replica = await startRedisServer(['--replicaof', '127.0.0.1', String(server.port)]);
