@@ -253,8 +253,15 @@ describe('error replies carry Redis\'s own text', () => {
     const fullAdmin = client(full.adminUrl);
     try {
       const c = await cache('oom', {}, full.url);
+      await c.set('stored', 'before', 60_000);
       await fullAdmin.config('SET', 'maxmemory-policy', 'noeviction');
       await fullAdmin.config('SET', 'maxmemory', '1');
+      // README "maxmemory-policy": reads still answer; a rebuild answers its callers but stores nothing.
+      expect(await (await cache('oom', {}, full.url)).get('stored')).toBe('before');
+      const degraded = nextEvent(c, 'degraded');
+      expect(await c.getOrCompute('cold', () => 'computed', 60_000)).toBe('computed');
+      expect((await degraded).error).toMatchObject({ failure: 'reply' });
+      expect(await fullAdmin.exists(entryKeys('oom', 'cold').value)).toBe(0);
       const err = await c.set('k', 'v', 60_000).then(() => undefined, (e: unknown) => e);
       expect(err).toMatchObject({ code: 'ERR_REDIS_UNAVAILABLE', operation: 'set', failure: 'reply', key: 'k' });
       expect((err as Error).message).toContain('OOM command not allowed');
