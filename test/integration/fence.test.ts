@@ -228,6 +228,27 @@ describe('eviction of fence, lock and value keys: at most a duplicate rebuild, n
   });
 });
 
+describe("every key the library writes expires (README: volatile-* policies evict only the cache's keys)", () => {
+  it('after a rebuild, a set(), a delete(), a refused write and a failed loader with backoff, every key under the prefix has a TTL', async () => {
+    const prefix = 'all-expire';
+    const c = await cache(prefix, { defaults: { failBackoff: 60_000 } });
+    await c.getOrCompute('rebuilt', () => 'v', 60_000);
+    await c.set('set', 'v', 60_000);
+    await c.set('deleted', 'v', 60_000);
+    await c.delete('deleted');
+    await c.delete('never-written');
+    await c.getOrCompute('failed', () => Promise.reject(new Error('x')), 60_000).catch(() => undefined);
+    const older = await heldRebuild<string>(c, 'refused', { ttl: 60_000, lock: 'none' });
+    await c.set('refused', 'newer', 60_000);
+    older.open('older');
+    await older.call;
+    const keys = (await admin.keys(`${prefix}:*`)).sort();
+    expect(keys.length).toBeGreaterThanOrEqual(10);
+    const ttls = await Promise.all(keys.map(async (k) => [k, await admin.pttl(k)] as const));
+    expect(ttls.filter(([, ttl]) => ttl <= 0)).toEqual([]);
+  });
+});
+
 describe('set() is an explicit write', () => {
   it('works while a failBackoff is active (the backoff only stops loaders)', async () => {
     const c = await cache('set-backoff', { defaults: { failBackoff: 60_000 } });
