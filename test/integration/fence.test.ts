@@ -5,7 +5,7 @@
  * is paused, eviction (DEL as eviction would, and a real `allkeys-lru` run), and check that a value from
  * before the loss is never written or served, while a loss costs at most a duplicate rebuild.
  */
-import { Redis } from 'ioredis';
+import { Redis, type Command } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createCache, type Cache, type CacheOptions } from '../../src/index.js';
 import { entryKeys, type EntryKeys } from '../../src/keys.js';
@@ -42,6 +42,19 @@ async function cache(prefix: string, extra: Partial<CacheOptions> = {}, url = se
   caches.push(c);
   await c.ready();
   return c;
+}
+/** Resolves with the reply to the first script call `c` sends naming `lockKey` (the lock attempt). */
+function lockAttemptAnswered(c: Redis, lockKey: string): Promise<unknown[]> {
+  const sent = deferred<unknown[]>();
+  const original = c.sendCommand.bind(c);
+  c.sendCommand = ((command: Command, stream?: never) => {
+    // evalsha, or eval after a NOSCRIPT: whichever is answered with a reply.
+    if ((command.name === 'evalsha' || command.name === 'eval') && command.args.some((arg) => String(arg) === lockKey)) {
+      command.promise.then(sent.resolve, () => undefined);
+    }
+    return original(command, stream);
+  });
+  return sent.promise;
 }
 /** A reader that never saw the key (its L1 is empty): what every other process would be served. */
 async function freshRead(prefix: string, key: string): Promise<unknown> {
@@ -131,14 +144,16 @@ describe('a rejected write wakes waiters at once', () => {
     const key = 'k';
     const keys = entryKeys(prefix, key);
     const a = await cache(prefix);
-    const w = await cache(prefix);
+    const wClient = client(server.url);
+    const refused = lockAttemptAnswered(wClient, keys.lock);
+    const w = createCache({ redis: wClient, prefix });
+    caches.push(w);
+    await w.ready();
     const b = await cache(prefix);
     const holder = await heldRebuild<string>(a, key, { ttl: 60_000, lock: 'single' });
     const waiterRan = deferred<void>();
-    const missed = nextEvent(w, 'miss');
     const waiting = w.getOrCompute(key, () => (waiterRan.resolve(), 'from-waiter'), { ttl: 60_000, lock: 'single', pollInterval: 600_000, waitTimeout: 600_000 });
-    await missed;
-    await sleep(50); // the waiter found the lock held and went to sleep on its 10-minute poll
+    expect((await refused)[0]).toBe(0); // the waiter found the lock held: it now sleeps on its 10-minute poll
     await admin.del(keys.fence); // lost (lapsed or evicted) …
     const reseeder = await heldRebuild<string>(b, key, { ttl: 60_000, lock: 'none' }); // … and re-created, silently
     const computed = nextEvent(a, 'computed');
