@@ -227,6 +227,11 @@ describe('what a value becomes through Redis', () => {
     expect(() => roundTrip({ a: 1, toJSON: () => 'x' })).toThrow(expect.objectContaining({ reason: 'function' }));
   });
 
+  it('a URL becomes its href string (its toJSON); a boxed primitive becomes a plain object of its own properties', () => {
+    expect(roundTrip(new URL('https://example.com/a?b=1'))).toBe('https://example.com/a?b=1');
+    expect(roundTrip([new Number(3), new String('ab')])).toEqual([{}, { 0: 'a', 1: 'b' }]);
+  });
+
   it('-0 becomes 0; NaN and ±Infinity stay', () => {
     expect(Object.is(roundTrip(-0), 0)).toBe(true);
     expect(roundTrip([NaN, Infinity, -Infinity])).toEqual([NaN, Infinity, -Infinity]);
