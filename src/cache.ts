@@ -36,6 +36,8 @@ export class Cache extends EventEmitter<CacheEvents> {
   private readonly local: LocalTier;
   private readonly waiters = new Waiters();
   private readonly lockers: Record<LockMode, Locker>;
+  /** Fence-only grants (no lock): set(). */
+  private readonly fenceOnly: StoreLock;
   private readonly coalescers: Record<LockMode, Coalescer>;
   /** Grants held right now; close() releases them (and any acquired while it runs) without waiting for loaders. */
   private readonly grants = new GrantRegistry();
@@ -65,6 +67,7 @@ export class Cache extends EventEmitter<CacheEvents> {
     const lockDeps: LockDeps = { io: this.io, scripts, bus: this.bus, clock: o.clock, onLost: (key, error) => emit('lockLost', { key, error }) };
     const local = new StoreLock(lockDeps, 'local', false);
     const single = new StoreLock(lockDeps, 'single', true);
+    this.fenceOnly = local;
     const fallback = { throw: undefined, single, local };
     this.lockers = {
       none: new StoreLock(lockDeps, 'none', false),
@@ -161,7 +164,7 @@ export class Cache extends EventEmitter<CacheEvents> {
     const keys = entryKeys(this.options.prefix, key);
     // The value is changing: this process's copy goes now, and comes back only if the fence accepts ours.
     this.local.invalidate(key);
-    const grant = (await this.lockers.local.acquire(key, keys, call)) as Grant;
+    const grant = (await this.fenceOnly.acquire(key, keys, call, { ignoreBackoff: true, operation: 'set' })) as Grant;
     let outcome: 'written' | 'empty' | 'cancelled' = 'empty';
     try {
       if (!this.grants.hold(grant)) {

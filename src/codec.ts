@@ -1,4 +1,5 @@
 import { Packr } from 'msgpackr';
+import { UnstorableValueError } from './errors.js';
 
 /**
  * The wire format of an entry (version 2): a msgpack array
@@ -43,8 +44,88 @@ export class DecodeError extends Error {
   }
 }
 
+/** The allow-list refused a type; `typeName` is its class name (so the write side can name it). */
+class DisallowedTypeError extends DecodeError {
+  constructor(readonly typeName: string) {
+    super(`disallowed type ${typeName} in entry value`);
+  }
+}
+
 export function encodeEntry(e: Envelope): Buffer {
   return packr.pack([FORMAT_VERSION, e.value, e.fence, e.loadMs, e.writtenAt, e.staleMs, e.graceMs]);
+}
+
+/**
+ * The write side of the codec: the entry's bytes, or UnstorableValueError when they could never be
+ * read back as the value (every read would be a miss and every process would rebuild on every call).
+ * Invariant: whatever this returns passes decodeEntry — it is decoded once here to prove it, which
+ * costs about one extra decode per loader run (a loader run is far slower; see README).
+ *   1. a walk refuses what msgpackr would silently drop or turn into `undefined` (a function, a symbol
+ *      value) and cycles (msgpackr would overflow the stack on them);
+ *   2. the encoder's own exceptions (RangeError from deep nesting, …) are caught;
+ *   3. the size cap the read script applies is applied here first;
+ *   4. the bytes are decoded with the reader's allow-list (RegExp, Error, ArrayBuffer… are refused).
+ */
+export function encodeStorable(key: string, e: Envelope, maxValueBytes: number): Buffer {
+  const walked = unstorablePart(e.value);
+  if (walked) throw new UnstorableValueError(key, walked);
+  let bytes: Buffer;
+  try {
+    bytes = encodeEntry(e);
+  } catch (err) {
+    throw new UnstorableValueError(key, `encode failed: ${err instanceof Error ? err.message : String(err)}`, err);
+  }
+  if (bytes.length > maxValueBytes) throw new UnstorableValueError(key, `too large (${bytes.length} > maxValueBytes ${maxValueBytes})`);
+  try {
+    decodeEntry(bytes);
+  } catch (err) {
+    const disallowed = err instanceof DisallowedTypeError ? err.typeName : undefined;
+    throw new UnstorableValueError(key, disallowed === undefined ? `decode failed: ${err instanceof Error ? err.message : String(err)}` : `type ${disallowed}`, err);
+  }
+  return bytes;
+}
+
+/**
+ * Why a value cannot be stored as it is ('function', 'symbol', 'cycle'), or undefined. Iterative (no
+ * stack overflow on deep values); a cycle is an object met again while still on the current path —
+ * a shared, acyclic reference is fine (it decodes as two copies). Walks what msgpackr encodes: array
+ * items, own enumerable string keys of objects, Map keys and values, Set items, and a class
+ * instance's toJSON() result when it has one.
+ */
+function unstorablePart(root: unknown): string | undefined {
+  const onPath = new Set<object>();
+  // An entry is a value to visit, or the marker that the walk is leaving `object`.
+  const stack: ({ visit: unknown } | { leave: object })[] = [{ visit: root }];
+  while (stack.length > 0) {
+    const top = stack.pop() as { visit: unknown } | { leave: object };
+    if ('leave' in top) {
+      onPath.delete(top.leave);
+      continue;
+    }
+    const v = top.visit;
+    if (typeof v === 'function') return 'function';
+    if (typeof v === 'symbol') return 'symbol';
+    if (v === null || typeof v !== 'object') continue;
+    if (onPath.has(v)) return 'cycle';
+    if (ArrayBuffer.isView(v) || v instanceof Date) continue;
+    onPath.add(v);
+    stack.push({ leave: v });
+    if (Array.isArray(v)) for (const item of v as unknown[]) stack.push({ visit: item });
+    else if (v instanceof Map) for (const [k, item] of v) stack.push({ visit: k }, { visit: item });
+    else if (v instanceof Set) for (const item of v) stack.push({ visit: item });
+    else if (Object.getPrototypeOf(v) !== Object.prototype && typeof (v as { toJSON?: unknown }).toJSON === 'function') {
+      // msgpackr writes a class instance's toJSON() result (a plain object's own toJSON is just a
+      // function property). If toJSON throws, the encoder throws the same and step 2 reports it.
+      let json: unknown;
+      try {
+        json = (v as { toJSON: () => unknown }).toJSON();
+      } catch {
+        return undefined;
+      }
+      if (json !== v) stack.push({ visit: json });
+    } else for (const k of Object.keys(v)) stack.push({ visit: (v as Record<string, unknown>)[k] });
+  }
+  return undefined;
 }
 
 /** Decodes untrusted bytes. Every failure — malformed, hostile, unknown version, disallowed type — is a DecodeError. */
@@ -79,7 +160,7 @@ export function assertAllowedValue(root: unknown): void {
   while (stack.length > 0) {
     const v = stack.pop();
     if (v === null || typeof v !== 'object') {
-      if (typeof v === 'function' || typeof v === 'symbol') throw new DecodeError(`disallowed type ${typeof v}`);
+      if (typeof v === 'function' || typeof v === 'symbol') throw new DisallowedTypeError(typeof v);
       continue;
     }
     if (Array.isArray(v)) {
@@ -96,7 +177,7 @@ export function assertAllowedValue(root: unknown): void {
     } else if (v instanceof Date || ArrayBuffer.isView(v)) {
       continue;
     } else {
-      throw new DecodeError(`disallowed type ${describeProto(proto)} in entry value`);
+      throw new DisallowedTypeError(describeProto(proto));
     }
   }
 }

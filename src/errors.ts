@@ -73,12 +73,15 @@ export class WaitTimeoutError extends StampedeGuardError {
   }
 }
 
-/** The reason `ctx.signal` aborts with when the rebuild lock could not be kept. */
+/**
+ * The reason `ctx.signal` aborts with when the rebuild lock could not be kept. Its message quotes the
+ * fence rule (src/lock/scripts.ts), which decides whether the late write lands.
+ */
 export class LockLostError extends StampedeGuardError {
   constructor(key: string, cause?: unknown) {
     super(
       'ERR_LOCK_LOST',
-      `The rebuild lock for "${key}" was lost (expired or taken over); the loader's write will be rejected if a newer rebuild started. Raise "lockTtl" if loaders are this slow.`,
+      `The rebuild lock for "${key}" was lost (expired or taken over). The loader's write is still fenced: it is refused once a newer write, set() or delete() was accepted for the key, or the fence was re-created (lapsed, evicted, Redis restarted); a newer grant alone does not refuse it. Raise "lockTtl" if loaders are this slow.`,
       { key, cause },
     );
   }
@@ -90,16 +93,70 @@ export class AbortedError extends StampedeGuardError {
   }
 }
 
+/**
+ * How a Redis operation failed:
+ *   timeout     no reply within `redisTimeout` (the command may still run later);
+ *   reply       Redis answered with an error (OOM, READONLY, MISCONF, a script error…): not a timeout;
+ *   connection  the client could not send it (connection closed, retries exhausted, offline queue off);
+ *   breaker     not sent: the circuit breaker is open after consecutive failures.
+ */
+export type RedisFailure = 'timeout' | 'reply' | 'connection' | 'breaker';
+
+/** The cause `Io` gives a timed-out operation (so the error can tell a timeout from an error reply). */
+export class RedisTimeout extends Error {
+  constructor(readonly ms: number) {
+    super(`no reply within ${ms} ms`);
+    this.name = 'RedisTimeout';
+  }
+}
+
+/** The cause `Io` gives an operation it did not send because the breaker is open; carries the last failure's text. */
+export class BreakerOpen extends Error {
+  constructor(readonly failures: number, readonly last: string) {
+    super(`circuit breaker open after ${failures} consecutive failures (last: ${last})`);
+    this.name = 'BreakerOpen';
+  }
+}
+
+/** Redis's own error text for a message: first line, bounded. */
+export function redisText(err: unknown): string {
+  const text = err instanceof Error ? err.message : String(err);
+  const line = text.split('\n')[0] ?? '';
+  return line.length > 200 ? `${line.slice(0, 200)}…` : line;
+}
+
+function failureOf(cause: unknown): RedisFailure {
+  if (cause instanceof RedisTimeout) return 'timeout';
+  if (cause instanceof BreakerOpen) return 'breaker';
+  // ioredis (4–5) reports every error reply, scripts' included, as a ReplyError (from redis-errors).
+  if (cause instanceof Error && cause.name === 'ReplyError') return 'reply';
+  return 'connection';
+}
+
+function unavailableMessage(operation: string, failure: RedisFailure, cause: unknown, key: string | undefined): string {
+  const what = `Redis ${operation}${key === undefined ? '' : ` for "${key}"`}`;
+  switch (failure) {
+    case 'timeout':
+      return `${what} timed out: ${redisText(cause)}; raise "redisTimeout" or check the server and the client's connection options.`;
+    case 'reply':
+      return `${what} failed: Redis replied "${redisText(cause)}" (an error reply, not a timeout).`;
+    case 'breaker':
+      return `${what} was not sent: ${redisText(cause)}; it is retried after "breakerCooldown" or when the client reconnects.`;
+    case 'connection':
+      return `${what} failed: ${redisText(cause)} (not sent or no connection); check the client's connection options.`;
+  }
+}
+
 export class RedisUnavailableError extends StampedeGuardError {
-  /** The library operation that failed, e.g. `read`, `acquire`. */
+  /** The library operation that failed, as its caller named it: `read`, `acquire`, `write`, `set`, `delete`, … */
   readonly operation: string;
+  /** A timeout, an error reply (Redis's text is in the message and in `cause`), no connection, or the open breaker. */
+  readonly failure: RedisFailure;
   constructor(operation: string, cause: unknown, key?: string, code: ErrorCode = 'ERR_REDIS_UNAVAILABLE', message?: string) {
-    super(
-      code,
-      message ?? `Redis ${operation} failed or timed out${key === undefined ? '' : ` for "${key}"`}; see "redisTimeout" and the client's connection options.`,
-      { key, cause },
-    );
+    const failure = failureOf(cause);
+    super(code, message ?? unavailableMessage(operation, failure, cause, key), { key, cause });
     this.operation = operation;
+    this.failure = failure;
   }
 }
 
@@ -114,7 +171,7 @@ export class RedisPermissionError extends RedisUnavailableError {
       cause,
       key,
       'ERR_REDIS_NOPERM',
-      `Redis refused ${operation} for lack of permission (NOPERM); grant the ACL user the commands, keys "<prefix>:*" and channel "<prefix>:events" listed in the README.`,
+      `Redis refused ${operation}${key === undefined ? '' : ` for "${key}"`} for lack of permission: Redis replied "${redisText(cause)}"; grant the ACL user the commands, keys "<prefix>:*" and channel "<prefix>:events" listed in the README.`,
     );
   }
 }
@@ -161,11 +218,24 @@ export class OriginBackoffError extends StampedeGuardError {
   }
 }
 
-/** TEMPORARY SHIM (replaced by the fence branch). */
+const UNSTORABLE_ADVICE =
+  'Store plain data only (primitives, bigint, arrays, plain objects, Map, Set, Date, Buffer/typed arrays; no functions, symbols, cycles, RegExp or Error), or raise "maxValueBytes" if it is only too large.';
+
+/**
+ * A value that could never be read back from Redis, refused before anything was sent: a function or
+ * a symbol inside it, a cycle, a type the reader's allow-list refuses, a size above `maxValueBytes`,
+ * or an encoder failure. `reason` is short and stable enough to log ('function', 'symbol', 'cycle',
+ * 'type RegExp', 'too large (N > maxValueBytes M)', 'encode failed: …').
+ */
 export class UnstorableValueError extends StampedeGuardError {
   readonly reason: string;
-  constructor(key: string, reason: string) {
-    super('ERR_UNSTORABLE_VALUE', `The value for "${key}" cannot be stored: ${reason}.`, { key });
+  declare readonly key: string;
+  constructor(key: string, reason: string, cause?: unknown) {
+    super(
+      'ERR_UNSTORABLE_VALUE',
+      `The value for "${key}" cannot be stored in Redis (${reason}): it could never be read back, so it was not written. ${UNSTORABLE_ADVICE}`,
+      { key, cause },
+    );
     this.reason = reason;
   }
 }

@@ -29,7 +29,9 @@ export {
   RedisUnavailableError,
   StampedeGuardError,
   TooManyWaitersError,
+  UnstorableValueError,
   WaitTimeoutError,
   type ErrorCode,
+  type RedisFailure,
 } from './errors.js';
 export type { RedisClient } from './redis-types.js';

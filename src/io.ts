@@ -1,4 +1,4 @@
-import { RedisPermissionError, RedisUnavailableError } from './errors.js';
+import { BreakerOpen, RedisPermissionError, RedisTimeout, RedisUnavailableError, redisText } from './errors.js';
 import type { Clock } from './options.js';
 
 /**
@@ -22,6 +22,8 @@ export class Io {
   /** While now < openUntil the breaker is open; after it, exactly one probe is let through. */
   private openUntil = 0;
   private probing = false;
+  /** The last failure's text, quoted when the open breaker refuses an operation. */
+  private lastFailure = '';
   /**
    * Operations awaiting a reply. Invariant: an entry is removed exactly once — by its reply or by the
    * sweeper — and whoever removes it settles the caller's promise. One sweeping interval per Io
@@ -41,7 +43,7 @@ export class Io {
   run<T>(operation: string, fn: () => Promise<T>, key?: string, compensate?: () => void): Promise<T> {
     if (this.failures >= this.threshold) {
       if (this.clock.now() < this.openUntil || this.probing) {
-        return Promise.reject(new RedisUnavailableError(operation, new Error('circuit breaker open'), key));
+        return Promise.reject(new RedisUnavailableError(operation, new BreakerOpen(this.failures, this.lastFailure), key));
       }
       this.probing = true;
     }
@@ -49,9 +51,10 @@ export class Io {
       const entry: InFlight = {
         deadline: this.clock.now() + this.timeoutMs,
         expire: () => {
-          this.failed();
+          const timeout = new RedisTimeout(this.timeoutMs);
+          this.failed(timeout);
           compensate?.();
-          reject(new RedisUnavailableError(operation, new Error(`timed out after ${this.timeoutMs} ms`), key));
+          reject(new RedisUnavailableError(operation, timeout, key));
         },
       };
       this.inFlight.add(entry);
@@ -68,7 +71,7 @@ export class Io {
         },
         (err: unknown) => {
           if (!this.inFlight.delete(entry)) return;
-          this.failed();
+          this.failed(err);
           reject(classify(operation, err, key));
         },
       );
@@ -117,7 +120,8 @@ export class Io {
     this.probing = false;
   }
 
-  private failed(): void {
+  private failed(err: unknown): void {
+    this.lastFailure = redisText(err);
     this.failures++;
     this.probing = false;
     if (this.failures >= this.threshold) this.openUntil = this.clock.now() + this.cooldownMs;

@@ -1,4 +1,4 @@
-import { decodeEntry, encodeEntry } from './codec.js';
+import { decodeEntry, encodeStorable } from './codec.js';
 import { entryState, type EntryState } from './entry.js';
 import type { Io } from './io.js';
 import type { EntryKeys } from './keys.js';
@@ -52,17 +52,29 @@ export class Store {
   }
 
   /**
-   * Writes `value` under `grant`'s fence, releases the grant's lock and announces the write, all in
-   * one script. Resolves false when a newer grant (rebuild, set or delete) made ours stale.
+   * Writes `value` under `grant`'s fence, releases the grant's lock and announces the outcome, all in
+   * one script. Resolves false when the fence refused it (a newer write, set, delete or re-seed: see
+   * the fence rule in lock/scripts.ts); waiters are then told 'r' (released without a value).
+   * Throws UnstorableValueError, before any Redis traffic and with the grant still held, for a value
+   * that could never be read back; throws RedisUnavailableError (operation 'set' for kind 's').
    */
   async write(key: string, keys: EntryKeys, grant: Grant, value: unknown, call: ResolvedCall, loadMs: number, kind: NoteKind): Promise<boolean> {
     const graceMs = graceWindow(call.staleTtl, call.failSafeTtl);
-    const bytes = encodeEntry({ value, fence: grant.fence, loadMs: Math.round(loadMs), writtenAt: Date.now(), staleMs: call.staleTtl, graceMs });
+    const envelope = { value, fence: grant.fence, loadMs: Math.round(loadMs), writtenAt: Date.now(), staleMs: call.staleTtl, graceMs };
+    const bytes = encodeStorable(key, envelope, this.maxValueBytes);
     const accepted = await this.io.run(
-      'write',
+      kind === 's' ? 'set' : 'write',
       () => this.writeScript(
         [keys.value, keys.fence, keys.lock],
-        [grant.token, String(grant.fence), bytes, physicalTtl(call.ttl, call.staleTtl, call.failSafeTtl), this.bus.channel, this.bus.message(kind, key)],
+        [
+          grant.token,
+          String(grant.fence),
+          bytes,
+          physicalTtl(call.ttl, call.staleTtl, call.failSafeTtl),
+          this.bus.channel,
+          this.bus.message(kind, key),
+          this.bus.message('r', key),
+        ],
       ),
       key,
     );

@@ -168,7 +168,7 @@ export class RedlockLock implements Locker {
     let granted: number;
     let fence: number;
     try {
-      [granted, fence] = await io.run('acquire', () => scripts.acquire(keys.lock, keys.fence, keys.backoff, '', 0, call.lockTtl), key);
+      [granted, fence] = await io.run('acquire', () => scripts.acquire(keys.lock, keys.fence, keys.backoff, '', 0, call.lockTtl, false), key);
     } catch (err) {
       await this.releaseNodes(keys.lock, token);
       throw err;

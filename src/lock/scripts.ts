@@ -7,24 +7,40 @@ import type { RedisClient } from '../redis-types.js';
  */
 
 /**
- * The fence of an entry is one hash with two fields, so both share one key and one TTL:
- *   n  the grant counter: incremented on every grant, set and delete;
- *   w  the high-water mark: the token of the last accepted write, set or delete.
- * A write is accepted only if its token is above `w` (so accepted tokens strictly increase and a late,
- * stale rebuilder can never overwrite a newer value) and only while the hash exists (it outlives every
- * live grant through the watchdog, and every value through the write; a Redis restart without
- * persistence loses it, so a pre-restart holder's write is then refused).
+ * THE FENCE RULE (the single source; README "Guarantees" and LockLostError quote it).
  *
- * A missing counter is seeded from the server clock (TIME, in µs): the epoch. A token issued after a
- * restart is larger than any issued before it, unless more than one grant per microsecond was issued
- * for the key or the Redis host clock went backwards. Tokens stay below 2^53 (exact in Lua and JS).
+ * The fence of an entry is one hash with two fields, so both share one key and one TTL:
+ *   n  the counter: every grant, set and delete takes the next value as its token;
+ *   w  the high-water mark: the token of the last accepted write, set or delete — or the seed.
+ *
+ *   A write (a rebuild's write or set()) is accepted iff the entry's fence hash exists and the
+ *   write's token is greater than `w`. `w` is raised by every accepted write, every set(), every
+ *   delete(), and by a re-seed: whenever the hash is (re-)created (first use, TTL lapse, eviction,
+ *   a restart without persistence) both `n` and `w` start at the server's TIME in µs, so any token
+ *   issued before the re-creation is refused.
+ *
+ * So accepted tokens per key strictly increase, a late, stale rebuilder never overwrites a newer value,
+ * and a value read before a delete cannot come back after the fence was lost and re-created.
+ *
+ * Decided: a newer *grant* alone does NOT refuse an older write; only a newer accepted write, set,
+ * delete or re-seed does. Fence-only grants (modes none/local) overlap by design; if each newer grant
+ * refused the older ones, concurrent rebuilders would reject each other's writes: every rebuild but the
+ * last-granted one would be wasted, and with grants still arriving none might land for a while, so the
+ * key would be rebuilt over and over. The lock makes such overlap rare, and once the newer grant writes,
+ * the older is refused.
+ *
+ * The hash outlives every live grant (the watchdog extends it) and every value (the write extends it).
+ * Re-seeding from TIME keeps new tokens above old ones unless more than one token per microsecond was
+ * issued for the key since the previous seed, or the Redis host clock went backwards. TIME in µs is
+ * about 1.8e15 in 2026, far below 2^53 (9.0e15, exact in Lua doubles and JS numbers) until the 2250s.
  * Digits are concatenated as strings: Lua would print a large number in exponent form.
  */
 const BUMP_FENCE = `
 local function bump_fence(fence_key, ttl)
   if redis.call('HEXISTS', fence_key, 'n') == 0 then
     local t = redis.call('TIME')
-    redis.call('HSET', fence_key, 'n', t[1] .. string.format('%06d', tonumber(t[2])))
+    local seed = t[1] .. string.format('%06d', tonumber(t[2]))
+    redis.call('HSET', fence_key, 'n', seed, 'w', seed)
   end
   local f = redis.call('HINCRBY', fence_key, 'n', 1)
   if redis.call('PTTL', fence_key) < tonumber(ttl) then redis.call('PEXPIRE', fence_key, ttl) end
@@ -49,13 +65,13 @@ return {pttl, v}
 
 /**
  * acquire: KEYS[1]=lock KEYS[2]=fence KEYS[3]=backoff; ARGV[1]=token ARGV[2]=lockTtl ('0' = fence only,
- * no lock) ARGV[3]=fence ttl.
+ * no lock) ARGV[3]=fence ttl ARGV[4]=ignore backoff ('1': an explicit set(), which calls no loader).
  * → {1, fence} granted | {0, lock pttl} held by someone else | {2, backoff pttl} the loader failed
  * recently somewhere in the fleet: nobody may call it until the backoff lapses.
  * Lock and fence move in one atomic step.
  */
 export const ACQUIRE = `${BUMP_FENCE}
-if redis.call('EXISTS', KEYS[3]) == 1 then return {2, redis.call('PTTL', KEYS[3])} end
+if ARGV[4] ~= '1' and redis.call('EXISTS', KEYS[3]) == 1 then return {2, redis.call('PTTL', KEYS[3])} end
 if ARGV[2] ~= '0' then
   if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
     return {0, redis.call('PTTL', KEYS[1])}
@@ -66,16 +82,14 @@ return {1, bump_fence(KEYS[2], ARGV[3])}
 
 /**
  * write (fenced): KEYS[1]=value KEYS[2]=fence KEYS[3]=lock; ARGV[1]=token ARGV[2]=fence ARGV[3]=bytes
- * ARGV[4]=physical ttl ARGV[5]=channel ARGV[6]=message.
- * Accepts only if our fence is above the high-water mark (no newer write, set or delete was accepted)
- * and the fence hash exists. Releases our lock either way and announces an accepted write.
+ * ARGV[4]=physical ttl ARGV[5]=channel ARGV[6]=message ARGV[7]=message if rejected.
+ * Applies the fence rule (top of this file). Releases our lock either way and announces either way:
+ * an accepted write with ARGV[6], a rejected one with ARGV[7] ("released without a value"), so waiters
+ * are woken at once instead of polling.
  * → 1 accepted | 0 rejected.
  */
-export const WRITE = `
-local ok = false
-if redis.call('EXISTS', KEYS[2]) == 1 then
-  ok = tonumber(ARGV[2]) > tonumber(redis.call('HGET', KEYS[2], 'w') or '0')
-end
+const writeScript = (accepts: string): string => `
+local ok = ${accepts}
 if ok then
   redis.call('SET', KEYS[1], ARGV[3], 'PX', ARGV[4])
   redis.call('HSET', KEYS[2], 'w', ARGV[2])
@@ -86,14 +100,17 @@ if ok then
   redis.call('PUBLISH', ARGV[5], ARGV[6])
   return 1
 end
+redis.call('PUBLISH', ARGV[5], ARGV[7])
 return 0
 `;
 
-/** The negative control's write: WRITE without the fence check (tests only, see `unsafeUnfencedWrites`). */
-export const WRITE_UNFENCED = WRITE.replace("ok = tonumber(ARGV[2]) > tonumber(redis.call('HGET', KEYS[2], 'w') or '0')", 'ok = true').replace(
-  "if redis.call('EXISTS', KEYS[2]) == 1 then",
-  'if true then',
+// A missing 'w' only exists in a hash seeded by an older library version (before w was seeded).
+export const WRITE = writeScript(
+  "redis.call('EXISTS', KEYS[2]) == 1 and tonumber(ARGV[2]) > tonumber(redis.call('HGET', KEYS[2], 'w') or '0')",
 );
+
+/** The negative control's write: WRITE without the fence check (tests only, see `unsafeUnfencedWrites`). */
+export const WRITE_UNFENCED = writeScript('true');
 
 /**
  * release: KEYS[1]=lock KEYS[2]=backoff; ARGV[1]=token ARGV[2]=channel ARGV[3]=message ('' = announce
@@ -128,7 +145,8 @@ return 1
 /**
  * invalidate (delete): KEYS[1]=value KEYS[2]=fence; ARGV[1]=fence ttl ARGV[2]=channel ARGV[3]=message.
  * Takes a new token and raises the high-water mark to it, so a rebuild already in flight (an older
- * token) cannot resurrect what was deleted.
+ * token) cannot resurrect what was deleted. If the hash is later lost (TTL, eviction), its re-seed
+ * keeps that promise (the fence rule above).
  */
 export const INVALIDATE = `${BUMP_FENCE}
 local f = bump_fence(KEYS[2], ARGV[1])
@@ -156,13 +174,20 @@ return 1
 
 type Arg = string | Buffer | number;
 
+/** WRITE's ARGV: token, fence, bytes, physical ttl, channel, note if accepted, note if rejected. */
+export type WriteArgs = [token: string, fence: string, bytes: Buffer, ttl: number, channel: string, accepted: string, rejected: string];
+
 /** The registered commands, as methods the rest of the library calls. */
 export interface Scripts {
   read: (valueKey: string, maxBytes: number) => Promise<[number, Buffer | number] | null>;
-  acquire: (lockKey: string, fenceKey: string, backoffKey: string, token: string, lockTtl: number, fenceTtl: number) => Promise<[number, number]>;
-  write: (keys: [string, string, string], args: [string, string, Buffer, number, string, string]) => Promise<number>;
+  /**
+   * `ignoreBackoff`: an explicit set() is never refused by a fleet-wide failBackoff (it runs no loader).
+   * Optional only until every caller passes it; omitted means false.
+   */
+  acquire: (lockKey: string, fenceKey: string, backoffKey: string, token: string, lockTtl: number, fenceTtl: number, ignoreBackoff: boolean) => Promise<[number, number]>;
+  write: (keys: [string, string, string], args: WriteArgs) => Promise<number>;
   /** Tests only: the unfenced write of the negative control. */
-  writeUnfenced: (keys: [string, string, string], args: [string, string, Buffer, number, string, string]) => Promise<number>;
+  writeUnfenced: (keys: [string, string, string], args: WriteArgs) => Promise<number>;
   release: (lockKey: string, backoffKey: string, token: string, channel: string, message: string, backoffMs: number) => Promise<number>;
   extend: (lockKey: string, fenceKey: string, token: string, ttl: number) => Promise<number>;
   invalidate: (valueKey: string, fenceKey: string, fenceTtl: number, channel: string, message: string) => Promise<number>;
@@ -173,12 +198,12 @@ export interface Scripts {
 // Versioned names: a script change gets a new name, so two library versions on one client never clash.
 const NAMES = {
   read: ['sgReadV2', 1, READ],
-  acquire: ['sgAcquireV2', 3, ACQUIRE],
-  write: ['sgWriteV2', 3, WRITE],
-  writeUnfenced: ['sgWriteUnfencedV2', 3, WRITE_UNFENCED],
+  acquire: ['sgAcquireV3', 3, ACQUIRE],
+  write: ['sgWriteV3', 3, WRITE],
+  writeUnfenced: ['sgWriteUnfencedV3', 3, WRITE_UNFENCED],
   release: ['sgReleaseV2', 2, RELEASE],
   extend: ['sgExtendV1', 2, EXTEND],
-  invalidate: ['sgInvalidateV2', 2, INVALIDATE],
+  invalidate: ['sgInvalidateV3', 2, INVALIDATE],
   redlockAcquire: ['sgRedlockAcquireV1', 1, REDLOCK_ACQUIRE],
 } as const;
 
@@ -193,7 +218,7 @@ export function defineScripts(client: RedisClient): Scripts {
   const call = (name: string, ...args: Arg[]): Promise<unknown> => (c[name] as Command).apply(client, args);
   return {
     read: (k, max) => call(`${NAMES.read[0]}Buffer`, k, max) as Promise<[number, Buffer | number] | null>,
-    acquire: (l, f, b, token, ttl, fttl) => call(NAMES.acquire[0], l, f, b, token, ttl, fttl) as Promise<[number, number]>,
+    acquire: (l, f, b, token, ttl, fttl, ignoreBackoff = false) => call(NAMES.acquire[0], l, f, b, token, ttl, fttl, ignoreBackoff ? '1' : '0') as Promise<[number, number]>,
     write: (keys, args) => call(NAMES.write[0], ...keys, ...args) as Promise<number>,
     writeUnfenced: (keys, args) => call(NAMES.writeUnfenced[0], ...keys, ...args) as Promise<number>,
     release: (l, b, token, ch, msg, backoff) => call(NAMES.release[0], l, b, token, ch, msg, backoff) as Promise<number>,

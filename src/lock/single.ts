@@ -33,15 +33,15 @@ export class StoreLock implements Locker {
     private readonly exclusive: boolean,
   ) {}
 
-  /** `_opts.ignoreBackoff` is accepted but not yet honoured (see AcquireOptions). */
-  async acquire(key: string, keys: EntryKeys, call: ResolvedCall, _opts?: AcquireOptions): Promise<Grant | null> {
+  /** `opts`: set() passes `{ ignoreBackoff: true, operation: 'set' }` (an explicit write runs no loader). */
+  async acquire(key: string, keys: EntryKeys, call: ResolvedCall, opts: AcquireOptions = {}): Promise<Grant | null> {
     const token = this.exclusive ? newToken() : '';
     const lockTtl = this.exclusive ? call.lockTtl : 0;
     const { io, scripts, bus } = this.deps;
     const started = this.deps.clock.now();
     const [granted, fenceOrPttl] = await io.run(
-      'acquire',
-      () => scripts.acquire(keys.lock, keys.fence, keys.backoff, token, lockTtl, call.lockTtl),
+      opts.operation ?? 'acquire',
+      () => scripts.acquire(keys.lock, keys.fence, keys.backoff, token, lockTtl, call.lockTtl, opts.ignoreBackoff === true),
       key,
       // A timed-out acquire may still be applied (now or later): free that orphan by its token.
       this.exclusive ? () => void scripts.release(keys.lock, keys.backoff, token, bus.channel, '', 0).catch(() => undefined) : undefined,

@@ -42,11 +42,10 @@ export interface Grant {
 
 /** Per-acquisition switches (StoreLock only). */
 export interface AcquireOptions {
-  /**
-   * Take the grant even while a fleet-wide failure backoff is active (an explicit `set()`).
-   * Not yet honoured: it needs the acquire script's `ignoreBackoff` argument.
-   */
+  /** Take the grant even while a fleet-wide failure backoff is active (an explicit `set()` runs no loader). */
   readonly ignoreBackoff?: boolean;
+  /** The operation named in a RedisUnavailableError (`'set'` for set()). Default `'acquire'`. */
+  readonly operation?: string;
 }
 
 /** A lock strategy. `acquire` resolves `null` when someone else holds the lock (wait and try again). */

@@ -2,7 +2,7 @@ import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createCache, type Cache, type CacheOptions } from '../../src/index.js';
 import { entryKeys } from '../../src/keys.js';
-import { deferred, nextEvent } from '../support/harness.js';
+import { deferred, heldRebuild, nextEvent } from '../support/harness.js';
 import { startProxy, type Proxy } from '../support/proxy.js';
 import { asAppUser, startRedisServer, type RedisServer } from '../support/redis-server.js';
 
@@ -107,6 +107,87 @@ describe('fencing across a Redis restart without persistence', () => {
     await old;
     await rejected;
     expect(await b.get('k')).toBe('after');
+  });
+
+  /** Kills and restarts `s` empty while `a` holds a rebuild of 'k'; resolves once both clients answer again. */
+  async function restartUnder(s: RedisServer, a: Cache, b: Cache) {
+    const held = await heldRebuild<string>(a, 'k', 60_000);
+    await s.kill();
+    await s.restart(); // empty: the fence hash is gone
+    await Promise.all([untilAnswering(a), untilAnswering(b)]);
+    return held;
+  }
+  /** Until a read on `c` reaches Redis (a read that fails is reported as `degraded` and reads as a miss). */
+  async function untilAnswering(c: Cache) {
+    let failed = false;
+    const onDegraded = () => (failed = true);
+    c.on('degraded', onDegraded);
+    try {
+      for (let i = 0; i < 100; i++) {
+        failed = false;
+        await c.get('probe');
+        if (!failed) return;
+        await sleep(50);
+      }
+      throw new Error('the client did not reconnect');
+    } finally {
+      c.off('degraded', onDegraded);
+    }
+  }
+
+  it('unfavourable order: the pre-restart holder writes after a post-restart holder was granted but before it wrote — refused; the post-restart value lands', async () => {
+    const s = await startRedisServer();
+    servers.push(s);
+    const a = cache(s.url, { prefix: 'restart-granted' });
+    const b = cache(s.url, { prefix: 'restart-granted' });
+    const before = await restartUnder(s, a, b);
+    const after = await heldRebuild<string>(b, 'k', { ttl: 60_000, waitTimeout: 10_000 }); // granted, not written
+    const computed = nextEvent(a, 'computed');
+    before.open('before');
+    expect(await before.call).toBe('before');
+    expect((await computed).written).toBe(false);
+    expect(await cache(s.url, { prefix: 'restart-granted' }).get('k')).toBeUndefined();
+    after.open('after');
+    expect(await after.call).toBe('after');
+    expect(await cache(s.url, { prefix: 'restart-granted' }).get('k')).toBe('after');
+  });
+
+  it('reverse order: the pre-restart holder writes before anyone was granted after the restart — refused (no fence hash); the next rebuild lands', async () => {
+    const s = await startRedisServer();
+    servers.push(s);
+    const a = cache(s.url, { prefix: 'restart-first' });
+    const b = cache(s.url, { prefix: 'restart-first' });
+    const before = await restartUnder(s, a, b);
+    const computed = nextEvent(a, 'computed');
+    before.open('before');
+    expect(await before.call).toBe('before');
+    expect((await computed).written).toBe(false);
+    expect(await b.get('k')).toBeUndefined();
+    expect(await b.getOrCompute('k', () => 'after', { ttl: 60_000, waitTimeout: 10_000 })).toBe('after');
+    expect(await cache(s.url, { prefix: 'restart-first' }).get('k')).toBe('after');
+  });
+});
+
+describe('what a failed set() or delete() says', () => {
+  it("a blackholed Redis: set() and delete() reject as 'timeout' under their own operation name; once the breaker opens, as 'breaker' quoting the last failure", async () => {
+    const proxy = await startProxy(server);
+    proxies.push(proxy);
+    const c = cache(asAppUser(proxy.url), { redisTimeout: 150, breakerThreshold: 2, breakerCooldown: 60_000, prefix: 'says' });
+    await c.ready();
+    proxy.blackhole('up', true);
+    try {
+      const failure = (p: Promise<unknown>) => p.then(() => undefined, (e: unknown) => e as { code: string; operation: string; failure: string; message: string });
+      const set = await failure(c.set('k', 'v', 60_000));
+      expect(set).toMatchObject({ code: 'ERR_REDIS_UNAVAILABLE', operation: 'set', failure: 'timeout', key: 'k' });
+      expect(set?.message).toMatch(/^Redis set for "k" timed out: no reply within 150 ms; raise "redisTimeout"/);
+      const del = await failure(c.delete('k'));
+      expect(del).toMatchObject({ operation: 'delete', failure: 'timeout' });
+      const skipped = await failure(c.set('k', 'v', 60_000));
+      expect(skipped).toMatchObject({ code: 'ERR_REDIS_UNAVAILABLE', operation: 'set', failure: 'breaker' });
+      expect(skipped?.message).toContain('circuit breaker open after 2 consecutive failures (last: no reply within 150 ms)');
+    } finally {
+      proxy.blackhole('up', false);
+    }
   });
 });
 

@@ -2,7 +2,8 @@ import fc from 'fast-check';
 import { readdirSync, readFileSync } from 'node:fs';
 import { Packr } from 'msgpackr';
 import { describe, expect, it } from 'vitest';
-import { DecodeError, decodeEntry, encodeEntry, FORMAT_VERSION } from '../../src/codec.js';
+import { DecodeError, decodeEntry, encodeEntry, encodeStorable, FORMAT_VERSION } from '../../src/codec.js';
+import { UnstorableValueError } from '../../src/errors.js';
 import { FIXTURE_VALUES } from '../fixtures/entry-values.js';
 
 const dir = new URL('../fixtures/entries/', import.meta.url);
@@ -99,5 +100,191 @@ describe('untrusted bytes decode to a DecodeError, never anything else', () => {
       }),
       { numRuns: 10_000, seed: 20261130 },
     );
+  });
+});
+
+describe('encodeStorable: a value that could never be read back is refused before anything is written', () => {
+  const MAX = 64 * 1024;
+  const refusal = (value: unknown, max = MAX): UnstorableValueError => {
+    try {
+      encodeStorable('k', envelope(value), max);
+    } catch (err) {
+      expect(err).toBeInstanceOf(UnstorableValueError);
+      return err as UnstorableValueError;
+    }
+    throw new Error('expected UnstorableValueError');
+  };
+  const cyclic = () => {
+    const o: Record<string, unknown> = { a: 1 };
+    o.self = { back: o };
+    return o;
+  };
+  const cyclicMap = () => {
+    const m = new Map<string, unknown>();
+    m.set('me', [m]);
+    return m;
+  };
+  let deep: unknown = 1;
+  for (let i = 0; i < 100_000; i++) deep = [deep];
+
+  const cases: [string, unknown, string | RegExp][] = [
+    ['a function (msgpackr would store undefined)', () => 1, 'function'],
+    ['a function property', { id: 1, load: () => 1 }, 'function'],
+    ['an own toJSON method (it is never called: refused as a function)', { a: 1, toJSON: () => 'x' }, 'function'],
+    ['a function as a Map key', new Map([[() => 1, 'v']]), 'function'],
+    ['a symbol value (msgpackr throws)', { s: Symbol('s') }, 'symbol'],
+    ['a symbol in a Set', new Set([Symbol('s')]), 'symbol'],
+    ['a cycle through objects', cyclic(), 'cycle'],
+    ['a cycle through a Map and an array', cyclicMap(), 'cycle'],
+    ['a RegExp (refused by the reader)', { at: [/a+$/] }, 'type RegExp'],
+    ['an Error (refused by the reader)', new Error('x'), 'type Error'],
+    ['a TypeError in a Map', new Map([['e', new TypeError('x')]]), 'type TypeError'],
+    ['an ArrayBuffer (refused by the reader; typed arrays are fine)', { b: new ArrayBuffer(4) }, 'type ArrayBuffer'],
+    ['nesting deeper than the encoder can go', deep, /^encode failed: .*call stack/],
+  ];
+
+  it.each(cases)('%s', (_name, value, reason) => {
+    const err = refusal(value);
+    expect(err.code).toBe('ERR_UNSTORABLE_VALUE');
+    expect(err.key).toBe('k');
+    if (typeof reason === 'string') expect(err.reason).toBe(reason);
+    else expect(err.reason).toMatch(reason);
+    expect(err.message).toContain(`(${err.reason})`);
+    expect(err.message).toContain('Store plain data only');
+  });
+
+  it('a value whose encoding exceeds maxValueBytes: reason names both sizes, message names the option', () => {
+    const err = refusal('x'.repeat(2000), 1000);
+    expect(err.reason).toMatch(/^too large \(\d{4} > maxValueBytes 1000\)$/);
+    expect(err.message).toContain('"maxValueBytes"');
+  });
+
+  it('a shared (acyclic) reference is not a cycle', () => {
+    const shared = { n: 1 };
+    expect(() => encodeStorable('k', envelope({ a: shared, b: [shared, shared] }), MAX)).not.toThrow();
+  });
+
+  it.each(Object.entries(FIXTURE_VALUES))('stores %s with exactly the bytes encodeEntry writes', (_name, value) => {
+    expect(encodeStorable('k', envelope(value), MAX).equals(encodeEntry(envelope(value)))).toBe(true);
+  });
+
+  it('for 2,000 arbitrary values it either refuses with UnstorableValueError or returns bytes the reader accepts', () => {
+    const arbitrary = fc.anything({
+      withBigInt: true, withBoxedValues: true, withDate: true, withMap: true, withSet: true, withNullPrototype: true,
+      withObjectString: true, withSparseArray: true, withTypedArray: true, maxDepth: 4,
+    });
+    fc.assert(
+      fc.property(arbitrary, (value) => {
+        let bytes: Buffer;
+        try {
+          bytes = encodeStorable('k', envelope(value), MAX);
+        } catch (err) {
+          return err instanceof UnstorableValueError;
+        }
+        decodeEntry(bytes); // throws (failing the property) if a stored value could not be read back
+        return true;
+      }),
+      { numRuns: 2000, seed: 20261201 },
+    );
+  });
+});
+
+/** Each claim of README "What a value becomes": through Redis a value is a msgpack round trip (L1 returns the same object). */
+describe('what a value becomes through Redis', () => {
+  const roundTrip = <T>(value: T): unknown => decodeEntry(encodeStorable('k', envelope(value), 1024 * 1024)).value;
+
+  it('a class instance becomes a plain object of its own enumerable fields (no prototype, methods or getters)', () => {
+    class User {
+      secret = 's';
+      constructor(readonly id: number) {}
+      get label() {
+        return `user ${this.id}`;
+      }
+      greet() {
+        return 'hi';
+      }
+    }
+    const out = roundTrip(new User(7)) as Record<string, unknown>;
+    expect(Object.getPrototypeOf(out)).toBe(Object.prototype);
+    expect(out).toEqual({ secret: 's', id: 7 });
+    expect('label' in out).toBe(false);
+  });
+
+  it("a class instance's toJSON() is what is stored (and checked); a plain object's own toJSON is a function: refused", () => {
+    class Money {
+      constructor(readonly cents: number) {}
+      toJSON() {
+        return { eur: this.cents / 100 };
+      }
+    }
+    class Sneaky {
+      toJSON() {
+        return { run: () => 1 };
+      }
+    }
+    expect(roundTrip(new Money(250))).toEqual({ eur: 2.5 });
+    expect(() => roundTrip(new Sneaky())).toThrow(expect.objectContaining({ reason: 'function' }));
+    expect(() => roundTrip({ a: 1, toJSON: () => 'x' })).toThrow(expect.objectContaining({ reason: 'function' }));
+  });
+
+  it('a URL becomes its href string (its toJSON); a boxed primitive becomes a plain object of its own properties', () => {
+    expect(roundTrip(new URL('https://example.com/a?b=1'))).toBe('https://example.com/a?b=1');
+    expect(roundTrip([new Number(3), new String('ab')])).toEqual([{}, { 0: 'a', 1: 'b' }]);
+  });
+
+  it('-0 becomes 0; NaN and ±Infinity stay', () => {
+    expect(Object.is(roundTrip(-0), 0)).toBe(true);
+    expect(roundTrip([NaN, Infinity, -Infinity])).toEqual([NaN, Infinity, -Infinity]);
+  });
+
+  it('a sparse array becomes dense: holes become undefined elements', () => {
+    const out = roundTrip([1, , 3]) as unknown[];
+    expect(out).toHaveLength(3);
+    expect(1 in out).toBe(true);
+    expect(out[1]).toBeUndefined();
+  });
+
+  it('symbol keys, non-enumerable properties and extra properties on arrays are dropped', () => {
+    const tagged = Object.defineProperty({ a: 1, [Symbol('tag')]: 2 }, 'hidden', { value: 3, enumerable: false });
+    const out = roundTrip(tagged) as Record<string | symbol, unknown>;
+    expect(Object.getOwnPropertySymbols(out)).toEqual([]);
+    expect(Object.keys(out)).toEqual(['a']);
+    expect(Object.keys(roundTrip(Object.assign([1], { extra: 2 })) as object)).toEqual(['0']);
+  });
+
+  it('undefined stays undefined inside objects (the key is kept) and arrays', () => {
+    const out = roundTrip({ a: undefined, b: [undefined, 1] }) as Record<string, unknown>;
+    expect('a' in out).toBe(true);
+    expect(out).toEqual({ a: undefined, b: [undefined, 1] });
+  });
+
+  it('Map (any keys), Set, Date (even invalid), Buffer, typed arrays, null-prototype objects and bigint beyond 64 bits keep their type', () => {
+    const key = { composite: true };
+    const out = roundTrip({
+      map: new Map<unknown, unknown>([[key, 'object key'], [1, 'number key']]),
+      set: new Set(['a', 1]),
+      date: new Date(0),
+      invalid: new Date(NaN),
+      buf: Buffer.from([1, 2]),
+      f64: new Float64Array([1.5]),
+      big: -(2n ** 70n),
+      bare: Object.assign(Object.create(null) as object, { a: 1 }),
+    }) as Record<string, unknown>;
+    expect(out.map).toBeInstanceOf(Map);
+    expect([...(out.map as Map<unknown, unknown>).entries()]).toEqual([[{ composite: true }, 'object key'], [1, 'number key']]);
+    expect(out.set).toEqual(new Set(['a', 1]));
+    expect(out.date).toEqual(new Date(0));
+    expect(Number.isNaN((out.invalid as Date).getTime())).toBe(true);
+    expect(Buffer.isBuffer(out.buf)).toBe(true);
+    expect(out.f64).toEqual(new Float64Array([1.5]));
+    expect(out.big).toBe(-(2n ** 70n));
+    expect(out.bare).toEqual({ a: 1 });
+  });
+
+  it('a shared reference becomes two copies (identity is not kept)', () => {
+    const shared = { n: 1 };
+    const out = roundTrip({ a: shared, b: shared }) as { a: object; b: object };
+    expect(out.a).toEqual(out.b);
+    expect(out.a).not.toBe(out.b);
   });
 });
