@@ -1,5 +1,6 @@
 import { InvalidOptionError } from './errors.js';
 import type { RedisClient } from './redis-types.js';
+import { UNSAFE, type UnsafeSwitches } from './unsafe.js'; // campaign-branch shim, discarded on merge
 
 /**
  * How a key's rebuild is coordinated.
@@ -333,7 +334,7 @@ export function resolveCacheOptions(input: CacheOptions): ResolvedCache {
     maxWaitersPerKey: positiveInt('maxWaitersPerKey', input.maxWaitersPerKey ?? DEFAULTS.maxWaitersPerKey),
     clock,
     redlock: input.redlock === undefined ? undefined : resolveRedlock(input.redlock),
-    unsafeUnfencedWrites: input.unsafeUnfencedWrites === true,
+    unsafeUnfencedWrites: input.unsafeUnfencedWrites === true || (input as { [UNSAFE]?: UnsafeSwitches })[UNSAFE]?.unfencedWrites === true,
   });
 }
 
