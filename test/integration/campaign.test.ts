@@ -149,7 +149,7 @@ async function campaign(c: CampaignConfig) {
     const acc = { settles: [] as Settle[], writes: [] as Write[], runs: [] as LoaderRun[], unhandled: [] as string[] };
     type Raw = {
       settles?: [string, number, number, boolean, number, string, string, boolean][];
-      writes?: ['set' | 'delete', string, number, number, boolean, string][];
+      writes?: ['set' | 'delete', string, number, number, boolean, string, string][];
       runs?: [string, number, number, number, string][];
       unhandled?: string[];
       resources?: string[];
@@ -158,7 +158,9 @@ async function campaign(c: CampaignConfig) {
       for (const [key, start, end, ok, fence, code, value, signal] of m.settles ?? []) {
         acc.settles.push({ proc, key, start, end, ok, code, fence: fence === -1 ? undefined : fence, value: value === '' ? undefined : value, signal });
       }
-      for (const [kind, key, start, end, ok, value] of m.writes ?? []) acc.writes.push({ proc, key, kind, start, end, ok, value: value === '' ? undefined : value });
+      for (const [kind, key, start, end, ok, value, code] of m.writes ?? []) {
+        acc.writes.push({ proc, key, kind, start, end, ok, value: value === '' ? undefined : value, code: code === '' ? undefined : code });
+      }
       for (const [key, start, end, fence, value] of m.runs ?? []) acc.runs.push({ proc, key, start, end, fence: fence === -1 ? undefined : fence, value });
       acc.unhandled.push(...(m.unhandled ?? []));
     };
@@ -262,7 +264,7 @@ async function campaign(c: CampaignConfig) {
   const bounded = boundedSettles(settles, SETTLE_BOUND, pauses);
   const superseded = noSupersededReads(settles, writes, producedAt(runs, writes), SUPERSEDE_BOUND, pauses);
   const unhandled = histories.flatMap((h) => h.unhandled);
-  const aborts = abortsHarmless(settles, unhandled);
+  const aborts = abortsHarmless(settles, unhandled, writes);
   const leaks = histories.filter((h) => !h.killed && h.resources.length > 0).map((h) => h.resources.join(','));
   const violations: Violation[] = [...reads.violations, ...bounded.violations, ...superseded.violations, ...aborts.violations];
   const figures = {
@@ -274,11 +276,12 @@ async function campaign(c: CampaignConfig) {
     calls: settles.length,
     errors: countBy(settles.filter((s) => !s.ok).map((s) => s.code ?? '?')),
     'sets / deletes (ok)': `${writes.filter((w) => w.kind === 'set').length} / ${writes.filter((w) => w.kind === 'delete').length} (${writes.filter((w) => w.ok).length} ok)`,
+    'set/delete errors': countBy(writes.filter((w) => !w.ok).map((w) => w.code ?? '?')),
     loaderRuns: runs.length,
     'keys evicted': evicted,
     'no stale overwrite': `${reads.checked} ordered read pairs checked, ${reads.violations.length} violations`,
     'no superseded read': `${superseded.checked} reads judged against a delete/set done > ${SUPERSEDE_BOUND} ms before, ${superseded.violations.length} violations`,
-    'aborts harmless': `${aborts.checked} calls with a signal; ${aborts.violations.filter((v) => v.property === 'no backoff from aborts').length} ERR_BACKOFF, ${aborts.violations.filter((v) => v.property === 'abort only the caller who aborted').length} ERR_ABORTED without a signal`,
+    'aborts harmless': `${aborts.checked} calls with a signal; ${aborts.violations.filter((v) => v.property === 'no backoff from aborts').length} ERR_BACKOFF (calls, sets, deletes), ${aborts.violations.filter((v) => v.property === 'abort only the caller who aborted').length} ERR_ABORTED without a signal`,
     'bounded settle': `${bounded.checked} settles checked against ${SETTLE_BOUND} ms, ${bounded.violations.length} violations`,
     'unhandled rejections': unhandled.length,
     'locks left after TTL': leftoverLocks,
@@ -363,7 +366,7 @@ describe('fault campaign', () => {
   }, 120_000);
 
   it(`L1 on, with sets, deletes and aborting callers under every fault: no read returns a value superseded by a delete/set done ${SUPERSEDE_BOUND} ms earlier, aborts harm nobody, and the hard properties hold`, async () => {
-    const r = await campaign({ name: 'coherence', seed: 808, seconds: 20, workers: 4, callers: 20, keys: 5, faults: ALL_FAULTS, aof: false, l1: true, mix: COHERENCE_MIX, ttl: L1_TTL });
+    const r = await campaign({ name: 'coherence', seed: 808, seconds: 20, workers: 4, callers: 20, keys: 10, faults: ALL_FAULTS, aof: false, l1: true, mix: COHERENCE_MIX, ttl: L1_TTL });
     expect(r.superseded.checked).toBeGreaterThan(1000);
     expect(r.aborts.checked).toBeGreaterThan(500);
     expect(r.violations).toEqual([]);

@@ -55,8 +55,8 @@ const nextId = (): string => `${proc}.${++seq}`;
 
 /** [key, start, end, ok, fence | -1, code, value id | '', had a signal] — compact, a soak records tens of thousands. */
 type SettleRow = [string, number, number, boolean, number, string, string, boolean];
-/** [kind, key, start, end, ok, value id | ''] */
-type WriteRow = ['set' | 'delete', string, number, number, boolean, string];
+/** [kind, key, start, end, ok, value id | '', error code | ''] */
+type WriteRow = ['set' | 'delete', string, number, number, boolean, string, string];
 /** [key, start, end, fence | -1, value id] */
 type RunRow = [string, number, number, number, string];
 const settles: SettleRow[] = [];
@@ -80,9 +80,9 @@ async function read(key: string): Promise<void> {
 async function write(kind: 'set' | 'delete', key: string): Promise<void> {
   const start = now();
   const id = kind === 'set' ? nextId() : '';
-  let ok = true;
-  await (kind === 'set' ? cache.set<Value>(key, { id, fence: undefined }, options) : cache.delete(key)).catch(() => (ok = false));
-  writes.push([kind, key, start, now(), ok, id]);
+  let code = '';
+  await (kind === 'set' ? cache.set<Value>(key, { id, fence: undefined }, options) : cache.delete(key)).catch((err: unknown) => (code = codeOf(err)));
+  writes.push([kind, key, start, now(), code === '', id, code]);
 }
 
 async function step(key: string, r: number): Promise<void> {

@@ -32,6 +32,8 @@ export interface Write {
   end: number;
   ok: boolean;
   value?: string;
+  /** The error code of a failed one. */
+  code?: string;
 }
 
 /** A loader run: proc, key, start, end, its grant's fence. */
@@ -185,11 +187,15 @@ export function noSupersededReads(
 /**
  * Aborting callers harms nobody: no unhandled rejection anywhere; no `ERR_BACKOFF` while no loader
  * failure was injected (a cancelled load is not an origin failure, so it must not set `failBackoff`);
+ * (nor may an explicit set() or delete() be refused by one);
  * and `ERR_ABORTED` only for a call that passed a signal (never for one that shared a flight with
  * callers who aborted).
  */
-export function abortsHarmless(settles: Settle[], unhandled: string[]): { checked: number; violations: Violation[] } {
+export function abortsHarmless(settles: Settle[], unhandled: string[], writes: Write[] = []): { checked: number; violations: Violation[] } {
   const violations: Violation[] = unhandled.map((u) => ({ property: 'no unhandled rejection', detail: u }));
+  for (const w of writes) {
+    if (w.code === 'ERR_BACKOFF') violations.push({ property: 'no backoff from aborts', detail: `proc ${w.proc} key ${w.key}: ${w.kind}() rejected with ERR_BACKOFF at ${w.start.toFixed(0)}` });
+  }
   let checked = 0;
   for (const s of settles) {
     if (s.signal) checked++;

@@ -90,9 +90,11 @@ describe('campaign checker: no superseded read', () => {
 describe('campaign checker: aborts harmless', () => {
   const settle = (code: string | undefined, signal: boolean): Settle => ({ proc: 1, key: 'k', start: 0, end: 1, ok: code === undefined, code, signal });
 
-  it('flags an unhandled rejection, an ERR_BACKOFF, and ERR_ABORTED for a call without a signal', () => {
-    const r = abortsHarmless([settle('ERR_BACKOFF', false), settle('ERR_ABORTED', false), settle('ERR_ABORTED', true)], ['AbortedError: x']);
-    expect(r.violations.map((v) => v.property).sort()).toEqual(['abort only the caller who aborted', 'no backoff from aborts', 'no unhandled rejection']);
+  it('flags an unhandled rejection, an ERR_BACKOFF (of a call or of a set), and ERR_ABORTED for a call without a signal', () => {
+    const refusedSet: Write = { proc: 1, key: 'k', kind: 'set', start: 0, end: 1, ok: false, code: 'ERR_BACKOFF' };
+    const failedSet: Write = { ...refusedSet, code: 'ERR_REDIS_UNAVAILABLE' };
+    const r = abortsHarmless([settle('ERR_BACKOFF', false), settle('ERR_ABORTED', false), settle('ERR_ABORTED', true)], ['AbortedError: x'], [refusedSet, failedSet]);
+    expect(r.violations.map((v) => v.property).sort()).toEqual(['abort only the caller who aborted', 'no backoff from aborts', 'no backoff from aborts', 'no unhandled rejection']);
     expect(r.checked).toBe(1);
   });
 
