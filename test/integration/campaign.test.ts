@@ -12,6 +12,7 @@ import { fork, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { Redis } from 'ioredis';
 import { describe, expect, it } from 'vitest';
+import { createCache } from '../../src/index.js';
 import type { UnsafeSwitches } from '../../src/unsafe.js';
 import {
   abortsHarmless,
@@ -116,6 +117,11 @@ async function campaign(c: CampaignConfig) {
   const heals: number[] = [];
   const injected: Record<string, number> = {};
   let evicted = 0;
+  // The campaign's own writer (proc 0, L1 off) for faults that need a write at a chosen moment.
+  const writerClient = new Redis(server.url, { maxRetriesPerRequest: 1 });
+  writerClient.on('error', () => undefined);
+  const writer = createCache({ redis: writerClient, prefix, redisTimeout: TIMING.redisTimeout });
+  const parentWrites: Write[] = [];
 
   const spawnWorker = async (): Promise<WorkerHandle> => {
     const proc = ++nextProc;
@@ -236,8 +242,16 @@ async function campaign(c: CampaignConfig) {
       await server.restart();
       heals.push(now());
     } else if (fault === 'kill-pubsub') {
-      // Every subscriber connection drops; ioredis reconnects and resubscribes. Notes sent meanwhile are lost.
+      // Every subscriber connection drops; ioredis reconnects and resubscribes. Notes sent meanwhile
+      // are lost: the campaign itself (proc 0) deletes every key at once, so each worker's L1 copy
+      // must go by other means (a flush when the subscription is back) within the bound.
       await admin.call('CLIENT', 'KILL', 'TYPE', 'pubsub').catch(() => undefined);
+      for (let k = 0; k < c.keys; k++) {
+        const key = `k${k}`;
+        const start = now();
+        const ok = await writer.delete(key).then(() => true, () => false);
+        parentWrites.push({ proc: 0, key, kind: 'delete', start, end: now(), ok });
+      }
     } else if (fault === 'del-fence-lock') {
       for (const kind of ['f', 'l']) {
         const found = await scanKeys(admin, `${prefix}:*:${kind}:*`);
@@ -254,11 +268,13 @@ async function campaign(c: CampaignConfig) {
   // No lock outlives its TTL: once every worker has closed and one lockTtl has passed, none is left.
   await sleep(TIMING.lockTtl + 100);
   const leftoverLocks = (await admin.keys(`${prefix}:*:l:*`)).length;
+  await writer.close();
+  writerClient.disconnect();
   admin.disconnect();
   await server.stop();
 
   const settles = histories.flatMap((h) => h.settles);
-  const writes = histories.flatMap((h) => h.writes);
+  const writes = [...parentWrites, ...histories.flatMap((h) => h.writes)];
   const runs = histories.flatMap((h) => h.runs);
   const reads = monotonicReads(settles);
   const bounded = boundedSettles(settles, SETTLE_BOUND, pauses);
