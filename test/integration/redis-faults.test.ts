@@ -2,6 +2,7 @@ import { once } from 'node:events';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createCache, type Cache } from '../../src/index.js';
+import { countCommands } from '../support/harness.js';
 import { startRedisServer, type RedisServer } from '../support/redis-server.js';
 
 let server: RedisServer;
@@ -17,12 +18,12 @@ afterAll(async () => {
   await server.stop();
 });
 
-function setup() {
+function setup(breakerCooldown = 300) {
   // Default ioredis options except a bounded retry count: the cache's own redisTimeout bounds every call anyway.
   const redis = new Redis(server.url, { maxRetriesPerRequest: 1 });
   redis.on('error', () => undefined); // the caller's client: its connection errors are the caller's to log
   clients.push(redis);
-  const cache = createCache({ redis, prefix: `f${clients.length}`, redisTimeout: 200, breakerThreshold: 3, breakerCooldown: 300 });
+  const cache = createCache({ redis, prefix: `f${clients.length}`, redisTimeout: 200, breakerThreshold: 3, breakerCooldown });
   caches.push(cache);
   const degraded: string[] = [];
   cache.on('degraded', (e) => degraded.push(e.operation));
@@ -41,8 +42,9 @@ async function burst(cache: Cache, key: string, n: number) {
 }
 
 describe('Redis unavailable: getOrCompute still answers with the loader, one run per key per process', () => {
-  it('Redis hanging (SIGSTOP): every caller gets the value, the loader runs once, the call reports degraded', async () => {
-    const { cache, redis, degraded } = setup();
+  it('Redis hanging (SIGSTOP): every caller gets the value, the loader runs once, the call reports degraded; once the breaker is open nothing is sent', async () => {
+    // A cooldown longer than the test: the open breaker must not let its probe through mid-test.
+    const { cache, redis, degraded } = setup(60_000);
     await redis.ping();
     server.pause();
     try {
@@ -53,9 +55,12 @@ describe('Redis unavailable: getOrCompute still answers with the loader, one run
       // The breaker opens after repeated failures; calls then skip Redis entirely and still answer.
       await burst(cache, 'hang2', 1);
       await burst(cache, 'hang3', 1);
+      // Counted on the real client: every command the cache sends (scripts included) goes through it.
+      const sent = countCommands(redis);
       const again = await burst(cache, 'hang4', 5);
       expect(again.results.every((r) => r.status === 'fulfilled')).toBe(true);
       expect(again.runs).toBe(1);
+      expect(sent.count).toBe(0);
     } finally {
       server.resume();
     }

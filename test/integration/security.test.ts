@@ -83,9 +83,16 @@ describe('least-privilege ACL user', () => {
   });
 });
 
+/** Commands the server has executed so far (INFO stats), read over its plain port as the default user. */
+async function commandsProcessed(admin: Redis): Promise<number> {
+  return Number(/total_commands_processed:(\d+)/.exec(await admin.info('stats'))?.[1]);
+}
+
 describe('TLS', () => {
   let dir: string;
   let port: number;
+  /** The server's plain port, for the test's own INFO reads. */
+  let admin: Redis;
   let child: ChildProcess;
   let ca: Buffer | undefined;
 
@@ -108,6 +115,7 @@ describe('TLS', () => {
       '--tls-ca-cert-file', join(dir, 'ca.crt'), '--tls-auth-clients', 'no',
     ], { stdio: 'ignore' });
     await waitForPing('127.0.0.1', plain);
+    admin = client(`redis://127.0.0.1:${plain}`);
   });
   afterAll(async () => {
     child.kill('SIGKILL');
@@ -122,11 +130,14 @@ describe('TLS', () => {
     const a = createCache({ redis: client(url(), { tls }), prefix: 'tls' });
     const b = createCache({ redis: client(url(), { tls }), prefix: 'tls', defaults: { pollInterval: 3_600_000, waitTimeout: 3_600_000 } });
     caches.push(a, b);
+    const before = await commandsProcessed(admin);
     await Promise.all([a.ready(), b.ready()]);
     const held = await heldRebuild<string>(a, 'k');
     const waiting = await missedCall(b, 'k', () => 'b');
     held.open('over-tls');
     expect([await held.call, await waiting.call]).toEqual(['over-tls', 'over-tls']);
+    // The count the refusal tests rely on sees TLS traffic (the INFO read itself is one command).
+    expect((await commandsProcessed(admin)) - before).toBeGreaterThan(5);
   });
 
   // Options are built lazily: the CA exists only once beforeAll has run.
@@ -140,9 +151,12 @@ describe('TLS', () => {
     caches.push(cache);
     const errors: unknown[] = [];
     cache.on('degraded', (e) => errors.push(e.error));
+    const before = await commandsProcessed(admin);
     await expect(cache.set('k', 1, 1000)).rejects.toMatchObject({ code: 'ERR_REDIS_UNAVAILABLE' });
     expect(await cache.getOrCompute('k', () => 'local', 1000)).toBe('local');
     expect(errors.length).toBeGreaterThan(0);
+    // Nothing reached Redis: the server executed no command but the previous INFO read.
+    expect((await commandsProcessed(admin)) - before).toBe(1);
   });
 
   it('refuses a client that skips certificate verification unless allowInsecureTls is set', () => {

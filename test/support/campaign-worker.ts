@@ -1,11 +1,14 @@
 /**
- * A fault-campaign worker: C callers loop getOrCompute over K keys until told time, recording every
- * settle. Loader starts/ends go to the parent live over IPC (so it can pause a holder); the full
- * history goes at the end, after close(), with the handles still open and any unhandled rejection.
+ * A fault-campaign worker: C callers loop over K keys until told time, recording every settle. Each
+ * step is a getOrCompute, or (with SG_MIX) a get, set or delete, or a getOrCompute whose caller
+ * aborts (an already-aborted signal, or one that fires at a random moment). Every value carries its
+ * identity `<proc>.<seq>`, so the checker can tell which write a read returned. Loader starts/ends go
+ * to the parent live over IPC (so it can pause a holder); the history streams in batches, the rest
+ * at the end, after close(), with the handles still open and any unhandled rejection.
  */
 import { Redis } from 'ioredis';
 import { createCache, type CacheOptions, type CallOptions } from '../../src/index.js';
-import { UNSAFE } from '../../src/unsafe.js';
+import { UNSAFE, type UnsafeSwitches } from '../../src/unsafe.js';
 
 const env = process.env;
 const proc = Number(env.SG_PROC);
@@ -14,6 +17,9 @@ const keys = Number(env.SG_KEYS);
 const loaderMs = Number(env.SG_LOADER_MS);
 const thinkMs = Number(env.SG_THINK_MS);
 const options = JSON.parse(env.SG_CALL_OPTIONS as string) as CallOptions;
+/** Shares of each step; the rest are plain getOrCompute calls. */
+const mix = JSON.parse(env.SG_MIX ?? '{}') as { get?: number; set?: number; delete?: number; abort?: number };
+const unsafe = JSON.parse(env.SG_UNSAFE ?? '{}') as UnsafeSwitches;
 
 const unhandled: string[] = [];
 process.on('unhandledRejection', (e) => unhandled.push(String(e)));
@@ -24,44 +30,105 @@ const cache = createCache({
   redis,
   prefix: env.SG_PREFIX,
   redisTimeout: Number(env.SG_REDIS_TIMEOUT),
-  [UNSAFE]: { unfencedWrites: env.SG_UNFENCED === '1' },
+  local: env.SG_L1 === '1' ? { max: 1000 } : false,
+  [UNSAFE]: unsafe,
 } as CacheOptions);
 
 const now = (): number => performance.timeOrigin + performance.now();
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-/** [key, start, end, ok, fence | -1, code] — compact, a soak records tens of thousands. */
-const settles: [string, number, number, boolean, number, string][] = [];
-const runs: [string, number, number, number][] = [];
+/** A sleep that honours the loader's signal, as a well-behaved loader does. */
+const cancellableSleep = (ms: number, signal: AbortSignal) =>
+  new Promise<void>((resolve, reject) => {
+    if (signal.aborted) return reject(signal.reason as Error);
+    const timer = setTimeout(() => (signal.removeEventListener('abort', onAbort), resolve()), ms);
+    const onAbort = () => (clearTimeout(timer), reject(signal.reason as Error));
+    signal.addEventListener('abort', onAbort, { once: true });
+  });
+
+interface Value {
+  /** `<proc>.<seq>`: unique across the campaign. */
+  id: string;
+  fence: number | undefined;
+}
+let seq = 0;
+const nextId = (): string => `${proc}.${++seq}`;
+
+/** [key, start, end, ok, fence | -1, code, value id | '', had a signal] — compact, a soak records tens of thousands. */
+type SettleRow = [string, number, number, boolean, number, string, string, boolean];
+/** [kind, key, start, end, ok, value id | '', error code | ''] */
+type WriteRow = ['set' | 'delete', string, number, number, boolean, string, string];
+/** [key, start, end, fence | -1, value id] */
+type RunRow = [string, number, number, number, string];
+const settles: SettleRow[] = [];
+const writes: WriteRow[] = [];
+const runs: RunRow[] = [];
+
+const codeOf = (err: unknown): string => String((err as { code?: string }).code ?? (err as Error).message);
+
+/** A get, recorded as a settle (nothing returned: no value identity). */
+async function read(key: string): Promise<void> {
+  const start = now();
+  try {
+    const v = await cache.get<Value>(key);
+    settles.push([key, start, now(), true, v?.fence ?? -1, '', v?.id ?? '', false]);
+  } catch (err) {
+    settles.push([key, start, now(), false, -1, codeOf(err), '', false]);
+  }
+}
+
+/** A set or delete, recorded with its identity. */
+async function write(kind: 'set' | 'delete', key: string): Promise<void> {
+  const start = now();
+  const id = kind === 'set' ? nextId() : '';
+  let code = '';
+  await (kind === 'set' ? cache.set<Value>(key, { id, fence: undefined }, options) : cache.delete(key)).catch((err: unknown) => (code = codeOf(err)));
+  writes.push([kind, key, start, now(), code === '', id, code]);
+}
+
+async function step(key: string, r: number): Promise<void> {
+  let cut = mix.get ?? 0;
+  if (r < cut) return read(key);
+  // Every write races a read of the same key in the same process (started together), as a request
+  // reading while another invalidates would: the read's reply must not bring the old value back.
+  if (r < (cut += mix.set ?? 0)) return void (await Promise.all([read(key), write('set', key)]));
+  if (r < (cut += mix.delete ?? 0)) return void (await Promise.all([read(key), write('delete', key)]));
+  const start = now();
+  let signal: AbortSignal | undefined;
+  if (r < (cut += mix.abort ?? 0)) signal = Math.random() < 0.3 ? AbortSignal.abort() : AbortSignal.timeout(Math.floor(Math.random() * 2 * loaderMs));
+  try {
+    const v = await cache.getOrCompute<Value>(
+      key,
+      async (ctx) => {
+        const t0 = now();
+        process.send?.({ ev: 'loader-start', proc, key });
+        try {
+          await cancellableSleep(loaderMs, ctx.signal);
+        } finally {
+          process.send?.({ ev: 'loader-end', proc, key });
+        }
+        const id = nextId();
+        runs.push([key, t0, now(), ctx.fencingToken ?? -1, id]);
+        return { id, fence: ctx.fencingToken };
+      },
+      signal ? { ...options, signal } : options,
+    );
+    settles.push([key, start, now(), true, v.fence ?? -1, '', v.id, signal !== undefined]);
+  } catch (err) {
+    settles.push([key, start, now(), false, -1, codeOf(err), '', signal !== undefined]);
+  }
+}
 
 async function loop(until: number): Promise<void> {
   while (now() < until) {
-    const key = `k${Math.floor(Math.random() * keys)}`;
-    const start = now();
-    try {
-      const v = await cache.getOrCompute<{ fence: number | undefined }>(
-        key,
-        async (ctx) => {
-          const t0 = now();
-          process.send?.({ ev: 'loader-start', proc, key });
-          await sleep(loaderMs);
-          runs.push([key, t0, now(), ctx.fencingToken ?? -1]);
-          process.send?.({ ev: 'loader-end', proc, key });
-          return { fence: ctx.fencingToken };
-        },
-        options,
-      );
-      settles.push([key, start, now(), true, v.fence ?? -1, '']);
-    } catch (err) {
-      settles.push([key, start, now(), false, -1, String((err as { code?: string }).code ?? (err as Error).message)]);
-    }
+    await step(`k${Math.floor(Math.random() * keys)}`, Math.random());
     await sleep(thinkMs * (0.5 + Math.random()));
   }
 }
 
 /** Streams the history in batches, so a worker killed by the campaign loses at most the last 250 ms. */
 function flush(): void {
-  if (settles.length === 0 && runs.length === 0) return;
-  process.send?.({ ev: 'batch', settles: settles.splice(0), runs: runs.splice(0), unhandled: unhandled.splice(0) });
+  if (settles.length === 0 && runs.length === 0 && writes.length === 0) return;
+  process.send?.({ ev: 'batch', settles: settles.splice(0), writes: writes.splice(0), runs: runs.splice(0), unhandled: unhandled.splice(0) });
 }
 
 process.on('message', (m: { op: 'start'; until: number } | { op: 'exit' }) => {
@@ -72,9 +139,9 @@ process.on('message', (m: { op: 'start'; until: number } | { op: 'exit' }) => {
     clearInterval(streaming);
     await cache.close();
     redis.disconnect();
-    await sleep(50); // let the sockets finish closing
+    await sleep(50); // let the sockets finish closing (and any late rejection surface)
     const resources = process.getActiveResourcesInfo().filter((r) => r !== 'PipeWrap' && r !== 'TTYWrap');
-    process.send?.({ ev: 'history', proc, settles, runs, unhandled, resources }, () => process.exit(0));
+    process.send?.({ ev: 'history', proc, settles, writes, runs, unhandled, resources }, () => process.exit(0));
   })();
 });
 process.send?.({ ev: 'ready', proc });

@@ -13,6 +13,27 @@ export interface Settle {
   code?: string;
   /** The fencing token of the value returned; undefined for a value computed degraded (not from the store). */
   fence?: number;
+  /** The identity of the value returned (`<writer proc>.<seq>`); undefined when nothing was returned. */
+  value?: string;
+  /** The call passed an AbortSignal (already aborted, or one that fires at a random moment). */
+  signal?: boolean;
+}
+
+/**
+ * A completed-or-failed `set` or `delete`, as a worker recorded it. `value` is the identity the set
+ * wrote; a delete writes nothing. Only `ok` ones supersede anything: a failed one may or may not have
+ * landed.
+ */
+export interface Write {
+  proc: number;
+  key: string;
+  kind: 'set' | 'delete';
+  start: number;
+  end: number;
+  ok: boolean;
+  value?: string;
+  /** The error code of a failed one. */
+  code?: string;
 }
 
 /** A loader run: proc, key, start, end, its grant's fence. */
@@ -22,6 +43,8 @@ export interface LoaderRun {
   start: number;
   end: number;
   fence: number | undefined;
+  /** The identity of the value it returned. */
+  value?: string;
 }
 
 export interface Interval {
@@ -96,6 +119,90 @@ export function boundedSettles(settles: Settle[], bound: number, pauses: Interva
     if (ms > bound) violations.push({ property: 'bounded settle', detail: `proc ${s.proc} key ${s.key}: ${ms.toFixed(0)} ms > ${bound} ms` });
   }
   return { checked, violations, latencies };
+}
+
+/**
+ * When each value identity came into existence, for "superseded": a loader's value when its loader
+ * *started* (that is when it read the origin: a loader that began before a delete computes pre-delete
+ * data, and its grant's fence is older than the delete's); a set's value when the set() call settled
+ * (ok or not: a failed set was still fenced before it was sent). A delete or set that starts later
+ * supersedes it.
+ */
+export function producedAt(runs: LoaderRun[], writes: Write[]): Map<string, number> {
+  const at = new Map<string, number>();
+  for (const r of runs) if (r.value !== undefined) at.set(r.value, r.start);
+  for (const w of writes) if (w.kind === 'set' && w.value !== undefined) at.set(w.value, w.end);
+  return at;
+}
+
+/**
+ * No read returns a superseded value: once a `delete` or `set` of a key has completed (call returned
+ * ok at `W.end`), no call that starts more than `bound` ms later — in any process, L1 on or off —
+ * returns a value that existed before `W` started (`produced < W.start`). `bound` is the propagation
+ * allowance for other processes' L1 (the pub/sub note, or the flush after a resubscribe). A reader
+ * that was frozen (SIGSTOP) after `W` ended is not judged against `W`: it could not hear the note.
+ * Values whose origin the history lost (a killed worker's last batch) are not judged.
+ */
+export function noSupersededReads(
+  settles: Settle[],
+  writes: Write[],
+  produced: Map<string, number>,
+  bound: number,
+  pauses: Interval[],
+): { checked: number; violations: Violation[] } {
+  const violations: Violation[] = [];
+  let checked = 0;
+  const done = new Map<string, Write[]>();
+  for (const w of writes) {
+    if (!w.ok) continue;
+    let g = done.get(w.key);
+    if (!g) done.set(w.key, (g = []));
+    g.push(w);
+  }
+  for (const g of done.values()) g.sort((a, b) => a.end - b.end);
+  for (const r of settles) {
+    if (!r.ok || r.value === undefined) continue;
+    const made = produced.get(r.value);
+    const g = done.get(r.key);
+    if (made === undefined || !g) continue;
+    const frozen = pauses.filter((p) => p.proc === r.proc && p.from < r.start);
+    let judged = false;
+    for (const w of g) {
+      if (w.end + bound >= r.start) break; // sorted by end: every later one is too recent too
+      if (frozen.some((p) => p.to > w.end)) continue;
+      judged = true;
+      if (w.start > made) {
+        violations.push({
+          property: 'no superseded read',
+          detail: `proc ${r.proc} key ${r.key}: call at ${r.start.toFixed(0)} returned ${r.value} (made at ${made.toFixed(0)}), superseded by proc ${w.proc}'s ${w.kind} [${w.start.toFixed(0)}, ${w.end.toFixed(0)}]`,
+        });
+        break;
+      }
+    }
+    if (judged) checked++;
+  }
+  return { checked, violations };
+}
+
+/**
+ * Aborting callers harms nobody: no unhandled rejection anywhere; no `ERR_BACKOFF` while no loader
+ * failure was injected (a cancelled load is not an origin failure, so it must not set `failBackoff`);
+ * (nor may an explicit set() or delete() be refused by one);
+ * and `ERR_ABORTED` only for a call that passed a signal (never for one that shared a flight with
+ * callers who aborted).
+ */
+export function abortsHarmless(settles: Settle[], unhandled: string[], writes: Write[] = []): { checked: number; violations: Violation[] } {
+  const violations: Violation[] = unhandled.map((u) => ({ property: 'no unhandled rejection', detail: u }));
+  for (const w of writes) {
+    if (w.code === 'ERR_BACKOFF') violations.push({ property: 'no backoff from aborts', detail: `proc ${w.proc} key ${w.key}: ${w.kind}() rejected with ERR_BACKOFF at ${w.start.toFixed(0)}` });
+  }
+  let checked = 0;
+  for (const s of settles) {
+    if (s.signal) checked++;
+    if (s.code === 'ERR_BACKOFF') violations.push({ property: 'no backoff from aborts', detail: `proc ${s.proc} key ${s.key}: ERR_BACKOFF at ${s.start.toFixed(0)} with no loader failure injected` });
+    else if (s.code === 'ERR_ABORTED' && !s.signal) violations.push({ property: 'abort only the caller who aborted', detail: `proc ${s.proc} key ${s.key}: ERR_ABORTED at ${s.start.toFixed(0)} for a call without a signal` });
+  }
+  return { checked, violations };
 }
 
 /** Loader runs per key per expiry window of `windowMs` (the efficiency metric): a distribution, not a pass/fail. */

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { boundedSettles, loadersPerWindow, monotonicReads, quantiles, recoveryTimes, type Settle } from '../support/checker.js';
+import { abortsHarmless, boundedSettles, loadersPerWindow, monotonicReads, noSupersededReads, producedAt, quantiles, recoveryTimes, type Settle, type Write } from '../support/checker.js';
 
 const s = (proc: number, start: number, end: number, fence: number | undefined, key = 'k'): Settle => ({ proc, key, start, end, ok: true, fence });
 
@@ -41,5 +41,64 @@ describe('campaign checker', () => {
 
   it('quantiles', () => {
     expect(quantiles([3, 1, 2, 4])).toEqual({ n: 4, p50: 2, p99: 4, max: 4 });
+  });
+});
+
+describe('campaign checker: no superseded read', () => {
+  const read = (proc: number, start: number, value: string | undefined, key = 'k'): Settle => ({ proc, key, start, end: start + 1, ok: true, value });
+  const del = (proc: number, start: number, end: number, ok = true): Write => ({ proc, key: 'k', kind: 'delete', start, end, ok });
+  const set = (proc: number, start: number, end: number, value: string): Write => ({ proc, key: 'k', kind: 'set', start, end, ok: true, value });
+  const made = new Map([['1.1', 100], ['2.1', 400]]);
+
+  it('flags a value made before a delete that completed, read after the bound by any process', () => {
+    const r = noSupersededReads([read(2, 1000, '1.1')], [del(3, 200, 300)], made, 500, []);
+    expect(r.checked).toBe(1);
+    expect(r.violations).toHaveLength(1);
+    expect(r.violations[0]?.property).toBe('no superseded read');
+  });
+
+  it('flags a value made before a set that completed (the set superseded it)', () => {
+    const r = noSupersededReads([read(1, 1000, '1.1')], [set(2, 200, 300, '2.9')], made, 500, []);
+    expect(r.violations).toHaveLength(1);
+  });
+
+  it('does not flag: within the bound, a value made after the write started, a failed delete, another key, a frozen reader, nothing returned', () => {
+    const r = noSupersededReads(
+      [
+        read(2, 700, '1.1'), // 300 + 500 >= 700: still within the propagation bound
+        read(2, 1000, '2.1'), // made at 400, after the delete started at 200
+        read(2, 5000, undefined), // a miss
+        read(2, 5000, '1.1', 'other'), // no write on that key
+        read(4, 1000, '1.1'), // proc 4 was frozen after the delete ended
+        read(2, 1000, '9.9'), // origin unknown (lost with a killed worker)
+      ],
+      [del(3, 200, 300), del(3, 50, 2000, false)],
+      made,
+      500,
+      [{ proc: 4, from: 250, to: 900 }],
+    );
+    expect(r.violations).toEqual([]);
+    expect(r.checked).toBe(1); // only the read of 2.1 was judged (against the delete)
+  });
+
+  it('producedAt: a loader value when its loader started (it read the origin then), a set value when the set settled', () => {
+    const at = producedAt([{ proc: 1, key: 'k', start: 10, end: 50, fence: 1, value: '1.1' }], [set(2, 60, 70, '2.1'), del(2, 80, 90)]);
+    expect([...at]).toEqual([['1.1', 10], ['2.1', 70]]);
+  });
+});
+
+describe('campaign checker: aborts harmless', () => {
+  const settle = (code: string | undefined, signal: boolean): Settle => ({ proc: 1, key: 'k', start: 0, end: 1, ok: code === undefined, code, signal });
+
+  it('flags an unhandled rejection, an ERR_BACKOFF (of a call or of a set), and ERR_ABORTED for a call without a signal', () => {
+    const refusedSet: Write = { proc: 1, key: 'k', kind: 'set', start: 0, end: 1, ok: false, code: 'ERR_BACKOFF' };
+    const failedSet: Write = { ...refusedSet, code: 'ERR_REDIS_UNAVAILABLE' };
+    const r = abortsHarmless([settle('ERR_BACKOFF', false), settle('ERR_ABORTED', false), settle('ERR_ABORTED', true)], ['AbortedError: x'], [refusedSet, failedSet]);
+    expect(r.violations.map((v) => v.property).sort()).toEqual(['abort only the caller who aborted', 'no backoff from aborts', 'no backoff from aborts', 'no unhandled rejection']);
+    expect(r.checked).toBe(1);
+  });
+
+  it('passes aborted calls that had a signal, and other settles', () => {
+    expect(abortsHarmless([settle('ERR_ABORTED', true), settle(undefined, true), settle('ERR_WAIT_TIMEOUT', false)], []).violations).toEqual([]);
   });
 });
