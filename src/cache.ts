@@ -29,6 +29,7 @@ import {
   type ResolvedCall,
 } from './options.js';
 import { Store, type Found } from './store.js';
+import { UNSAFE, type UnsafeSwitches } from './unsafe.js';
 import { Bus, Waiters, type Note } from './wait.js';
 
 /** What a loader receives. */
@@ -118,7 +119,8 @@ export class Cache extends EventEmitter<CacheEvents> {
     this.io = new Io(o.redisTimeout, o.breakerThreshold, o.breakerCooldown, o.clock);
     const scripts = defineScripts(options.redis);
     this.bus = new Bus(o.prefix);
-    this.local = o.local ? new LruTier(o.local, o.clock) : NO_LOCAL_TIER;
+    const unsafe = (options as { [UNSAFE]?: UnsafeSwitches })[UNSAFE];
+    this.local = o.local ? new LruTier(o.local, o.clock, { incoherent: unsafe?.incoherentL1 === true }) : NO_LOCAL_TIER;
     this.store = new Store(this.io, scripts, this.bus, o.maxValueBytes, {
       decodeError: (key, reason, error) => this.emit('decodeError', { key, reason, error }),
     }, o.unsafeUnfencedWrites);
@@ -143,7 +145,12 @@ export class Cache extends EventEmitter<CacheEvents> {
     };
     const none = new NoFlight();
     this.coalescers = { none, local: this.flight, single: this.flight, redlock: this.flight };
-    this.bus.start(options.redis, (note) => this.onNote(note), (error) => this.emit('degraded', { key: undefined, operation: 'subscribe', error }));
+    this.bus.start(options.redis, {
+      onNote: (note) => this.onNote(note),
+      onUp: () => this.local.resume(),
+      onDown: () => this.local.suspend(),
+      onError: (error) => this.emit('degraded', { key: undefined, operation: 'subscribe', error }),
+    });
     this.client = options.redis;
     this.client.on?.('ready', this.onReady);
   }
@@ -174,8 +181,9 @@ export class Cache extends EventEmitter<CacheEvents> {
     const l1 = this.local.get(key);
     if (l1) return l1.value as T;
     try {
+      const ticket = this.local.begin(key);
       const found = await this.store.read(key, entryKeys(this.options.prefix, key));
-      return found.state === 'fresh' ? (this.served(key, found) as T) : undefined;
+      return found.state === 'fresh' ? (this.served(key, found, ticket) as T) : undefined;
     } catch (error) {
       this.emit('degraded', { key, operation: 'read', error });
       return undefined;
@@ -187,10 +195,11 @@ export class Cache extends EventEmitter<CacheEvents> {
     const call = this.resolveCall(key, ttlOrOptions);
     if (value === undefined) throw new InvalidOptionError('value', value, 'a value other than undefined (use delete() to remove)', key);
     const keys = entryKeys(this.options.prefix, key);
+    this.local.invalidate(key); // the old value must not outlive this set, written or not
     const grant = (await this.lockers.local.acquire(key, keys, call)) as Grant;
     try {
-      await this.store.write(key, keys, grant, value, call, 0, 's');
-      this.local.set(key, value, call.ttl);
+      const ticket = this.local.begin(key);
+      if (await this.store.write(key, keys, grant, value, call, 0, 's')) this.local.fill(ticket, key, value, call.ttl);
     } finally {
       await grant.release('');
     }
@@ -199,16 +208,23 @@ export class Cache extends EventEmitter<CacheEvents> {
   /** Removes the entry everywhere (store and every process's L1); bumps the fence so no in-flight rebuild resurrects it. */
   async delete(key: string): Promise<void> {
     this.assertUsable(key);
-    this.local.delete(key);
-    await this.store.invalidate(key, entryKeys(this.options.prefix, key), this.options.defaults.lockTtl);
+    this.local.invalidate(key);
+    try {
+      await this.store.invalidate(key, entryKeys(this.options.prefix, key), this.options.defaults.lockTtl);
+    } finally {
+      // Again once the store answered: a read sent after the first invalidate may have executed before the delete.
+      this.local.invalidate(key);
+    }
   }
 
   /**
-   * Resolves once this cache's pub/sub subscription is active (or failed, which is reported as a
-   * `degraded` event). Optional: before it, waiters still progress by polling.
+   * Resolves true once this cache's pub/sub subscription is active, or false after at most
+   * `redisTimeout` ms (the subscription keeps retrying in the background; failures are reported as
+   * `degraded` with operation 'subscribe'). Never rejects. Optional: before it, waiters progress by
+   * polling and L1 is neither served nor filled.
    */
-  async ready(): Promise<void> {
-    await this.bus.subscribed;
+  ready(): Promise<boolean> {
+    return this.bus.ready(this.options.redisTimeout);
   }
 
   /** Stops timers, background refreshes and the subscription. Never quits the caller's client. Idempotent. */
@@ -225,7 +241,7 @@ export class Cache extends EventEmitter<CacheEvents> {
     this.io.close();
     if (this.lockers.redlock instanceof RedlockLock) this.lockers.redlock.close();
     await this.bus.stop();
-    this.local.clear();
+    this.local.flush();
   }
 
   // ------------------------------------------------------------------ the story, step by step
@@ -233,15 +249,16 @@ export class Cache extends EventEmitter<CacheEvents> {
   private async fetch(key: string, loader: Loader<unknown>, call: ResolvedCall, signal: AbortSignal): Promise<unknown> {
     const keys = entryKeys(this.options.prefix, key);
     let found: Found;
+    const ticket = this.local.begin(key);
     try {
       found = await this.store.read(key, keys);
     } catch (error) {
       return this.computeDegraded(key, loader, call, signal, 'read', error);
     }
-    if (found.state === 'fresh') return this.served(key, found);
+    if (found.state === 'fresh') return this.served(key, found, ticket);
     if (found.state === 'stale') {
       this.refreshInBackground(key, keys, loader, call, found.value);
-      return this.served(key, found);
+      return this.served(key, found, ticket);
     }
     this.emit('miss', { key });
     return this.rebuildOrWait(key, keys, loader, call, signal, found.state === 'kept' ? found : undefined);
@@ -279,6 +296,7 @@ export class Cache extends EventEmitter<CacheEvents> {
         await waiter.next(pollDelay(call.pollInterval, remaining, Math.random()), signal);
         this.assertRunning(key, signal);
         let found: Found;
+        const ticket = this.local.begin(key);
         try {
           found = await this.store.read(key, keys);
         } catch (error) {
@@ -286,7 +304,7 @@ export class Cache extends EventEmitter<CacheEvents> {
         }
         if (found.state === 'fresh' || found.state === 'stale') {
           this.emit('waited', { key, ms: clock.now() - started, outcome: found.state === 'fresh' ? 'value' : 'stale' });
-          return this.served(key, found);
+          return this.served(key, found, ticket);
         }
         if (found.state === 'kept') fallback = found;
       }
@@ -318,10 +336,11 @@ export class Cache extends EventEmitter<CacheEvents> {
     this.grants.add(grant);
     try {
       if (grant.exclusive) {
+        const ticket = this.local.begin(key);
         const again = await this.store.read(key, keys).catch(() => undefined);
         if (again?.state === 'fresh') {
           note = '';
-          return this.served(key, again);
+          return this.served(key, again, ticket);
         }
       }
       const started = this.options.clock.now();
@@ -367,8 +386,9 @@ export class Cache extends EventEmitter<CacheEvents> {
   private async writeQuietly(key: string, keys: EntryKeys, grant: Grant, value: unknown, call: ResolvedCall, loadMs: number): Promise<boolean> {
     if (this.closed) return false;
     try {
+      const ticket = this.local.begin(key);
       const accepted = await this.store.write(key, keys, grant, value, call, loadMs, 'w');
-      if (accepted) this.local.set(key, value, call.ttl);
+      if (accepted) this.local.fill(ticket, key, value, call.ttl);
       else this.emit('writeRejected', { key, fence: grant.fence });
       return accepted;
     } catch (error) {
@@ -393,6 +413,7 @@ export class Cache extends EventEmitter<CacheEvents> {
   /** Redis failed: run the loader here (still one per key per process through the flight); no store write. */
   private async computeDegraded(key: string, loader: Loader<unknown>, call: ResolvedCall, signal: AbortSignal, operation: string, error: unknown): Promise<unknown> {
     this.emit('degraded', { key, operation, error });
+    const ticket = this.local.begin(key);
     const started = this.options.clock.now();
     let value: unknown;
     try {
@@ -401,7 +422,7 @@ export class Cache extends EventEmitter<CacheEvents> {
       this.emit('loaderError', { key, error: loaderError });
       throw loaderError;
     }
-    if (value !== undefined) this.local.set(key, value, call.ttl);
+    if (value !== undefined) this.local.fill(ticket, key, value, call.ttl);
     this.emit('computed', { key, lock: 'degraded', fence: undefined, loadMs: this.options.clock.now() - started, written: false });
     return value;
   }
@@ -430,10 +451,11 @@ export class Cache extends EventEmitter<CacheEvents> {
     this.refreshing.set(key, tracked);
   }
 
-  private served(key: string, found: Found): unknown {
+  /** `ticket`: taken before the read that found it (LocalTier.begin). */
+  private served(key: string, found: Found, ticket: number): unknown {
     if (found.state === 'miss') return undefined;
     if (found.state === 'fresh') {
-      this.local.set(key, found.value, freshRemaining(found.pttl, found.graceMs));
+      this.local.fill(ticket, key, found.value, freshRemaining(found.pttl, found.graceMs));
       this.emit('hit', { key, tier: 'redis' });
     } else {
       this.emit('stale', { key, reason: 'window' });
@@ -442,12 +464,12 @@ export class Cache extends EventEmitter<CacheEvents> {
   }
 
   private onNote(note: Note): void {
-    this.waiters.wake(note.key);
     const change = REMOTE_CHANGES[note.kind];
     if (change && note.origin !== this.bus.origin) {
-      this.local.delete(note.key);
+      this.local.invalidate(note.key);
       this.emit('remoteChange', { key: note.key, kind: change });
     }
+    this.waiters.wake(note.key, note.kind);
   }
 
   // ------------------------------------------------------------------ guards

@@ -1,0 +1,228 @@
+/**
+ * L1 coherence on real Redis (issue 8, item 3 (a)-(e), item 4). Every test here failed before the
+ * coherence layer (tickets taken before reads, fills refused after an invalidation, L1 flushed and
+ * suspended while the subscription is away, a subscription retried until it holds).
+ */
+import { once } from 'node:events';
+import { Redis, type RedisOptions } from 'ioredis';
+import { afterAll, describe, expect, it } from 'vitest';
+import { createCache, type Cache, type CacheOptions } from '../../src/index.js';
+import { deferred, nextEvent, useRedis } from '../support/harness.js';
+import { startProxy, type Proxy } from '../support/proxy.js';
+import { freePort, startRedisServer, type RedisServer } from '../support/redis-server.js';
+
+const h = useRedis();
+const prefixOf = (cache: Cache) => (cache as unknown as { options: { prefix: string } }).options.prefix;
+const L1 = { local: { max: 10_000 } } as const;
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** A second cache (another "process": its own client, its own subscriber) on the same prefix. */
+function peer(of: Cache, options: Partial<CacheOptions> = {}): Cache {
+  return h.cache({ prefix: prefixOf(of), ...options });
+}
+
+/** Resolves once `cache` dropped its L1 copy of `key` on another instance's note. */
+function remoteChangeOf(cache: Cache, key: string): Promise<void> {
+  return new Promise((resolve) => {
+    const on = (e: { key: string }) => {
+      if (e.key !== key) return;
+      cache.off('remoteChange', on);
+      resolve();
+    };
+    cache.on('remoteChange', on);
+  });
+}
+
+/**
+ * `writer.set`, then wait until `reader` handled its note: a late 's' note would drop `reader`'s L1
+ * copy by itself and hide (or fake) what a test looks at.
+ */
+async function setAndHeard(writer: Cache, reader: Cache, key: string, value: unknown): Promise<void> {
+  const heard = remoteChangeOf(reader, key);
+  await writer.set(key, value, 60_000);
+  await heard;
+}
+
+/** The `cmd=` of the server-side connection named `name` (CLIENT LIST): the last command it executed. */
+async function lastCommandOf(name: string): Promise<string | undefined> {
+  const list = (await h.admin.client('LIST')) as string;
+  const line = list.split('\n').find((l) => l.includes(` name=${name} `));
+  return line?.match(/ cmd=(\S+)/)?.[1];
+}
+
+/** Until `done()` holds, checking every 20 ms (bounded by the test's timeout: a hang is the failure). */
+async function until(done: () => Promise<boolean>): Promise<void> {
+  while (!(await done())) await sleep(20);
+}
+
+/** The harness's url (credentials included, in the ACL run) pointed at `proxy`. */
+function through(proxy: Proxy): string {
+  const u = new URL(h.url);
+  u.hostname = '127.0.0.1';
+  u.port = String(proxy.port);
+  return u.toString();
+}
+
+const proxies: Proxy[] = [];
+const servers: RedisServer[] = [];
+const ownClients: Redis[] = [];
+afterAll(async () => {
+  for (const c of ownClients) c.disconnect();
+  await Promise.all([...proxies.map((p) => p.close()), ...servers.map((s) => s.stop())]);
+});
+function ownClient(url: string, options: RedisOptions = {}): Redis {
+  const c = new Redis(url, options);
+  c.on('error', () => undefined);
+  ownClients.push(c);
+  return c;
+}
+
+describe('L1 coherence in one process', () => {
+  it('(a) get racing delete: the read reply that lands after the delete does not refill L1 (0 of 200)', async () => {
+    const a = h.cache(L1);
+    const b = peer(a);
+    expect(await a.ready()).toBe(true);
+    let resurrected = 0;
+    for (let i = 0; i < 200; i++) {
+      const key = `a${i}`;
+      await setAndHeard(b, a, key, `v${i}`); // a's L1 has no copy: the get below goes to the store
+      // Both start before either is awaited: the read is sent first, the delete right after.
+      await Promise.all([a.get(key), a.delete(key)]);
+      if ((await a.get(key)) !== undefined) resurrected++;
+    }
+    expect(resurrected).toBe(0);
+  });
+
+  it('(c) a set() refused by the fence does not fill L1', async () => {
+    const client = h.client();
+    const a = createCache({ redis: client, prefix: `coh-c${process.pid}`, ...L1 });
+    const b = peer(a);
+    expect(await a.ready()).toBe(true);
+    // The grant for a's set comes back; before a writes, b's delete (a newer fence) lands and a has
+    // heard b's note. A tiny hook on a real client: the commands and replies are Redis's own.
+    let armed = true;
+    const send = client.sendCommand.bind(client);
+    client.sendCommand = ((...args: Parameters<Redis['sendCommand']>) => {
+      const reply = send(...args) as Promise<unknown>;
+      // ioredis names a script call 'eval' or 'evalsha' (it may rename it as it writes it).
+      if (!armed || !args[0].name.startsWith('eval')) return reply;
+      armed = false; // the first script after arming is set()'s acquire
+      return reply.then(async (granted: unknown) => {
+        const heard = remoteChangeOf(a, 'k');
+        await b.delete('k');
+        await heard;
+        return granted;
+      });
+    });
+    await a.set('k', 'mine', 60_000);
+    expect(armed).toBe(false);
+    expect(await b.get('k')).toBeUndefined(); // the store refused the write
+    expect(await a.get('k')).toBeUndefined(); // and L1 did not keep it
+  });
+});
+
+describe('L1 coherence across processes', () => {
+  it('(b) a note handled before a late read reply: the late reply does not refill L1', async () => {
+    const proxy = await startProxy({ host: '127.0.0.1', port: Number(new URL(h.url).port) });
+    proxies.push(proxy);
+    // a's commands go through the proxy; its subscriber (the duplicate) connects directly, so only
+    // the read reply is late.
+    const client = ownClient(through(proxy), {
+      maxRetriesPerRequest: 1,
+      connectionName: `coh-reader-${process.pid}`,
+    });
+    client.duplicate = (() => h.client());
+    const a = createCache({ redis: client, prefix: `coh-b${process.pid}`, ...L1 });
+    const b = peer(a);
+    expect(await a.ready()).toBe(true);
+    await setAndHeard(b, a, 'k', 'old');
+    await client.ping(); // a's command connection is ready: nothing of its handshake is held below
+
+    proxy.hold('down', true);
+    const read = a.get('k');
+    // The read executed on the server (its reply is now held in the proxy) before the delete.
+    await until(async () => /^eval/.test((await lastCommandOf(`coh-reader-${process.pid}`)) ?? ''));
+    const heard = remoteChangeOf(a, 'k');
+    await b.delete('k');
+    await heard;
+    proxy.hold('down', false);
+    expect(await read).toBe('old'); // it was read before the delete: fine to return
+    expect(await a.get('k')).toBeUndefined(); // but not to keep
+  });
+
+  it('(d) notes lost while the subscriber reconnects (CLIENT KILL TYPE pubsub): L1 is flushed, and coherent again once re-subscribed', async () => {
+    const proxy = await startProxy({ host: '127.0.0.1', port: Number(new URL(h.url).port) });
+    proxies.push(proxy);
+    const client = ownClient(through(proxy), { maxRetriesPerRequest: 1 });
+    const subscribers: Redis[] = [];
+    const duplicate = client.duplicate.bind(client);
+    client.duplicate = ((...args: Parameters<Redis['duplicate']>) => {
+      const sub = duplicate(...args);
+      subscribers.push(sub);
+      return sub;
+    });
+    const a = createCache({ redis: client, prefix: `coh-d${process.pid}`, ...L1 });
+    const b = peer(a);
+    expect(await a.ready()).toBe(true);
+    await setAndHeard(b, a, 'k', 'old');
+    expect(await a.get('k')).toBe('old');
+    const hit = nextEvent(a, 'hit');
+    expect(await a.getOrCompute('k', () => 'loaded', 60_000)).toBe('old');
+    expect(await hit).toEqual({ key: 'k', tier: 'local' }); // in a's L1
+
+    // a's reconnects reach the proxy but no further: it cannot re-subscribe while b deletes.
+    proxy.hold('up', true);
+    const closed = once(subscribers[0] as Redis, 'close');
+    await h.admin.client('KILL', 'TYPE', 'pubsub');
+    await closed; // a's subscriber saw its connection close
+    await b.delete('k'); // a is not subscribed: this note is lost for a
+    proxy.hold('up', false);
+    expect(await a.get('k')).toBeUndefined();
+
+    // Re-subscribed: another process's change reaches a's L1 again.
+    await until(async () => (await a.ready()) === true);
+    await setAndHeard(b, a, 'k', 'new');
+    expect(await a.get('k')).toBe('new');
+    const heard = remoteChangeOf(a, 'k');
+    await b.delete('k');
+    await heard;
+    expect(await a.get('k')).toBeUndefined();
+  });
+});
+
+describe('the subscription when Redis is down at boot', () => {
+  it.each([
+    ['maxRetriesPerRequest: 1', { maxRetriesPerRequest: 1 }],
+    ['enableOfflineQueue: false', { enableOfflineQueue: false }],
+  ] as const)('(e) %s: the failed first SUBSCRIBE is retried; once Redis is up, another process\'s delete reaches this L1', async (_name, clientOptions) => {
+    const port = await freePort();
+    const refused = deferred<void>();
+    const a = createCache({ redis: ownClient(`redis://127.0.0.1:${port}`, clientOptions), prefix: `coh-e${port}`, redisTimeout: 500, ...L1 });
+    a.on('degraded', (e) => {
+      // A refused SUBSCRIBE (not a socket error, which carries an errno code).
+      if (e.operation === 'subscribe' && (e.error as { code?: unknown }).code === undefined) refused.resolve();
+    });
+    await refused.promise;
+    const server = await startRedisServer([], { port });
+    servers.push(server);
+    const b = createCache({ redis: ownClient(server.url, { maxRetriesPerRequest: 1 }), prefix: `coh-e${port}` });
+    await until(async () => (await a.ready()) === true);
+
+    await setAndHeard(b, a, 'k', 'old');
+    expect(await a.get('k')).toBe('old'); // now in a's L1
+    const heard = remoteChangeOf(a, 'k');
+    await b.delete('k');
+    await heard;
+    expect(await a.get('k')).toBeUndefined();
+    await Promise.all([a.close(), b.close()]);
+  }, 30_000);
+
+  it('ready() settles (false) within redisTimeout when Redis is unreachable and the client has ioredis defaults', async () => {
+    const port = await freePort();
+    const a = createCache({ redis: ownClient(`redis://127.0.0.1:${port}`), prefix: 'coh-unreachable', redisTimeout: 300 });
+    const reported = nextEvent(a, 'degraded');
+    expect(await a.ready()).toBe(false);
+    expect((await reported).operation).toBe('subscribe');
+    await a.close();
+  });
+});
