@@ -44,7 +44,10 @@ interface Slot {
 }
 
 export interface LruTierSwitches {
-  /** Negative control only (UNSAFE.incoherentL1): fill ignores tickets and the subscription state, as before coherence. */
+  /**
+   * Negative control only (UNSAFE.incoherentL1): as before coherence — fill ignores tickets, and the
+   * subscription going down or up neither flushes nor stops L1. Invalidate and flush still drop entries.
+   */
   readonly incoherent?: boolean;
 }
 
@@ -124,11 +127,13 @@ export class LruTier implements LocalTier {
   }
 
   suspend(): void {
+    if (this.incoherent) return;
     this.flush();
-    if (!this.incoherent) this.trusted = false;
+    this.trusted = false;
   }
 
   resume(): void {
+    if (this.incoherent) return;
     this.flush();
     this.trusted = true;
   }

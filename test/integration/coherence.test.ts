@@ -217,6 +217,30 @@ describe('the subscription when Redis is down at boot', () => {
     await Promise.all([a.close(), b.close()]);
   }, 30_000);
 
+  it('a SUBSCRIBE refused on a live connection (NOPERM on the channel) is retried until it holds, without a reconnect', async () => {
+    const user = `nochan${process.pid}`;
+    await h.admin.acl('SETUSER', user, 'on', '>pw', '~*', 'resetchannels', '+@all');
+    const u = new URL(h.url);
+    u.username = user;
+    u.password = 'pw';
+    const prefix = `coh-acl${process.pid}`;
+    const client = ownClient(u.toString(), { maxRetriesPerRequest: 1 });
+    let closes = 0;
+    const duplicate = client.duplicate.bind(client);
+    client.duplicate = ((...args: Parameters<Redis['duplicate']>) => duplicate(...args).on('close', () => closes++));
+    const a = createCache({ redis: client, prefix, ...L1 });
+    const refused = deferred<void>();
+    a.on('degraded', (e) => {
+      if (e.operation === 'subscribe' && (e.error as { code?: unknown }).code === undefined) refused.resolve();
+    });
+    await refused.promise;
+    expect(await a.ready()).toBe(false);
+    await h.admin.acl('SETUSER', user, `&${prefix}:*`);
+    await until(async () => (await a.ready()) === true);
+    expect(closes).toBe(0);
+    await a.close();
+  });
+
   it('ready() settles (false) within redisTimeout when Redis is unreachable and the client has ioredis defaults', async () => {
     const port = await freePort();
     const a = createCache({ redis: ownClient(`redis://127.0.0.1:${port}`), prefix: 'coh-unreachable', redisTimeout: 300 });

@@ -104,13 +104,16 @@ describe('LruTier coherence', () => {
     expect(t.get('k')).toBeUndefined();
   });
 
-  it('the incoherent negative control fills regardless of tickets and subscription (as before coherence)', () => {
+  it('the incoherent negative control fills regardless of tickets and subscription, and never flushes on down/up (as before coherence)', () => {
     const { t } = tier(10, { incoherent: true });
+    t.fill(t.begin('kept'), 'kept', 1, 1000);
     const ticket = t.begin('k');
     t.invalidate('k');
     t.suspend();
     t.fill(ticket, 'k', 'old', 1000);
     expect(t.get('k')?.value).toBe('old');
+    t.resume();
+    expect(t.get('kept')?.value).toBe(1);
   });
 });
 
