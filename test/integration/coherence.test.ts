@@ -50,6 +50,11 @@ async function lastCommandOf(name: string): Promise<string | undefined> {
   return line?.match(/ cmd=(\S+)/)?.[1];
 }
 
+/** Until the server executed a script on splitCache(name)'s command connection (its last command). */
+async function readExecuted(name: string): Promise<void> {
+  await until(async () => /^eval/.test((await lastCommandOf(`${name}-${process.pid}`)) ?? ''));
+}
+
 /** Until `done()` holds, checking every 20 ms (bounded by the test's timeout: a hang is the failure). */
 async function until(done: () => Promise<boolean>): Promise<void> {
   while (!(await done())) await sleep(20);
@@ -122,70 +127,90 @@ describe('L1 coherence in one process', () => {
 });
 
 describe('L1 coherence across processes', () => {
-  it('(b) a note handled before a late read reply: the late reply does not refill L1', async () => {
-    const proxy = await startProxy({ host: '127.0.0.1', port: Number(new URL(h.url).port) });
-    proxies.push(proxy);
-    // a's commands go through the proxy; its subscriber (the duplicate) connects directly, so only
-    // the read reply is late.
-    const client = ownClient(through(proxy), {
-      maxRetriesPerRequest: 1,
-      connectionName: `coh-reader-${process.pid}`,
-    });
-    client.duplicate = (() => h.client());
-    const a = createCache({ redis: client, prefix: `coh-b${process.pid}`, ...L1 });
+  /**
+   * A cache whose command connection goes through `commands` (or directly) and whose subscriber goes
+   * through its own proxy, so each can be held on its own. Resolves once subscribed.
+   */
+  async function splitCache(name: string, commands?: Proxy) {
+    const subscriberProxy = await startProxy({ host: '127.0.0.1', port: Number(new URL(h.url).port) });
+    proxies.push(subscriberProxy);
+    const client = commands
+      ? ownClient(through(commands), { maxRetriesPerRequest: 1, connectionName: `${name}-${process.pid}` })
+      : h.client();
+    let subscriber: Redis | undefined;
+    client.duplicate = (() => (subscriber = ownClient(through(subscriberProxy), { maxRetriesPerRequest: 1 })));
+    const a = createCache({ redis: client, prefix: `${name}${process.pid}`, ...L1 });
     const b = peer(a);
     expect(await a.ready()).toBe(true);
-    await setAndHeard(b, a, 'k', 'old');
-    await client.ping(); // a's command connection is ready: nothing of its handshake is held below
+    await client.ping(); // a's command connection is ready: nothing of its handshake is held later
+    /** Kills every subscriber connection; resolves once a's saw the close, with a unable to reconnect until `back()`. */
+    const killSubscriber = async () => {
+      subscriberProxy.hold('up', true); // a's reconnects reach the proxy and no further
+      const closed = once(subscriber as Redis, 'close');
+      await h.admin.client('KILL', 'TYPE', 'pubsub');
+      await closed;
+      return { back: () => subscriberProxy.hold('up', false) };
+    };
+    return { a, b, client, killSubscriber };
+  }
 
-    proxy.hold('down', true);
+  it('(b) a note handled before a late read reply: the late reply does not refill L1', async () => {
+    const commands = await startProxy({ host: '127.0.0.1', port: Number(new URL(h.url).port) });
+    proxies.push(commands);
+    const { a, b } = await splitCache('coh-b', commands); // only a's command replies are held below
+    await setAndHeard(b, a, 'k', 'old');
+
+    commands.hold('down', true);
     const read = a.get('k');
     // The read executed on the server (its reply is now held in the proxy) before the delete.
-    await until(async () => /^eval/.test((await lastCommandOf(`coh-reader-${process.pid}`)) ?? ''));
+    await readExecuted('coh-b');
     const heard = remoteChangeOf(a, 'k');
     await b.delete('k');
     await heard;
-    proxy.hold('down', false);
+    commands.hold('down', false);
     expect(await read).toBe('old'); // it was read before the delete: fine to return
     expect(await a.get('k')).toBeUndefined(); // but not to keep
   });
 
   it('(d) notes lost while the subscriber reconnects (CLIENT KILL TYPE pubsub): L1 is flushed, and coherent again once re-subscribed', async () => {
-    const proxy = await startProxy({ host: '127.0.0.1', port: Number(new URL(h.url).port) });
-    proxies.push(proxy);
-    const client = ownClient(through(proxy), { maxRetriesPerRequest: 1 });
-    const subscribers: Redis[] = [];
-    const duplicate = client.duplicate.bind(client);
-    client.duplicate = ((...args: Parameters<Redis['duplicate']>) => {
-      const sub = duplicate(...args);
-      subscribers.push(sub);
-      return sub;
-    });
-    const a = createCache({ redis: client, prefix: `coh-d${process.pid}`, ...L1 });
-    const b = peer(a);
-    expect(await a.ready()).toBe(true);
+    const { a, b, killSubscriber } = await splitCache('coh-d');
     await setAndHeard(b, a, 'k', 'old');
     expect(await a.get('k')).toBe('old');
     const hit = nextEvent(a, 'hit');
     expect(await a.getOrCompute('k', () => 'loaded', 60_000)).toBe('old');
     expect(await hit).toEqual({ key: 'k', tier: 'local' }); // in a's L1
 
-    // a's reconnects reach the proxy but no further: it cannot re-subscribe while b deletes.
-    proxy.hold('up', true);
-    const closed = once(subscribers[0] as Redis, 'close');
-    await h.admin.client('KILL', 'TYPE', 'pubsub');
-    await closed; // a's subscriber saw its connection close
+    const away = await killSubscriber();
     await b.delete('k'); // a is not subscribed: this note is lost for a
-    proxy.hold('up', false);
-    expect(await a.get('k')).toBeUndefined();
+    expect(await a.get('k')).toBeUndefined(); // while away
+    away.back();
+    await until(async () => (await a.ready()) === true);
+    expect(await a.get('k')).toBeUndefined(); // and once back
 
     // Re-subscribed: another process's change reaches a's L1 again.
-    await until(async () => (await a.ready()) === true);
     await setAndHeard(b, a, 'k', 'new');
     expect(await a.get('k')).toBe('new');
     const heard = remoteChangeOf(a, 'k');
     await b.delete('k');
     await heard;
+    expect(await a.get('k')).toBeUndefined();
+  });
+
+  it('(d) a read begun while the subscriber was away, answered after it re-subscribed, does not fill L1 (the notes it may have missed are lost)', async () => {
+    const commands = await startProxy({ host: '127.0.0.1', port: Number(new URL(h.url).port) });
+    proxies.push(commands);
+    const { a, b, killSubscriber } = await splitCache('coh-d2', commands);
+    await setAndHeard(b, a, 'k', 'old');
+
+    const away = await killSubscriber();
+    commands.hold('down', true);
+    const read = a.get('k');
+    await readExecuted('coh-d2');
+    await b.delete('k'); // lost for a
+    away.back();
+    await until(async () => (await a.ready()) === true);
+    commands.hold('down', false);
+    expect(await read).toBe('old');
     expect(await a.get('k')).toBeUndefined();
   });
 });
