@@ -118,7 +118,7 @@ export class Cache extends EventEmitter<CacheEvents> {
     this.byTtl = typeof o.defaults.lock === 'function' ? undefined : new Map();
     this.io = new Io(o.redisTimeout, o.breakerThreshold, o.breakerCooldown, o.clock);
     const scripts = defineScripts(options.redis);
-    this.bus = new Bus(o.prefix);
+    this.bus = new Bus(o.prefix, o.redisTimeout); // heartbeat: a silently dead subscriber is down within 2 × redisTimeout
     const unsafe = (options as { [UNSAFE]?: UnsafeSwitches })[UNSAFE];
     this.local = o.local ? new LruTier(o.local, o.clock, { incoherent: unsafe?.incoherentL1 === true }) : NO_LOCAL_TIER;
     this.store = new Store(this.io, scripts, this.bus, o.maxValueBytes, {

@@ -25,6 +25,9 @@ export interface SubscriberClient {
   on(event: 'messageBuffer', listener: (channel: Buffer, message: Buffer) => void): unknown;
   on(event: 'error', listener: (err: Error) => void): unknown;
   on(event: 'ready' | 'close', listener: () => void): unknown;
+  /** Valid in subscriber mode: the Bus's heartbeat. */
+  ping(): Promise<unknown>;
   quit(): Promise<unknown>;
-  disconnect(): void;
+  /** `reconnect: true` drops the socket and lets ioredis reconnect (the heartbeat's verdict on a dead socket). */
+  disconnect(reconnect?: boolean): void;
 }

@@ -152,7 +152,10 @@ export function subscribeRetryDelay(failures: number, random: number): number {
  * one socket, and a 'close' of that socket is handled after the replies it carried (so a later
  * onDown() follows, never precedes, the onUp() it invalidates). SUBSCRIBE to a channel already
  * subscribed is harmless (Redis just confirms it again).
- * Down is the subscriber's 'close' event (every closed or failed connection emits it).
+ * Down is the subscriber's 'close' event (every closed or failed connection emits it), or a
+ * heartbeat PING unanswered for a whole period: a silently dead socket (no FIN, no RST) emits no
+ * 'close' until TCP gives up, and every note sent meanwhile is lost; the Bus then drops the
+ * connection itself (ioredis reconnects), which turns "silently dead" into down within two periods.
  */
 export class Bus {
   readonly channel: string;
@@ -171,10 +174,15 @@ export class Bus {
   private failures = 0;
   /** The pending retry (unref'd), or undefined. Invariant: at most one, and none once stopped. */
   private retryTimer: NodeJS.Timeout | undefined;
+  /** The heartbeat (unref'd) while up. Invariant: set exactly while `up` and not stopped. */
+  private heartbeat: NodeJS.Timeout | undefined;
+  /** A heartbeat PING sent and not yet answered. */
+  private unanswered = false;
   /** ready() callers waiting for the next onUp(). */
   private readonly waitingForUp = new Set<(up: boolean) => void>();
 
-  constructor(prefix: string) {
+  /** `heartbeatMs`: PING period while subscribed; 0 = no heartbeat. */
+  constructor(prefix: string, private readonly heartbeatMs = 0) {
     this.channel = eventsChannel(prefix);
   }
 
@@ -215,6 +223,7 @@ export class Bus {
 
   stop(): Promise<void> {
     this.stopped = true;
+    clearInterval(this.heartbeat);
     clearTimeout(this.retryTimer);
     this.retryTimer = undefined;
     for (const settle of [...this.waitingForUp]) settle(false);
@@ -239,6 +248,7 @@ export class Bus {
         this.failures = 0;
         if (this.up) return;
         this.up = true;
+        this.beat();
         this.handlers?.onUp();
         for (const settle of [...this.waitingForUp]) settle(true);
       },
@@ -260,8 +270,27 @@ export class Bus {
     this.retryTimer.unref();
   }
 
+  private beat(): void {
+    if (this.heartbeatMs <= 0) return;
+    this.unanswered = false;
+    this.heartbeat = setInterval(() => {
+      const sub = this.subscriber;
+      if (!sub) return;
+      if (this.unanswered) {
+        // A whole period without an answer: treat the socket as dead (ioredis reconnects).
+        sub.disconnect(true);
+        return;
+      }
+      this.unanswered = true;
+      sub.ping().then(() => (this.unanswered = false), () => undefined);
+    }, this.heartbeatMs);
+    this.heartbeat.unref();
+  }
+
   private closed(): void {
     this.generation++;
+    clearInterval(this.heartbeat);
+    this.heartbeat = undefined;
     if (!this.up || this.stopped) return;
     this.up = false;
     this.handlers?.onDown();

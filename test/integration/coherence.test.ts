@@ -131,7 +131,7 @@ describe('L1 coherence across processes', () => {
    * A cache whose command connection goes through `commands` (or directly) and whose subscriber goes
    * through its own proxy, so each can be held on its own. Resolves once subscribed.
    */
-  async function splitCache(name: string, commands?: Proxy) {
+  async function splitCache(name: string, commands?: Proxy, options: Partial<CacheOptions> = {}) {
     const subscriberProxy = await startProxy({ host: '127.0.0.1', port: Number(new URL(h.url).port) });
     proxies.push(subscriberProxy);
     const client = commands
@@ -139,7 +139,7 @@ describe('L1 coherence across processes', () => {
       : h.client();
     let subscriber: Redis | undefined;
     client.duplicate = (() => (subscriber = ownClient(through(subscriberProxy), { maxRetriesPerRequest: 1 })));
-    const a = createCache({ redis: client, prefix: `${name}${process.pid}`, ...L1 });
+    const a = createCache({ redis: client, prefix: `${name}${process.pid}`, ...L1, ...options });
     const b = peer(a);
     expect(await a.ready()).toBe(true);
     await client.ping(); // a's command connection is ready: nothing of its handshake is held later
@@ -151,7 +151,7 @@ describe('L1 coherence across processes', () => {
       await closed;
       return { back: () => subscriberProxy.hold('up', false) };
     };
-    return { a, b, client, killSubscriber };
+    return { a, b, client, killSubscriber, subscriberProxy, subscriber: () => subscriber as Redis };
   }
 
   it('(b) a note handled before a late read reply: the late reply does not refill L1', async () => {
@@ -211,6 +211,22 @@ describe('L1 coherence across processes', () => {
     await until(async () => (await a.ready()) === true);
     commands.hold('down', false);
     expect(await read).toBe('old');
+    expect(await a.get('k')).toBeUndefined();
+  });
+
+  it('(d) bytes vanish, the socket stays open: the heartbeat declares it down, L1 is flushed, and it re-subscribes', async () => {
+    const { a, b, subscriberProxy, subscriber } = await splitCache('coh-f', undefined, { redisTimeout: 200 });
+    await setAndHeard(b, a, 'k', 'old');
+    expect(await a.get('k')).toBe('old'); // in a's L1
+    const closed = once(subscriber(), 'close');
+    subscriberProxy.blackhole('down', true);
+    subscriberProxy.blackhole('up', true);
+    await b.delete('k'); // the note vanishes on its way to a
+    await closed; // no FIN, no RST: only the heartbeat can close it
+    subscriberProxy.blackhole('down', false);
+    subscriberProxy.blackhole('up', false);
+    subscriberProxy.reset(); // the reconnect attempt made while blackholed is stuck in its handshake
+    await until(async () => (await a.ready()) === true);
     expect(await a.get('k')).toBeUndefined();
   });
 });
