@@ -208,8 +208,8 @@ export class Bus {
 
   /** True once subscribed (now, or within `timeoutMs`); false after `timeoutMs`, or once stopped. Never rejects. */
   ready(timeoutMs: number): Promise<boolean> {
-    if (this.up) return Promise.resolve(true);
     if (this.stopped || !this.subscriber) return Promise.resolve(false);
+    if (this.up) return Promise.resolve(true);
     return new Promise((resolve) => {
       const settle = (up: boolean): void => {
         clearTimeout(timer);
