@@ -8,6 +8,7 @@ import { Redis, type RedisOptions } from 'ioredis';
 import { afterAll, describe, expect, it } from 'vitest';
 import { createCache, type Cache, type CacheOptions } from '../../src/index.js';
 import { deferred, nextEvent, useRedis } from '../support/harness.js';
+import { APP_COMMANDS } from '../support/acl.js';
 import { startProxy, type Proxy } from '../support/proxy.js';
 import { freePort, startRedisServer, type RedisServer } from '../support/redis-server.js';
 
@@ -43,16 +44,28 @@ async function setAndHeard(writer: Cache, reader: Cache, key: string, value: unk
   await heard;
 }
 
-/** The `cmd=` of the server-side connection named `name` (CLIENT LIST): the last command it executed. */
-async function lastCommandOf(name: string): Promise<string | undefined> {
+/**
+ * A url for an ACL user of its own (the README's least-privilege commands), so that its one
+ * connection can be told apart in CLIENT LIST in every run (CLIENT SETNAME is not among those commands).
+ */
+async function urlAsOwnUser(proxy: Proxy, user: string): Promise<string> {
+  await h.admin.acl('SETUSER', user, 'on', '>pw', '~*', '&*', '-@all', ...APP_COMMANDS);
+  const u = new URL(through(proxy));
+  u.username = user;
+  u.password = 'pw';
+  return u.toString();
+}
+
+/** The `cmd=` of the server-side connection of ACL user `user` (CLIENT LIST): the last command it executed. */
+async function lastCommandOf(user: string): Promise<string | undefined> {
   const list = (await h.admin.client('LIST')) as string;
-  const line = list.split('\n').find((l) => l.includes(` name=${name} `));
+  const line = list.split('\n').find((l) => l.includes(` user=${user} `));
   return line?.match(/ cmd=(\S+)/)?.[1];
 }
 
 /** Until the server executed a script on splitCache(name)'s command connection (its last command). */
 async function readExecuted(name: string): Promise<void> {
-  await until(async () => /^eval/.test((await lastCommandOf(`${name}-${process.pid}`)) ?? ''));
+  await until(async () => /^eval/.test((await lastCommandOf(`${name}${process.pid}`)) ?? ''));
 }
 
 /** Until `done()` holds, checking every 20 ms (bounded by the test's timeout: a hang is the failure). */
@@ -135,7 +148,7 @@ describe('L1 coherence across processes', () => {
     const subscriberProxy = await startProxy({ host: '127.0.0.1', port: Number(new URL(h.url).port) });
     proxies.push(subscriberProxy);
     const client = commands
-      ? ownClient(through(commands), { maxRetriesPerRequest: 1, connectionName: `${name}-${process.pid}` })
+      ? ownClient(await urlAsOwnUser(commands, `${name}${process.pid}`), { maxRetriesPerRequest: 1 })
       : h.client();
     let subscriber: Redis | undefined;
     client.duplicate = (() => (subscriber = ownClient(through(subscriberProxy), { maxRetriesPerRequest: 1 })));
