@@ -58,8 +58,9 @@ export class Cache extends EventEmitter<CacheEvents> {
     setMaxListeners(0, this.lifetime.signal);
     this.io = new Io(o.redisTimeout, o.breakerThreshold, o.breakerCooldown, o.clock);
     const scripts = defineScripts(options.redis);
-    this.bus = new Bus(o.prefix);
-    this.local = o.local ? new LruTier(o.local, o.clock) : NO_LOCAL_TIER;
+    // The subscriber's heartbeat: a silently dead socket counts as down within 2 × redisTimeout.
+    this.bus = new Bus(o.prefix, o.redisTimeout);
+    this.local = o.local ? new LruTier(o.local, o.clock, { incoherent: o.unsafe.incoherentL1 }) : NO_LOCAL_TIER;
     const emit = this.safeEmit;
     const store = new Store(this.io, scripts, this.bus, o.maxValueBytes, {
       decodeError: (key, reason, error) => emit('decodeError', { key, reason, error }),
@@ -92,7 +93,13 @@ export class Cache extends EventEmitter<CacheEvents> {
       clock: o.clock,
       emit,
     };
-    this.bus.start(options.redis, (note) => this.onNote(note), (error) => emit('degraded', { key: undefined, operation: 'subscribe', error }));
+    // L1 is trusted only while subscribed: notes sent while away are lost (see local-tier.ts).
+    this.bus.start(options.redis, {
+      onNote: (note) => this.onNote(note),
+      onUp: () => this.local.resume(),
+      onDown: () => this.local.suspend(),
+      onError: (error) => emit('degraded', { key: undefined, operation: 'subscribe', error }),
+    });
     this.client = options.redis;
     this.client.on?.('ready', this.onReady);
   }
@@ -174,8 +181,8 @@ export class Cache extends EventEmitter<CacheEvents> {
       const ticket = this.local.begin(key);
       const accepted = await this.deps.store.write(key, keys, grant, value, call, 0, 's');
       outcome = 'written';
-      if (accepted) this.local.fill(ticket, key, value, call.ttl);
-      else this.safeEmit('writeRejected', { key, fence: grant.fence });
+      this.local.written(ticket, key, value, call.ttl, accepted);
+      if (!accepted) this.safeEmit('writeRejected', { key, fence: grant.fence });
     } finally {
       this.grants.drop(grant);
       await grant.release(outcome);
@@ -189,17 +196,18 @@ export class Cache extends EventEmitter<CacheEvents> {
     try {
       await this.deps.store.invalidate(key, entryKeys(this.options.prefix, key), this.options.defaults.lockTtl);
     } finally {
-      // A read that was in flight across the delete must not refill L1 (its ticket predates this).
-      this.local.invalidate(key);
+      this.local.deleted(key);
     }
   }
 
   /**
-   * Resolves once this cache's pub/sub subscription is active (or failed, which is reported as a
-   * `degraded` event). Optional: before it, waiters still progress by polling.
+   * Resolves `true` once this cache's pub/sub subscription is active, or `false` after at most
+   * `redisTimeout` ms without it (the subscription keeps retrying in the background; failures are
+   * `degraded` events with operation `'subscribe'`). Never rejects. Optional: until subscribed, waiters
+   * progress by polling and L1 is not used.
    */
-  async ready(): Promise<void> {
-    await this.bus.subscribed;
+  ready(): Promise<boolean> {
+    return this.bus.ready(this.options.redisTimeout);
   }
 
   /** Stops timers, background refreshes and the subscription. Never quits the caller's client. Idempotent. */
@@ -216,16 +224,17 @@ export class Cache extends EventEmitter<CacheEvents> {
     this.io.close();
     if (this.lockers.redlock instanceof RedlockLock) this.lockers.redlock.close();
     await this.bus.stop();
-    this.local.clear();
+    this.local.flush();
   }
 
+  /** Another process's write, set or delete drops this process's copy before any waiter re-reads. */
   private onNote(note: Note): void {
-    this.waiters.wake(note.key);
     const change = REMOTE_CHANGES[note.kind];
     if (change && note.origin !== this.bus.origin) {
       this.local.invalidate(note.key);
       this.safeEmit('remoteChange', { key: note.key, kind: change });
     }
+    this.waiters.wake(note.key, note.kind);
   }
 
   // ------------------------------------------------------------------ guards

@@ -2,17 +2,46 @@ import { LRUCache } from 'lru-cache';
 import type { Clock, LocalTierOptions } from './options.js';
 
 /**
+ * A read's place in the tier's history: taken by `begin(key)` BEFORE the store read is sent, handed
+ * back to `fill`. Opaque to callers.
+ */
+export type Ticket = number;
+
+/**
  * The optional in-process L1. It only ever serves fresh entries: an entry is kept until the fresh
  * time Redis reported when it was read or written. Values are shared by reference among callers.
+ *
+ * Coherence (the one rule): a value read from, or written to, the store enters L1 only if nothing
+ * that could have made it old happened since its read began — no invalidation of that key (a delete,
+ * a note from another process, a set in this one) and no flush. A read reply and a note travel on
+ * two sockets with no order between them; the ticket makes their order irrelevant.
+ *
+ * L1 is trusted only while the subscription that carries other processes' notes holds: `suspend()`
+ * (subscription down) flushes and stops serving and filling; `resume()` (subscribed again) flushes
+ * again, because notes sent while away are lost, and serves again.
  */
 export interface LocalTier {
+  /** The fresh value, or `undefined` (also while suspended). */
   get(key: string): { value: unknown } | undefined;
-  set(key: string, value: unknown, freshMs: number): void;
-  delete(key: string): void;
-  clear(): void;
-  begin(key: string): number;
-  fill(ticket: number, key: string, value: unknown, freshMs: number): void;
+  /** Call before sending the store read (or write) whose result may be passed to `fill`. */
+  begin(key: string): Ticket;
+  /** Keeps `value` for `freshMs` unless `key` was invalidated, or L1 flushed, since `begin`. */
+  fill(ticket: Ticket, key: string, value: unknown, freshMs: number): void;
+  /** Drops the key and refuses every fill whose read began before now. */
   invalidate(key: string): void;
+  /**
+   * This process's own fenced write (ticket taken before it was sent) finished: keep `value` only if
+   * the fence `accepted` it; a refused write means a newer write, set or delete exists, so drop the key.
+   */
+  written(ticket: Ticket, key: string, value: unknown, freshMs: number, accepted: boolean): void;
+  /** This process's own delete finished: a read that was in flight across it must not refill L1. */
+  deleted(key: string): void;
+  /** Drops everything and refuses every fill whose read began before now. */
+  flush(): void;
+  /** The subscription is down: flush, then neither serve nor fill until `resume()`. */
+  suspend(): void;
+  /** The subscription holds (again): flush (notes sent while away are lost), then serve and fill. */
+  resume(): void;
 }
 
 interface Slot {
@@ -21,14 +50,55 @@ interface Slot {
   readonly freshUntil: number;
 }
 
+export interface LruTierSwitches {
+  /**
+   * Negative control only (UNSAFE.incoherentL1): as before coherence — fill ignores tickets, a refused
+   * own write still fills, an own delete drops the key only before it is sent, and the subscription
+   * going down or up neither flushes nor stops L1. Invalidate and flush still drop entries.
+   */
+  readonly incoherent?: boolean;
+}
+
+/** How many invalidations are remembered per L1 entry allowed (at least MIN_REMEMBERED). */
+const MIN_REMEMBERED = 1024;
+
 export class LruTier implements LocalTier {
   private readonly lru: LRUCache<string, Slot>;
+  /**
+   * Moves on every invalidation and flush. A ticket is its value at `begin`.
+   * Invariant: every invalidation or flush that happened after a ticket was taken has a seq > ticket.
+   */
+  private seq = 0;
+  /**
+   * Tickets below the floor are refused. Raised by flush (to the flush's seq) and when
+   * `invalidatedAt` forgets a key (to that key's seq): what the tier no longer remembers it refuses,
+   * which costs a refill, never a stale value. Invariant: floor <= seq, and never decreases.
+   */
+  private floor = 0;
+  /**
+   * The seq of each key's latest invalidation, for the most recent ones only (bounded, O(1)).
+   * Invariant: for a key absent here, its latest invalidation (if any) has seq <= floor.
+   * Read with `peek` so eviction order is seq order and the floor rises as little as it can.
+   */
+  private readonly invalidatedAt: LRUCache<string, number>;
+  /** False from construction until the first `resume()`, and between `suspend()` and `resume()`. */
+  private trusted = false;
+  private readonly incoherent: boolean;
 
-  constructor(options: LocalTierOptions, private readonly clock: Clock) {
+  constructor(options: LocalTierOptions, private readonly clock: Clock, switches: LruTierSwitches = {}) {
     this.lru = new LRUCache<string, Slot>({ max: options.max });
+    this.invalidatedAt = new LRUCache<string, number>({
+      max: Math.max(MIN_REMEMBERED, options.max),
+      dispose: (at, _key, reason) => {
+        if (reason === 'evict' && at > this.floor) this.floor = at;
+      },
+    });
+    this.incoherent = switches.incoherent === true;
+    if (this.incoherent) this.trusted = true;
   }
 
   get(key: string): { value: unknown } | undefined {
+    if (!this.trusted) return undefined;
     const slot = this.lru.get(key);
     if (!slot) return undefined;
     if (this.clock.now() >= slot.freshUntil) {
@@ -38,39 +108,63 @@ export class LruTier implements LocalTier {
     return slot;
   }
 
-  set(key: string, value: unknown, freshMs: number): void {
+  begin(_key: string): Ticket {
+    return this.seq;
+  }
+
+  fill(ticket: Ticket, key: string, value: unknown, freshMs: number): void {
     if (freshMs <= 0) return;
+    if (!this.incoherent) {
+      if (!this.trusted || ticket < this.floor) return;
+      const at = this.invalidatedAt.peek(key);
+      if (at !== undefined && at > ticket) return;
+    }
     this.lru.set(key, { value, freshUntil: this.clock.now() + freshMs });
   }
 
-  delete(key: string): void {
-    this.lru.delete(key);
-  }
-
-  clear(): void {
-    this.lru.clear();
-  }
-
-  begin(_key: string): number {
-    return 0;
-  }
-
-  fill(_ticket: number, key: string, value: unknown, freshMs: number): void {
-    this.set(key, value, freshMs);
-  }
-
   invalidate(key: string): void {
-    this.delete(key);
+    this.lru.delete(key);
+    this.invalidatedAt.set(key, ++this.seq);
+  }
+
+  written(ticket: Ticket, key: string, value: unknown, freshMs: number, accepted: boolean): void {
+    if (accepted || this.incoherent) this.fill(ticket, key, value, freshMs);
+    else this.invalidate(key);
+  }
+
+  deleted(key: string): void {
+    if (!this.incoherent) this.invalidate(key);
+  }
+
+  flush(): void {
+    this.lru.clear();
+    this.floor = ++this.seq;
+    // Every remembered seq is now below the floor: nothing left to remember.
+    this.invalidatedAt.clear();
+  }
+
+  suspend(): void {
+    if (this.incoherent) return;
+    this.flush();
+    this.trusted = false;
+  }
+
+  resume(): void {
+    if (this.incoherent) return;
+    this.flush();
+    this.trusted = true;
   }
 }
 
-/** L1 switched off: costs a no-op call. */
+/** L1 switched off: every call is a no-op (no bookkeeping). */
 export const NO_LOCAL_TIER: LocalTier = {
   get: () => undefined,
-  set: () => undefined,
-  delete: () => undefined,
-  clear: () => undefined,
   begin: () => 0,
   fill: () => undefined,
   invalidate: () => undefined,
+  written: () => undefined,
+  deleted: () => undefined,
+  flush: () => undefined,
+  suspend: () => undefined,
+  resume: () => undefined,
 };

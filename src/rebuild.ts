@@ -115,7 +115,7 @@ export class Rebuild {
         const woken = await waiter.next(pollDelay(this.call.pollInterval, remaining, Math.random()), this.signal);
         this.assertRunning();
         // The winner's value can never reach this process through Redis: rebuilding in turn would fail the same way.
-        if ((woken as string) === 'u') throw new UnstorableValueError(this.key, 'reported by the process that ran the loader');
+        if (woken === 'u') throw new UnstorableValueError(this.key, 'reported by the process that ran the loader');
         let found: Found;
         try {
           found = await readEntry(this.d, this.key, this.keys);
@@ -201,8 +201,8 @@ export class Rebuild {
     let written = false;
     try {
       written = await this.d.store.write(key, this.keys, grant, value, this.call, loadMs, 'w');
-      if (written) this.d.local.fill(ticket, key, value, this.call.ttl);
-      else this.d.emit('writeRejected', { key, fence: grant.fence });
+      this.d.local.written(ticket, key, value, this.call.ttl, written);
+      if (!written) this.d.emit('writeRejected', { key, fence: grant.fence });
       outcome = 'written'; // the write script released the lock and announced the outcome
     } catch (error) {
       if (error instanceof UnstorableValueError) {

@@ -13,13 +13,21 @@ export interface RedisClient {
   readonly isCluster?: boolean;
 }
 
-/** What the subscriber connection (our duplicate) must offer. */
+/**
+ * What the subscriber connection (our duplicate) must offer. The Bus relies on ioredis's event
+ * contract: 'ready' after every (re)connection's ready check, 'close' after every closed or failed
+ * connection, both emitted on nextTick after the status change.
+ */
 export interface SubscriberClient {
   subscribe(...channels: string[]): Promise<unknown>;
   unsubscribe(...channels: string[]): Promise<unknown>;
+  on(event: 'message', listener: (channel: string, message: string) => void): unknown;
   on(event: 'messageBuffer', listener: (channel: Buffer, message: Buffer) => void): unknown;
   on(event: 'error', listener: (err: Error) => void): unknown;
-  on(event: 'ready', listener: () => void): unknown;
+  on(event: 'ready' | 'close', listener: () => void): unknown;
+  /** Valid in subscriber mode: the Bus's heartbeat. */
+  ping(): Promise<unknown>;
   quit(): Promise<unknown>;
-  disconnect(): void;
+  /** `reconnect: true` drops the socket and lets ioredis reconnect (the heartbeat's verdict on a dead socket). */
+  disconnect(reconnect?: boolean): void;
 }

@@ -4,11 +4,16 @@ import type { RedisClient, SubscriberClient } from './redis-types.js';
 
 /**
  * Notification kinds on the shared channel:
- *   w written by a rebuild · s set() · d delete() · e loader failed · r released without a value.
- * Every kind wakes waiters on the key; w/s/d also drop other processes' L1 copy.
+ *   w written by a rebuild · s set() · d delete() · e loader failed · r released without a value ·
+ *   u the loader's value could not be stored (waiters must not rebuild in turn; they reject).
+ * Every kind wakes waiters on the key (and tells them which kind woke them); w/s/d also drop other
+ * processes' L1 copy.
  */
 export type NoteKind = 'w' | 's' | 'd' | 'e' | 'r' | 'u';
 const KINDS = new Set<string>(['w', 's', 'd', 'e', 'r', 'u']);
+
+/** How a `Waiter.next()` ended: the kind of note that woke it, its poll delay, or its caller's abort (or close). */
+export type Wake = NoteKind | 'timeout' | 'aborted';
 
 export interface Note {
   readonly kind: NoteKind;
@@ -47,13 +52,14 @@ export class Waiters {
     return waiter;
   }
 
-  wake(key: string): void {
+  wake(key: string, kind: NoteKind): void {
     const set = this.byKey.get(key);
-    if (set) for (const w of set) w.wake();
+    if (set) for (const w of set) w.wake(kind);
   }
 
+  /** Ends every wait (close()): they resolve 'aborted'. */
   wakeAll(): void {
-    for (const set of this.byKey.values()) for (const w of set) w.wake();
+    for (const set of this.byKey.values()) for (const w of set) w.wake('aborted');
   }
 
   get size(): number {
@@ -73,30 +79,36 @@ export class Waiters {
  * between "lost the lock" and "started waiting" is remembered, not missed.
  */
 export class Waiter {
-  private pending = false;
-  private resolve: ((how: 'notified' | 'timeout') => void) | undefined;
+  /** A wake that came while nobody was in next(): the latest one is kept (it describes the latest change). */
+  private pending: Wake | undefined;
+  private resolve: ((how: Wake) => void) | undefined;
 
   constructor(readonly dispose: () => void) {}
 
-  wake(): void {
-    if (this.resolve) this.resolve('notified');
-    else this.pending = true;
+  wake(how: Wake): void {
+    if (this.resolve) this.resolve(how);
+    else this.pending = how;
   }
 
-  /** Resolves on a notification or after `ms` (the poll), whichever first; a caller abort resolves too. */
-  next(ms: number, signal: AbortSignal | undefined): Promise<'notified' | 'timeout'> {
-    if (this.pending) {
-      this.pending = false;
-      return Promise.resolve('notified');
+  /**
+   * Resolves with the kind of the note that woke it, 'timeout' after `ms` (the poll), or 'aborted'
+   * when `signal` aborts — at once, without a timer, if it already has.
+   */
+  next(ms: number, signal: AbortSignal | undefined): Promise<Wake> {
+    if (this.pending !== undefined) {
+      const how = this.pending;
+      this.pending = undefined;
+      return Promise.resolve(how);
     }
+    if (signal?.aborted) return Promise.resolve('aborted');
     return new Promise((resolve) => {
-      const done = (how: 'notified' | 'timeout'): void => {
+      const done = (how: Wake): void => {
         clearTimeout(timer);
         signal?.removeEventListener('abort', onAbort);
         this.resolve = undefined;
         resolve(how);
       };
-      const onAbort = (): void => done('timeout');
+      const onAbort = (): void => done('aborted');
       const timer = setTimeout(() => done('timeout'), ms);
       signal?.addEventListener('abort', onAbort, { once: true });
       this.resolve = done;
@@ -104,19 +116,73 @@ export class Waiter {
   }
 }
 
+/** What the Bus reports to its cache. */
+export interface BusHandlers {
+  onNote(note: Note): void;
+  /** The channel is subscribed on the current connection (first time, and after every reconnect). */
+  onUp(): void;
+  /** The subscriber connection closed: notes may be missed until the next onUp(). */
+  onDown(): void;
+  /** A connection error or a refused SUBSCRIBE (the subscription keeps retrying). */
+  onError(err: unknown): void;
+}
+
+/** SUBSCRIBE retry after a refusal: exponential from RETRY_BASE_MS, capped, jittered to [50 %, 100 %]. */
+const RETRY_BASE_MS = 50;
+const RETRY_CAP_MS = 2000;
+
+/** The next retry delay after `failures` consecutive refusals, `random` in [0, 1). */
+export function subscribeRetryDelay(failures: number, random: number): number {
+  const ceiling = Math.min(RETRY_CAP_MS, RETRY_BASE_MS * 2 ** Math.min(failures, 16));
+  return Math.round(ceiling * (0.5 + random / 2));
+}
+
 /**
  * The pub/sub side: one duplicated connection per cache, subscribed to one channel.
- * The subscriber is best effort: if it is down, waiters still progress by polling.
+ * Waiters progress by polling when it is down; L1 is trusted only while it is up (see LocalTier).
+ *
+ * When is it up? ioredis (5.x, lib/redis/event_handler.ts) re-sends SUBSCRIBE by itself after a
+ * reconnect, but only for channels a SUBSCRIBE *reply* registered (DataHandler adds the channel to
+ * `condition.subscriber` on the reply); that re-subscribe's promise is internal, and no event says it
+ * completed. A first SUBSCRIBE that failed (rejected by `maxRetriesPerRequest`, or at once with
+ * `enableOfflineQueue: false`) registered nothing, so ioredis never re-sends it. Hence we own the
+ * subscription: we send our own SUBSCRIBE at start, on every 'ready' (emitted on nextTick after
+ * readyHandler queued ioredis's own re-subscribe), and after each refusal (backoff). The channel is
+ * subscribed on the current connection exactly when one of those resolves: replies come in order on
+ * one socket, and a 'close' of that socket is handled after the replies it carried (so a later
+ * onDown() follows, never precedes, the onUp() it invalidates). SUBSCRIBE to a channel already
+ * subscribed is harmless (Redis just confirms it again).
+ * Down is the subscriber's 'close' event (every closed or failed connection emits it), or a
+ * heartbeat PING unanswered for a whole period: a silently dead socket (no FIN, no RST) emits no
+ * 'close' until TCP gives up, and every note sent meanwhile is lost; the Bus then drops the
+ * connection itself (ioredis reconnects), which turns "silently dead" into down within two periods.
  */
 export class Bus {
   readonly channel: string;
   /** Identifies this cache instance in notes, so it can skip its own L1 invalidations. */
   readonly origin = randomBytes(6).toString('base64url');
   private subscriber: SubscriberClient | undefined;
-  /** Settles once the first SUBSCRIBE was answered (resolved either way: failures are reported, not thrown). */
-  subscribed: Promise<void> = Promise.resolve();
+  private handlers: BusHandlers | undefined;
+  /** True between a SUBSCRIBE reply on the current connection and the next 'close'. */
+  private up = false;
+  private stopped = false;
+  /** Counts closes; a SUBSCRIBE answers for the connection generation it was sent in. */
+  private generation = 0;
+  /** The generation with a SUBSCRIBE in flight, or -1. Invariant: at most one in flight per generation. */
+  private inFlight = -1;
+  /** Consecutive refusals, for the backoff; reset when a SUBSCRIBE holds. */
+  private failures = 0;
+  /** The pending retry (unref'd), or undefined. Invariant: at most one, and none once stopped. */
+  private retryTimer: NodeJS.Timeout | undefined;
+  /** The heartbeat (unref'd) while up. Invariant: set exactly while `up` and not stopped. */
+  private heartbeat: NodeJS.Timeout | undefined;
+  /** A heartbeat PING sent and not yet answered. */
+  private unanswered = false;
+  /** ready() callers waiting for the next onUp(). */
+  private readonly waitingForUp = new Set<(up: boolean) => void>();
 
-  constructor(prefix: string) {
+  /** `heartbeatMs`: PING period while subscribed; 0 = no heartbeat. */
+  constructor(prefix: string, private readonly heartbeatMs = 0) {
     this.channel = eventsChannel(prefix);
   }
 
@@ -124,25 +190,109 @@ export class Bus {
     return formatNote(kind, this.origin, key);
   }
 
-  /** Duplicates the caller's client (the only connection we ever create) and subscribes. */
-  start(client: RedisClient, onNote: (note: Note) => void, onError: (err: unknown) => void): void {
-    const sub = client.duplicate() as SubscriberClient & { on(event: 'message', l: (c: string, m: string) => void): unknown };
+  /** Duplicates the caller's client (the only connection we ever create) and subscribes, retrying until it holds. */
+  start(client: RedisClient, handlers: BusHandlers): void {
+    const sub = client.duplicate() as SubscriberClient;
     this.subscriber = sub;
-    sub.on('error', onError);
+    this.handlers = handlers;
+    sub.on('error', (err) => handlers.onError(err));
     sub.on('message', (channel: string, message: string) => {
-      if (channel !== this.channel) return;
+      if (channel !== this.channel || this.stopped) return;
       const note = parseNote(message);
-      if (note) onNote(note);
+      if (note) handlers.onNote(note);
     });
-    // ioredis re-subscribes by itself after a reconnect.
-    this.subscribed = sub.subscribe(this.channel).then(() => undefined, onError);
+    sub.on('ready', () => this.attempt());
+    sub.on('close', () => this.closed());
+    this.attempt();
+  }
+
+  /** True once subscribed (now, or within `timeoutMs`); false after `timeoutMs`, or once stopped. Never rejects. */
+  ready(timeoutMs: number): Promise<boolean> {
+    if (this.stopped || !this.subscriber) return Promise.resolve(false);
+    if (this.up) return Promise.resolve(true);
+    return new Promise((resolve) => {
+      const settle = (up: boolean): void => {
+        clearTimeout(timer);
+        this.waitingForUp.delete(settle);
+        resolve(up);
+      };
+      const timer = setTimeout(() => settle(false), timeoutMs);
+      this.waitingForUp.add(settle);
+    });
   }
 
   stop(): Promise<void> {
+    this.stopped = true;
+    clearInterval(this.heartbeat);
+    clearTimeout(this.retryTimer);
+    this.retryTimer = undefined;
+    for (const settle of [...this.waitingForUp]) settle(false);
     const sub = this.subscriber;
     this.subscriber = undefined;
     // disconnect, not quit: quit waits for a reply that never comes while Redis is down.
     sub?.disconnect();
     return Promise.resolve();
+  }
+
+  private attempt(): void {
+    const sub = this.subscriber;
+    if (!sub || this.stopped || this.inFlight === this.generation) return;
+    clearTimeout(this.retryTimer);
+    this.retryTimer = undefined;
+    const generation = (this.inFlight = this.generation);
+    sub.subscribe(this.channel).then(
+      () => {
+        if (this.inFlight === generation) this.inFlight = -1;
+        // Answered on a connection that has since closed: the attempt sent on 'ready' decides.
+        if (this.stopped || generation !== this.generation) return;
+        this.failures = 0;
+        if (this.up) return;
+        this.up = true;
+        this.beat();
+        this.handlers?.onUp();
+        for (const settle of [...this.waitingForUp]) settle(true);
+      },
+      (err: unknown) => {
+        if (this.inFlight === generation) this.inFlight = -1;
+        if (this.stopped) return;
+        this.handlers?.onError(err);
+        this.scheduleRetry();
+      },
+    );
+  }
+
+  private scheduleRetry(): void {
+    if (this.retryTimer || this.stopped) return;
+    this.retryTimer = setTimeout(() => {
+      this.retryTimer = undefined;
+      this.attempt();
+    }, subscribeRetryDelay(this.failures++, Math.random()));
+    this.retryTimer.unref();
+  }
+
+  private beat(): void {
+    if (this.heartbeatMs <= 0) return;
+    this.unanswered = false;
+    this.heartbeat = setInterval(() => {
+      const sub = this.subscriber;
+      if (!sub) return;
+      if (this.unanswered) {
+        // A whole period without an answer: treat the socket as dead (ioredis reconnects).
+        sub.disconnect(true);
+        return;
+      }
+      this.unanswered = true;
+      sub.ping().then(() => (this.unanswered = false), () => undefined);
+    }, this.heartbeatMs);
+    this.heartbeat.unref();
+  }
+
+  private closed(): void {
+    this.generation++;
+    clearInterval(this.heartbeat);
+    this.heartbeat = undefined;
+    if (!this.up || this.stopped) return;
+    this.up = false;
+    this.handlers?.onDown();
   }
 }

@@ -15,6 +15,7 @@ describe('reads', () => {
     const readerClient = h.client();
     const reader = createCache({ redis: readerClient, prefix: prefixOf(writer), local: { max: 10 } });
     await readerClient.ping();
+    expect(await reader.ready()).toBe(true); // L1 is served and filled only while subscribed
     const sent = countCommands(readerClient);
     expect(await reader.getOrCompute('k', () => ({ a: 2 }), 60_000)).toEqual({ a: 1 });
     expect(sent.count).toBe(1);

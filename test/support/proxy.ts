@@ -1,7 +1,7 @@
 /**
  * A small in-repo TCP proxy for fault tests (stands in for toxiproxy): forwards a loopback port to a
  * Redis server and can, per direction, delay bytes, blackhole them (sockets stay open, bytes vanish),
- * or reset every connection.
+ * hold them (sockets stay open, bytes are late, then delivered in order), or reset every connection.
  */
 import { createServer, connect, type Server, type Socket } from 'node:net';
 
@@ -14,6 +14,8 @@ export interface Proxy {
   delay(direction: Direction, ms: number): void;
   /** Drop every byte in one direction from now on (true) or forward again (false). */
   blackhole(direction: Direction, on: boolean): void;
+  /** Queue every byte in one direction from now on (true); false delivers what was held, in order, and forwards again. */
+  hold(direction: Direction, on: boolean): void;
   /** Destroy every open connection (clients see ECONNRESET). */
   reset(): void;
   close(): Promise<void>;
@@ -22,12 +24,16 @@ export interface Proxy {
 export async function startProxy(target: { host: string; port: number }): Promise<Proxy> {
   const delays: Record<Direction, number> = { up: 0, down: 0 };
   const holes: Record<Direction, boolean> = { up: false, down: false };
+  /** Per direction while held: the chunks to deliver on release, in arrival order. */
+  const held: Record<Direction, (() => void)[] | undefined> = { up: undefined, down: undefined };
   const sockets = new Set<Socket>();
 
   const pipe = (from: Socket, to: Socket, direction: Direction): void => {
     from.on('data', (chunk: Buffer) => {
       if (holes[direction]) return;
-      if (delays[direction] === 0) to.write(chunk);
+      const queue = held[direction];
+      if (queue) queue.push(() => !to.destroyed && to.write(chunk));
+      else if (delays[direction] === 0) to.write(chunk);
       else setTimeout(() => !to.destroyed && to.write(chunk), delays[direction]);
     });
   };
@@ -52,6 +58,11 @@ export async function startProxy(target: { host: string; port: number }): Promis
     url: `redis://127.0.0.1:${port}`,
     delay: (direction, ms) => void (delays[direction] = ms),
     blackhole: (direction, on) => void (holes[direction] = on),
+    hold: (direction, on) => {
+      const queue = held[direction];
+      held[direction] = on ? (queue ?? []) : undefined;
+      if (!on) for (const deliver of queue ?? []) deliver();
+    },
     reset: () => {
       for (const s of sockets) s.destroy();
     },

@@ -1,0 +1,306 @@
+/**
+ * L1 coherence on real Redis (issue 8, item 3 (a)-(e), item 4). Every test here failed before the
+ * coherence layer (tickets taken before reads, fills refused after an invalidation, L1 flushed and
+ * suspended while the subscription is away, a subscription retried until it holds).
+ */
+import { once } from 'node:events';
+import { Redis, type RedisOptions } from 'ioredis';
+import { afterAll, describe, expect, it } from 'vitest';
+import { createCache, type Cache, type CacheOptions } from '../../src/index.js';
+import { deferred, nextEvent, useRedis } from '../support/harness.js';
+import { APP_COMMANDS } from '../support/acl.js';
+import { startProxy, type Proxy } from '../support/proxy.js';
+import { freePort, startRedisServer, type RedisServer } from '../support/redis-server.js';
+
+const h = useRedis();
+const prefixOf = (cache: Cache) => (cache as unknown as { options: { prefix: string } }).options.prefix;
+const L1 = { local: { max: 10_000 } } as const;
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** A second cache (another "process": its own client, its own subscriber) on the same prefix. */
+function peer(of: Cache, options: Partial<CacheOptions> = {}): Cache {
+  return h.cache({ prefix: prefixOf(of), ...options });
+}
+
+/** Resolves once `cache` dropped its L1 copy of `key` on another instance's note. */
+function remoteChangeOf(cache: Cache, key: string): Promise<void> {
+  return new Promise((resolve) => {
+    const on = (e: { key: string }) => {
+      if (e.key !== key) return;
+      cache.off('remoteChange', on);
+      resolve();
+    };
+    cache.on('remoteChange', on);
+  });
+}
+
+/**
+ * `writer.set`, then wait until `reader` handled its note: a late 's' note would drop `reader`'s L1
+ * copy by itself and hide (or fake) what a test looks at.
+ */
+async function setAndHeard(writer: Cache, reader: Cache, key: string, value: unknown): Promise<void> {
+  const heard = remoteChangeOf(reader, key);
+  await writer.set(key, value, 60_000);
+  await heard;
+}
+
+/**
+ * A url for an ACL user of its own (the README's least-privilege commands), so that its one
+ * connection can be told apart in CLIENT LIST in every run (CLIENT SETNAME is not among those commands).
+ */
+async function urlAsOwnUser(proxy: Proxy, user: string): Promise<string> {
+  await h.admin.acl('SETUSER', user, 'on', '>pw', '~*', '&*', '-@all', ...APP_COMMANDS);
+  const u = new URL(through(proxy));
+  u.username = user;
+  u.password = 'pw';
+  return u.toString();
+}
+
+/** The `cmd=` of the server-side connection of ACL user `user` (CLIENT LIST): the last command it executed. */
+async function lastCommandOf(user: string): Promise<string | undefined> {
+  const list = (await h.admin.client('LIST')) as string;
+  const line = list.split('\n').find((l) => l.includes(` user=${user} `));
+  return line?.match(/ cmd=(\S+)/)?.[1];
+}
+
+/** Until the server executed a script on splitCache(name)'s command connection (its last command). */
+async function readExecuted(name: string): Promise<void> {
+  await until(async () => /^eval/.test((await lastCommandOf(`${name}${process.pid}`)) ?? ''));
+}
+
+/** Until `done()` holds, checking every 20 ms (bounded by the test's timeout: a hang is the failure). */
+async function until(done: () => Promise<boolean>): Promise<void> {
+  while (!(await done())) await sleep(20);
+}
+
+/** The harness's url (credentials included, in the ACL run) pointed at `proxy`. */
+function through(proxy: Proxy): string {
+  const u = new URL(h.url);
+  u.hostname = '127.0.0.1';
+  u.port = String(proxy.port);
+  return u.toString();
+}
+
+const proxies: Proxy[] = [];
+const servers: RedisServer[] = [];
+const ownClients: Redis[] = [];
+afterAll(async () => {
+  for (const c of ownClients) c.disconnect();
+  await Promise.all([...proxies.map((p) => p.close()), ...servers.map((s) => s.stop())]);
+});
+function ownClient(url: string, options: RedisOptions = {}): Redis {
+  const c = new Redis(url, options);
+  c.on('error', () => undefined);
+  ownClients.push(c);
+  return c;
+}
+
+describe('L1 coherence in one process', () => {
+  it('(a) get racing delete: the read reply that lands after the delete does not refill L1 (0 of 200)', async () => {
+    const a = h.cache(L1);
+    const b = peer(a);
+    expect(await a.ready()).toBe(true);
+    let resurrected = 0;
+    for (let i = 0; i < 200; i++) {
+      const key = `a${i}`;
+      await setAndHeard(b, a, key, `v${i}`); // a's L1 has no copy: the get below goes to the store
+      // Both start before either is awaited: the read is sent first, the delete right after.
+      await Promise.all([a.get(key), a.delete(key)]);
+      if ((await a.get(key)) !== undefined) resurrected++;
+    }
+    expect(resurrected).toBe(0);
+  });
+
+  it('(c) a set() refused by the fence does not fill L1', async () => {
+    const client = h.client();
+    const a = createCache({ redis: client, prefix: `coh-c${process.pid}`, ...L1 });
+    const b = peer(a);
+    expect(await a.ready()).toBe(true);
+    // The grant for a's set comes back; before a writes, b's delete (a newer fence) lands and a has
+    // heard b's note. A tiny hook on a real client: the commands and replies are Redis's own.
+    let armed = true;
+    const send = client.sendCommand.bind(client);
+    client.sendCommand = ((...args: Parameters<Redis['sendCommand']>) => {
+      const reply = send(...args) as Promise<unknown>;
+      // ioredis names a script call 'eval' or 'evalsha' (it may rename it as it writes it).
+      if (!armed || !args[0].name.startsWith('eval')) return reply;
+      armed = false; // the first script after arming is set()'s acquire
+      return reply.then(async (granted: unknown) => {
+        const heard = remoteChangeOf(a, 'k');
+        await b.delete('k');
+        await heard;
+        return granted;
+      });
+    });
+    await a.set('k', 'mine', 60_000);
+    expect(armed).toBe(false);
+    expect(await b.get('k')).toBeUndefined(); // the store refused the write
+    expect(await a.get('k')).toBeUndefined(); // and L1 did not keep it
+  });
+});
+
+describe('L1 coherence across processes', () => {
+  /**
+   * A cache whose command connection goes through `commands` (or directly) and whose subscriber goes
+   * through its own proxy, so each can be held on its own. Resolves once subscribed.
+   */
+  async function splitCache(name: string, commands?: Proxy, options: Partial<CacheOptions> = {}) {
+    const subscriberProxy = await startProxy({ host: '127.0.0.1', port: Number(new URL(h.url).port) });
+    proxies.push(subscriberProxy);
+    const client = commands
+      ? ownClient(await urlAsOwnUser(commands, `${name}${process.pid}`), { maxRetriesPerRequest: 1 })
+      : h.client();
+    let subscriber: Redis | undefined;
+    client.duplicate = (() => (subscriber = ownClient(through(subscriberProxy), { maxRetriesPerRequest: 1 })));
+    const a = createCache({ redis: client, prefix: `${name}${process.pid}`, ...L1, ...options });
+    const b = peer(a);
+    expect(await a.ready()).toBe(true);
+    await client.ping(); // a's command connection is ready: nothing of its handshake is held later
+    /** Kills every subscriber connection; resolves once a's saw the close, with a unable to reconnect until `back()`. */
+    const killSubscriber = async () => {
+      subscriberProxy.hold('up', true); // a's reconnects reach the proxy and no further
+      const closed = once(subscriber as Redis, 'close');
+      await h.admin.client('KILL', 'TYPE', 'pubsub');
+      await closed;
+      return { back: () => subscriberProxy.hold('up', false) };
+    };
+    return { a, b, client, killSubscriber, subscriberProxy, subscriber: () => subscriber as Redis };
+  }
+
+  it('(b) a note handled before a late read reply: the late reply does not refill L1', async () => {
+    const commands = await startProxy({ host: '127.0.0.1', port: Number(new URL(h.url).port) });
+    proxies.push(commands);
+    const { a, b } = await splitCache('coh-b', commands); // only a's command replies are held below
+    await setAndHeard(b, a, 'k', 'old');
+
+    commands.hold('down', true);
+    const read = a.get('k');
+    // The read executed on the server (its reply is now held in the proxy) before the delete.
+    await readExecuted('coh-b');
+    const heard = remoteChangeOf(a, 'k');
+    await b.delete('k');
+    await heard;
+    commands.hold('down', false);
+    expect(await read).toBe('old'); // it was read before the delete: fine to return
+    expect(await a.get('k')).toBeUndefined(); // but not to keep
+  });
+
+  it('(d) notes lost while the subscriber reconnects (CLIENT KILL TYPE pubsub): L1 is flushed, and coherent again once re-subscribed', async () => {
+    const { a, b, killSubscriber } = await splitCache('coh-d');
+    await setAndHeard(b, a, 'k', 'old');
+    expect(await a.get('k')).toBe('old');
+    const hit = nextEvent(a, 'hit');
+    expect(await a.getOrCompute('k', () => 'loaded', 60_000)).toBe('old');
+    expect(await hit).toEqual({ key: 'k', tier: 'local' }); // in a's L1
+
+    const away = await killSubscriber();
+    await b.delete('k'); // a is not subscribed: this note is lost for a
+    expect(await a.get('k')).toBeUndefined(); // while away
+    away.back();
+    await until(async () => (await a.ready()) === true);
+    expect(await a.get('k')).toBeUndefined(); // and once back
+
+    // Re-subscribed: another process's change reaches a's L1 again.
+    await setAndHeard(b, a, 'k', 'new');
+    expect(await a.get('k')).toBe('new');
+    const heard = remoteChangeOf(a, 'k');
+    await b.delete('k');
+    await heard;
+    expect(await a.get('k')).toBeUndefined();
+  });
+
+  it('(d) a read begun while the subscriber was away, answered after it re-subscribed, does not fill L1 (the notes it may have missed are lost)', async () => {
+    const commands = await startProxy({ host: '127.0.0.1', port: Number(new URL(h.url).port) });
+    proxies.push(commands);
+    const { a, b, killSubscriber } = await splitCache('coh-d2', commands);
+    await setAndHeard(b, a, 'k', 'old');
+
+    const away = await killSubscriber();
+    commands.hold('down', true);
+    const read = a.get('k');
+    await readExecuted('coh-d2');
+    await b.delete('k'); // lost for a
+    away.back();
+    await until(async () => (await a.ready()) === true);
+    commands.hold('down', false);
+    expect(await read).toBe('old');
+    expect(await a.get('k')).toBeUndefined();
+  });
+
+  it('(d) bytes vanish, the socket stays open: the heartbeat declares it down, L1 is flushed, and it re-subscribes', async () => {
+    const { a, b, subscriberProxy, subscriber } = await splitCache('coh-f', undefined, { redisTimeout: 200 });
+    await setAndHeard(b, a, 'k', 'old');
+    expect(await a.get('k')).toBe('old'); // in a's L1
+    const closed = once(subscriber(), 'close');
+    subscriberProxy.blackhole('down', true);
+    subscriberProxy.blackhole('up', true);
+    await b.delete('k'); // the note vanishes on its way to a
+    await closed; // no FIN, no RST: only the heartbeat can close it
+    subscriberProxy.blackhole('down', false);
+    subscriberProxy.blackhole('up', false);
+    subscriberProxy.reset(); // the reconnect attempt made while blackholed is stuck in its handshake
+    await until(async () => (await a.ready()) === true);
+    expect(await a.get('k')).toBeUndefined();
+  });
+});
+
+describe('the subscription when Redis is down at boot', () => {
+  it.each([
+    ['maxRetriesPerRequest: 1', { maxRetriesPerRequest: 1 }],
+    ['enableOfflineQueue: false', { enableOfflineQueue: false }],
+  ] as const)('(e) %s: the failed first SUBSCRIBE is retried; once Redis is up, another process\'s delete reaches this L1', async (_name, clientOptions) => {
+    const port = await freePort();
+    const refused = deferred<void>();
+    const a = createCache({ redis: ownClient(`redis://127.0.0.1:${port}`, clientOptions), prefix: `coh-e${port}`, redisTimeout: 500, ...L1 });
+    a.on('degraded', (e) => {
+      // A refused SUBSCRIBE (not a socket error, which carries an errno code).
+      if (e.operation === 'subscribe' && (e.error as { code?: unknown }).code === undefined) refused.resolve();
+    });
+    await refused.promise;
+    const server = await startRedisServer([], { port });
+    servers.push(server);
+    const b = createCache({ redis: ownClient(server.url, { maxRetriesPerRequest: 1 }), prefix: `coh-e${port}` });
+    await until(async () => (await a.ready()) === true);
+
+    await setAndHeard(b, a, 'k', 'old');
+    expect(await a.get('k')).toBe('old'); // now in a's L1
+    const heard = remoteChangeOf(a, 'k');
+    await b.delete('k');
+    await heard;
+    expect(await a.get('k')).toBeUndefined();
+    await Promise.all([a.close(), b.close()]);
+  }, 30_000);
+
+  it('a SUBSCRIBE refused on a live connection (NOPERM on the channel) is retried until it holds, without a reconnect', async () => {
+    const user = `nochan${process.pid}`;
+    await h.admin.acl('SETUSER', user, 'on', '>pw', '~*', 'resetchannels', '+@all');
+    const u = new URL(h.url);
+    u.username = user;
+    u.password = 'pw';
+    const prefix = `coh-acl${process.pid}`;
+    const client = ownClient(u.toString(), { maxRetriesPerRequest: 1 });
+    let closes = 0;
+    const duplicate = client.duplicate.bind(client);
+    client.duplicate = ((...args: Parameters<Redis['duplicate']>) => duplicate(...args).on('close', () => closes++));
+    const a = createCache({ redis: client, prefix, ...L1 });
+    const refused = deferred<void>();
+    a.on('degraded', (e) => {
+      if (e.operation === 'subscribe' && (e.error as { code?: unknown }).code === undefined) refused.resolve();
+    });
+    await refused.promise;
+    expect(await a.ready()).toBe(false);
+    await h.admin.acl('SETUSER', user, `&${prefix}:*`);
+    await until(async () => (await a.ready()) === true);
+    expect(closes).toBe(0);
+    await a.close();
+  });
+
+  it('ready() settles (false) within redisTimeout when Redis is unreachable and the client has ioredis defaults', async () => {
+    const port = await freePort();
+    const a = createCache({ redis: ownClient(`redis://127.0.0.1:${port}`), prefix: 'coh-unreachable', redisTimeout: 300 });
+    const reported = nextEvent(a, 'degraded');
+    expect(await a.ready()).toBe(false);
+    expect((await reported).operation).toBe('subscribe');
+    await a.close();
+  });
+});
