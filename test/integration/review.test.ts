@@ -1,0 +1,181 @@
+/**
+ * Review of the issue-8 change: each test reproduces a defect found by reading src/ and FAILS on the
+ * code it was written against (see the review report for the cause and the suggested fix). Real
+ * redis-server throughout; no Redis semantics are faked (sendCommand is only observed, never answered).
+ */
+import type { Redis } from 'ioredis';
+import { describe, expect, it } from 'vitest';
+import { createCache, type Cache } from '../../src/index.js';
+import { entryKeys } from '../../src/keys.js';
+import { Waiters } from '../../src/wait.js';
+import { countCommands, heldRebuild, useRedis } from '../support/harness.js';
+
+const h = useRedis();
+let prefixes = 0;
+const newPrefix = () => `rv${process.pid}x${++prefixes}`;
+
+/** A few event-loop turns: enough for anything driven by microtasks or an abort to settle, with no wall-clock window. */
+async function turns(n = 10): Promise<void> {
+  for (let i = 0; i < n; i++) await new Promise((r) => setImmediate(r));
+}
+
+/** How a promise stands right now (after a few turns): 'pending', 'resolved' or the rejection's code. */
+async function stateOf(p: Promise<unknown>): Promise<string> {
+  let state = 'pending';
+  p.then(
+    () => (state = 'resolved'),
+    (e: unknown) => (state = `rejected:${String((e as { code?: unknown }).code)}`),
+  );
+  await turns();
+  return state;
+}
+
+/** Calls `onSend(n)` each time the n-th EVALSHA/EVAL whose first key contains `keyPart` is sent (a real command to a real server). */
+function onScript(client: Redis, keyPart: string, onSend: (n: number) => void): void {
+  const original = client.sendCommand.bind(client);
+  let n = 0;
+  client.sendCommand = (cmd, ...rest) => {
+    const sent = original(cmd, ...rest);
+    if (/^evalsha$|^eval$/i.test(cmd.name) && String(cmd.args[2]).includes(keyPart)) onSend(++n);
+    return sent;
+  };
+}
+
+async function connectedCache(options: { prefix?: string } = {}): Promise<{ cache: Cache; client: Redis; prefix: string }> {
+  const client = h.client();
+  const prefix = options.prefix ?? newPrefix();
+  const cache = createCache({ redis: client, prefix });
+  await cache.ready();
+  await client.ping();
+  return { cache, client, prefix };
+}
+
+describe('review: close()', () => {
+  it('no loader starts when close() lands while the winner re-reads the store after its grant', async () => {
+    const { cache, client } = await connectedCache();
+    let runs = 0;
+    let closing: Promise<void> | undefined;
+    // The 2nd read of the value key is the re-read after the grant (rebuild.ts): close right then.
+    onScript(client, ':v:', (n) => {
+      if (n === 2) closing = cache.close();
+    });
+    const outcome = await cache.getOrCompute('k', () => (runs++, 'v'), 60_000).then(
+      (v) => `resolved:${String(v)}`,
+      (e: unknown) => `rejected:${String((e as { code?: unknown }).code)}`,
+    );
+    await closing;
+    expect(closing).toBeDefined();
+    // README "Failure behaviour": after close() "no loader starts".
+    expect(runs).toBe(0);
+    expect(outcome).toBe('rejected:ERR_CLOSED');
+  });
+
+  it('a call in progress rejects with CacheClosedError at close(), even when its loader ignores ctx.signal', async () => {
+    const cache = h.cache();
+    const held = await heldRebuild<string>(cache, 'ignores-signal');
+    try {
+      await cache.close();
+      // README "Failure behaviour", close(): "calls in progress reject with CacheClosedError".
+      expect(await stateOf(held.call)).toBe('rejected:ERR_CLOSED');
+    } finally {
+      held.open('computed after close');
+      await held.call.catch(() => undefined);
+    }
+  });
+
+  it('set() and delete() in progress at close() reject with CacheClosedError, not a Redis timeout that never happened', async () => {
+    const { cache } = await connectedCache();
+    const setting = cache.set('s', 'v', 60_000);
+    const deleting = cache.delete('d');
+    await cache.close();
+    const [s, d] = await Promise.allSettled([setting, deleting]);
+    const codeOf = (r: PromiseSettledResult<void>) => (r.status === 'rejected' ? (r.reason as { code?: string; failure?: string }) : undefined);
+    expect({ set: codeOf(s)?.code, delete: codeOf(d)?.code }).toEqual({ set: 'ERR_CLOSED', delete: 'ERR_CLOSED' });
+  });
+
+  it('close() with a read in flight reports no degraded event (Redis did not fail)', async () => {
+    const { cache } = await connectedCache();
+    const degraded: string[] = [];
+    cache.on('degraded', (e) => degraded.push(`${e.operation}: ${String((e.error as Error).message)}`));
+    const call = cache.getOrCompute('r', () => 'v', 60_000);
+    const reading = cache.get('g');
+    await cache.close();
+    await expect(call).rejects.toMatchObject({ code: 'ERR_CLOSED' });
+    await reading;
+    expect(degraded).toEqual([]);
+  });
+
+  it('a second close() resolves only once the first has released the held locks (idempotent, not early)', async () => {
+    const cache = h.cache();
+    const held = await heldRebuild<string>(cache, 'twice');
+    const first = cache.close();
+    let firstDone = false;
+    void first.then(() => (firstDone = true));
+    try {
+      await cache.close();
+      expect(firstDone).toBe(true);
+    } finally {
+      await first;
+      held.open('x');
+      await held.call.catch(() => undefined);
+    }
+  });
+});
+
+describe('review: aborted callers', () => {
+  it('no loader starts once every caller of the flight aborted while the lock was being acquired', async () => {
+    const { cache, client } = await connectedCache();
+    const controller = new AbortController();
+    let runs = 0;
+    // Abort the only caller the moment its acquire script is on the wire.
+    onScript(client, ':l:', (n) => {
+      if (n === 1) controller.abort(new Error('client left'));
+    });
+    await expect(cache.getOrCompute('a', () => (runs++, 'v'), { ttl: 60_000, signal: controller.signal })).rejects.toMatchObject({ code: 'ERR_ABORTED' });
+    // Let the abandoned rebuild reach its loader (or not).
+    for (let i = 0; i < 20 && runs === 0; i++) await client.ping();
+    expect(runs).toBe(0);
+    await cache.close();
+  });
+
+  it('Waiter.next with an already-aborted signal returns at once (issue 8 item 1)', async () => {
+    const waiter = new Waiters().register('k');
+    const next = waiter.next(3_600_000, AbortSignal.abort());
+    try {
+      expect(await stateOf(next)).toBe('resolved');
+    } finally {
+      waiter.wake(); // clears its hour-long timer if it is still pending
+      waiter.dispose();
+    }
+  });
+});
+
+describe('review: errors', () => {
+  it("a loader's non-Error rejection reaches a caller that passed a signal unchanged", async () => {
+    const cache = h.cache();
+    const thrown = { status: 503, body: 'origin down' };
+    // README "Errors": "A loader's own error reaches its callers unchanged."
+    // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors -- the point: a loader may reject with any value
+    await expect(cache.getOrCompute('e', () => Promise.reject(thrown), { ttl: 60_000, signal: new AbortController().signal })).rejects.toBe(thrown);
+  });
+
+  it('set() of an unstorable value sends nothing to Redis: no fence bump, no note', async () => {
+    const { cache, client, prefix } = await connectedCache();
+    const sent = countCommands(client);
+    const notes: string[] = [];
+    const sub = h.adminClient();
+    sub.on('message', (_c: string, m: string) => notes.push(m));
+    await sub.subscribe(`${prefix}:events`);
+    await expect(cache.set('fn', () => 1, 60_000)).rejects.toMatchObject({ code: 'ERR_UNSTORABLE_VALUE' });
+    // Flush the subscriber: a sentinel published after set() arrives after any note set() published.
+    await h.admin.publish(`${prefix}:events`, 'sentinel');
+    while (!notes.includes('sentinel')) await new Promise((r) => setTimeout(r, 5));
+    // README "Errors": ERR_UNSTORABLE_VALUE "set() of a value that could never be read back …; nothing was sent".
+    expect({
+      commands: sent.count,
+      fenceKey: await h.admin.exists(entryKeys(prefix, 'fn').fence),
+      notes: notes.filter((n) => n !== 'sentinel'),
+    }).toEqual({ commands: 0, fenceKey: 0, notes: [] });
+    await cache.close();
+  });
+});
