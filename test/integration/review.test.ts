@@ -150,6 +150,35 @@ describe('review: aborted callers', () => {
   });
 });
 
+describe('review: events', () => {
+  it('an async listener that rejects is reported like a throwing one, never as an unhandled rejection', async () => {
+    const cache = h.cache();
+    const unhandled: unknown[] = [];
+    const warnings: string[] = [];
+    // Only this test's collector sees unhandled rejections while it runs (vitest's own is put back after).
+    const saved = process.listeners('unhandledRejection');
+    process.removeAllListeners('unhandledRejection');
+    const onUnhandled = (reason: unknown) => unhandled.push(reason);
+    const onWarning = (w: Error & { code?: string }) => warnings.push(String(w.code));
+    process.on('unhandledRejection', onUnhandled);
+    process.on('warning', onWarning);
+    try {
+      // README "Failure behaviour": "An event listener throws | reported as a process warning (SG_LISTENER_THREW)".
+      cache.on('miss', async () => {
+        await Promise.resolve();
+        throw new Error('metrics backend down');
+      });
+      expect(await cache.getOrCompute('m', () => 'v', 60_000)).toBe('v');
+      await turns();
+    } finally {
+      process.off('unhandledRejection', onUnhandled);
+      process.off('warning', onWarning);
+      for (const l of saved) process.on('unhandledRejection', l);
+    }
+    expect({ unhandled: unhandled.map((e) => (e as Error).message), warned: warnings.includes('SG_LISTENER_THREW') }).toEqual({ unhandled: [], warned: true });
+  });
+});
+
 describe('review: errors', () => {
   it("a loader's non-Error rejection reaches a caller that passed a signal unchanged", async () => {
     const cache = h.cache();
