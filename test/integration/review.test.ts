@@ -138,6 +138,31 @@ describe('review: aborted callers', () => {
     await cache.close();
   });
 
+  it('a flight abandoned while its lock attempt was on the wire leaves no timer holding the process', async () => {
+    const { cache, client, prefix } = await connectedCache();
+    const holder = createCache({ redis: h.client(), prefix });
+    const held = await heldRebuild<string>(holder, 'w');
+    const controller = new AbortController();
+    await turns();
+    const refTimers = () => process.getActiveResourcesInfo().filter((r) => r === 'Timeout').length;
+    const before = refTimers();
+    onScript(client, ':l:', () => controller.abort(new Error('client left')));
+    // The lock is held elsewhere: the abandoned rebuild goes on to wait, with a signal that already aborted.
+    await expect(cache.getOrCompute('w', () => 'mine', { ttl: 60_000, signal: controller.signal, pollInterval: 600_000, waitTimeout: 600_000 })).rejects.toMatchObject({
+      code: 'ERR_ABORTED',
+    });
+    await client.ping(); // the refused acquire's reply has been handled
+    await turns();
+    try {
+      expect(refTimers() - before).toBe(0);
+    } finally {
+      held.open('theirs');
+      await held.call;
+      await holder.close();
+      await cache.close();
+    }
+  });
+
   it('Waiter.next with an already-aborted signal returns at once (issue 8 item 1)', async () => {
     const waiter = new Waiters().register('k');
     const next = waiter.next(3_600_000, AbortSignal.abort());
@@ -164,6 +189,7 @@ describe('review: events', () => {
     process.on('warning', onWarning);
     try {
       // README "Failure behaviour": "An event listener throws | reported as a process warning (SG_LISTENER_THREW)".
+      // eslint-disable-next-line @typescript-eslint/no-misused-promises -- the scenario: a user's async listener (metrics, logging)
       cache.on('miss', async () => {
         await Promise.resolve();
         throw new Error('metrics backend down');
