@@ -50,6 +50,34 @@ async function connectedCache(options: { prefix?: string } = {}): Promise<{ cach
   return { cache, client, prefix };
 }
 
+describe('review: fence (in-process flight)', () => {
+  it('a getOrCompute started after set() completed never gets the older value of a rebuild the fence refused', async () => {
+    const cache = h.cache();
+    const rejected: number[] = [];
+    cache.on('writeRejected', (e) => rejected.push(e.fence));
+    const held = await heldRebuild<string>(cache, 'k'); // loader started before the set: computing from older origin data
+    await cache.set('k', 'newer (set)', 60_000);
+    const after = cache.getOrCompute('k', () => 'newest (a fresh rebuild)', 60_000); // starts after set() resolved
+    held.open('older (rebuild started before the set)');
+    expect(await held.call).toBe('older (rebuild started before the set)'); // its own callers overlapped the set: fine
+    expect(rejected).toHaveLength(1); // the fence refused the older write...
+    expect(await cache.get('k')).toBe('newer (set)');
+    expect(await after).not.toBe('older (rebuild started before the set)'); // ...yet the flight hands it to a later caller
+  });
+
+  it('a getOrCompute started after delete() completed never gets a value computed before the delete', async () => {
+    const cache = h.cache();
+    const held = await heldRebuild<string>(cache, 'd');
+    await cache.delete('d');
+    let runs = 0;
+    const after = cache.getOrCompute('d', () => (runs++, 'computed after the delete'), 60_000);
+    held.open('computed before the delete');
+    await held.call;
+    expect(await after).toBe('computed after the delete');
+    expect(runs).toBe(1);
+  });
+});
+
 describe('review: close()', () => {
   it('no loader starts when close() lands while the winner re-reads the store after its grant', async () => {
     const { cache, client } = await connectedCache();
