@@ -242,6 +242,23 @@ describe('review: errors', () => {
     await expect(cache.getOrCompute('e', () => Promise.reject(thrown), { ttl: 60_000, signal: new AbortController().signal })).rejects.toBe(thrown);
   });
 
+  it('a class instance whose toJSON() returns itself, with a function field, is refused, not stored with that field undefined', async () => {
+    const cache = h.cache();
+    class Model {
+      id = 7;
+      onChange = (): void => undefined;
+      toJSON(): this {
+        return this;
+      }
+    }
+    // README "What a value becomes": a function anywhere in the value is refused (msgpack would store undefined).
+    const outcome = await cache.set('m', new Model(), 60_000).then(
+      async () => ({ stored: await cache.get('m') }),
+      (e: unknown) => ({ refused: (e as { code?: string }).code }),
+    );
+    expect(outcome).toEqual({ refused: 'ERR_UNSTORABLE_VALUE' });
+  });
+
   it('set() of an unstorable value sends nothing to Redis: no fence bump, no note', async () => {
     const { cache, client, prefix } = await connectedCache();
     const sent = countCommands(client);
