@@ -111,6 +111,25 @@ describe('review: close()', () => {
     }
   });
 
+  it('a call in progress rejects with CacheClosedError at close() when its loader stops on ctx.signal the way fetch does', async () => {
+    const cache = h.cache();
+    let started!: () => void;
+    const running = new Promise<void>((r) => (started = r));
+    // fetch(url, { signal }) rejects with a DOMException named AbortError, not with signal.reason.
+    const call = cache.getOrCompute(
+      'fetch-like',
+      (ctx) =>
+        new Promise<string>((_, reject) => {
+          ctx.signal.addEventListener('abort', () => reject(new DOMException('This operation was aborted', 'AbortError')));
+          started();
+        }),
+      60_000,
+    );
+    await running;
+    await cache.close();
+    await expect(call).rejects.toMatchObject({ code: 'ERR_CLOSED' });
+  });
+
   it('set() and delete() in progress at close() reject with CacheClosedError, not a Redis timeout that never happened', async () => {
     const { cache } = await connectedCache();
     const setting = cache.set('s', 'v', 60_000);
