@@ -222,6 +222,43 @@ describe('review: aborted callers', () => {
   });
 });
 
+describe('review: fence-only grants', () => {
+  it("lock 'local' holds no lock: a Redis stall during a load longer than lockTtl does not cancel the loader or fail its callers", async () => {
+    const cache = h.cache({ redisTimeout: 50, defaults: { lock: 'local', lockTtl: 150 } });
+    await cache.ready();
+    const lost: unknown[] = [];
+    cache.on('lockLost', (e) => lost.push(e.error));
+    let signal: AbortSignal | undefined;
+    let open!: (v: string) => void;
+    let started!: () => void;
+    const running = new Promise<void>((r) => (started = r));
+    const call = cache.getOrCompute(
+      'stall',
+      (ctx) => {
+        signal = ctx.signal;
+        started();
+        return new Promise<string>((resolve, reject) => {
+          open = resolve;
+          ctx.signal.addEventListener('abort', () => reject(ctx.signal.reason as Error));
+        });
+      },
+      60_000,
+    );
+    await running;
+    const stall = h.adminClient();
+    await stall.call('CLIENT', 'PAUSE', '700', 'WRITE'); // scripts (the watchdog's EXTEND) wait; nothing is lost
+    // Wait out the stall; a fix must keep the loader running through it.
+    for (let i = 0; i < 100 && !signal?.aborted; i++) await new Promise((r) => setTimeout(r, 10));
+    open('value');
+    await stall.call('CLIENT', 'UNPAUSE');
+    const outcome = await call.then(
+      (v) => `resolved:${v}`,
+      (e: unknown) => `rejected:${String((e as { code?: unknown }).code)}`,
+    );
+    expect({ outcome, lockLost: lost.length }).toEqual({ outcome: 'resolved:value', lockLost: 0 });
+  });
+});
+
 describe('review: events', () => {
   it('an async listener that rejects is reported like a throwing one, never as an unhandled rejection', async () => {
     const cache = h.cache();
