@@ -210,6 +210,13 @@ describe('review: aborted callers', () => {
     }
   });
 
+  it('an already-aborted signal rejects with ERR_ABORTED also when L1 holds the key', async () => {
+    const cache = h.cache({ local: { max: 100 } });
+    await cache.getOrCompute('l1', () => 'cached', 60_000); // now in L1
+    // README "Failure behaviour": "Caller's signal aborts (or is already aborted) | that caller rejects with AbortedError at once".
+    await expect(cache.getOrCompute('l1', () => 'x', { ttl: 60_000, signal: AbortSignal.abort() })).rejects.toMatchObject({ code: 'ERR_ABORTED' });
+  });
+
   it('Waiter.next with an already-aborted signal returns at once (issue 8 item 1)', async () => {
     const waiter = new Waiters().register('k');
     const next = waiter.next(3_600_000, AbortSignal.abort());
