@@ -251,6 +251,10 @@ describe('review: fence-only grants', () => {
       },
       60_000,
     );
+    const settled = call.then(
+      (v) => `resolved:${v}`,
+      (e: unknown) => `rejected:${String((e as { code?: unknown }).code)}`,
+    );
     await running;
     const stall = h.adminClient();
     await stall.call('CLIENT', 'PAUSE', '700', 'WRITE'); // scripts (the watchdog's EXTEND) wait; nothing is lost
@@ -258,10 +262,7 @@ describe('review: fence-only grants', () => {
     for (let i = 0; i < 100 && !signal?.aborted; i++) await new Promise((r) => setTimeout(r, 10));
     open('value');
     await stall.call('CLIENT', 'UNPAUSE');
-    const outcome = await call.then(
-      (v) => `resolved:${v}`,
-      (e: unknown) => `rejected:${String((e as { code?: unknown }).code)}`,
-    );
+    const outcome = await settled;
     expect({ outcome, lockLost: lost.length }).toEqual({ outcome: 'resolved:value', lockLost: 0 });
   });
 });
