@@ -123,6 +123,7 @@ function unstorablePart(root: unknown): string | undefined {
         return undefined;
       }
       if (json !== v) stack.push({ visit: json });
+      else for (const k of Object.keys(v)) stack.push({ visit: (v as Record<string, unknown>)[k] });
     } else for (const k of Object.keys(v)) stack.push({ visit: (v as Record<string, unknown>)[k] });
   }
   return undefined;

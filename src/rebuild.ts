@@ -165,6 +165,11 @@ export class Rebuild {
         const again = await readEntry(this.d, this.key, this.keys).catch(() => undefined);
         if (again?.state === 'fresh') return again.value;
       }
+      // Re-checked after the awaits above: close() or every caller leaving meanwhile starts no loader.
+      if (this.d.lifetime.aborted || this.signal.aborted) {
+        outcome = 'cancelled';
+        throw this.d.lifetime.aborted ? new CacheClosedError(this.key) : this.stopped();
+      }
       const result = await runLoader(this.loader, {
         key: this.key,
         fencingToken: grant.fence,
@@ -240,6 +245,7 @@ export class Rebuild {
   /** Redis failed: run the loader here (still one per key per process through the flight); no store write. */
   private async degraded(operation: string, error: unknown): Promise<unknown> {
     const { key } = this;
+    if (error instanceof CacheClosedError) throw error; // close(), not a Redis failure
     this.d.emit('degraded', { key, operation, error });
     this.assertRunning();
     const ticket = this.d.local.begin(key);
@@ -286,7 +292,12 @@ export class Rebuild {
 
   private assertRunning(): void {
     if (this.d.lifetime.aborted) throw new CacheClosedError(this.key);
-    if (this.signal.aborted) throw this.signal.reason instanceof Error ? this.signal.reason : new CacheClosedError(this.key);
+    if (this.signal.aborted) throw this.stopped();
+  }
+
+  /** Why this trip stopped once its signal aborted (every caller left: nobody awaits this error). */
+  private stopped(): Error {
+    return this.signal.reason instanceof Error ? this.signal.reason : new CacheClosedError(this.key);
   }
 }
 

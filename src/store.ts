@@ -52,6 +52,19 @@ export class Store {
   }
 
   /**
+   * Throws UnstorableValueError for a value that could never be read back, sending nothing: set()
+   * checks before it takes a grant (the check encodes once more; a set() is an explicit write).
+   */
+  assertStorable(key: string, value: unknown, call: ResolvedCall): void {
+    this.encode(key, value, 0, call, 0);
+  }
+
+  private encode(key: string, value: unknown, fence: number, call: ResolvedCall, loadMs: number): Buffer {
+    const graceMs = graceWindow(call.staleTtl, call.failSafeTtl);
+    return encodeStorable(key, { value, fence, loadMs: Math.round(loadMs), writtenAt: Date.now(), staleMs: call.staleTtl, graceMs }, this.maxValueBytes);
+  }
+
+  /**
    * Writes `value` under `grant`'s fence, releases the grant's lock and announces the outcome, all in
    * one script. Resolves false when the fence refused it (a newer write, set, delete or re-seed: see
    * the fence rule in lock/scripts.ts); waiters are then told 'r' (released without a value).
@@ -59,9 +72,7 @@ export class Store {
    * that could never be read back; throws RedisUnavailableError (operation 'set' for kind 's').
    */
   async write(key: string, keys: EntryKeys, grant: Grant, value: unknown, call: ResolvedCall, loadMs: number, kind: NoteKind): Promise<boolean> {
-    const graceMs = graceWindow(call.staleTtl, call.failSafeTtl);
-    const envelope = { value, fence: grant.fence, loadMs: Math.round(loadMs), writtenAt: Date.now(), staleMs: call.staleTtl, graceMs };
-    const bytes = encodeStorable(key, envelope, this.maxValueBytes);
+    const bytes = this.encode(key, value, grant.fence, call, loadMs);
     const accepted = await this.io.run(
       kind === 's' ? 'set' : 'write',
       () => this.writeScript(

@@ -90,8 +90,8 @@ export interface CacheOptions {
   prefix?: string;
   /** The in-process L1 tier; `false` or omitted turns it off. Default `false`. */
   local?: LocalTierOptions | false;
-  /** Cache-wide defaults for every per-call option. */
-  defaults?: CallOptions;
+  /** Cache-wide defaults for every per-call option but `signal` (which is per call). */
+  defaults?: Omit<CallOptions, 'signal'>;
   /** Longest time any single Redis operation may take before the call degrades, in ms. Default `1000`. */
   redisTimeout?: number;
   /** Longest accepted key, in UTF-16 code units. Default `1024`. */
