@@ -101,6 +101,7 @@ describe('review: close()', () => {
   it('a call in progress rejects with CacheClosedError at close(), even when its loader ignores ctx.signal', async () => {
     const cache = h.cache();
     const held = await heldRebuild<string>(cache, 'ignores-signal');
+    held.call.catch(() => undefined); // observed before close() rejects it
     try {
       await cache.close();
       // README "Failure behaviour", close(): "calls in progress reject with CacheClosedError".
@@ -126,8 +127,9 @@ describe('review: close()', () => {
       60_000,
     );
     await running;
+    const rejects = expect(call).rejects.toMatchObject({ code: 'ERR_CLOSED' }); // observed before close() rejects it
     await cache.close();
-    await expect(call).rejects.toMatchObject({ code: 'ERR_CLOSED' });
+    await rejects;
   });
 
   it('set() and delete() in progress at close() reject with CacheClosedError, not a Redis timeout that never happened', async () => {
@@ -156,6 +158,7 @@ describe('review: close()', () => {
   it('a second close() resolves only once the first has released the held locks (idempotent, not early)', async () => {
     const cache = h.cache();
     const held = await heldRebuild<string>(cache, 'twice');
+    held.call.catch(() => undefined); // observed before close() rejects it
     const first = cache.close();
     let firstDone = false;
     void first.then(() => (firstDone = true));
