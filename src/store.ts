@@ -1,5 +1,5 @@
 import { decodeEntry, encodeStorable } from './codec.js';
-import { entryState, type EntryState } from './entry.js';
+import { entryState, type EntryFacts, type EntryState } from './entry.js';
 import type { Io } from './io.js';
 import type { EntryKeys } from './keys.js';
 import type { Grant } from './lock/types.js';
@@ -9,7 +9,7 @@ import type { Bus, NoteKind } from './wait.js';
 
 export type Found =
   | { readonly state: 'miss' }
-  | { readonly state: EntryState; readonly value: unknown; readonly pttl: number; readonly graceMs: number; readonly fence: number };
+  | ({ readonly state: EntryState; readonly value: unknown; readonly pttl: number; readonly graceMs: number } & EntryFacts);
 
 const MISS: Found = Object.freeze({ state: 'miss' });
 
@@ -44,7 +44,15 @@ export class Store {
     }
     try {
       const entry = decodeEntry(body);
-      return { state: entryState(pttl, entry.staleMs, entry.graceMs), value: entry.value, pttl, graceMs: entry.graceMs, fence: entry.fence };
+      return {
+        state: entryState(pttl, entry.staleMs, entry.graceMs),
+        value: entry.value,
+        pttl,
+        graceMs: entry.graceMs,
+        fence: entry.fence,
+        ttlMs: entry.ttlMs,
+        loadMs: entry.loadMs,
+      };
     } catch (err) {
       this.events.decodeError(key, err instanceof Error ? err.message : 'undecodable', err);
       return MISS;
@@ -57,10 +65,11 @@ export class Store {
    * the fence rule in lock/scripts.ts); waiters are then told 'r' (released without a value).
    * Throws UnstorableValueError, before any Redis traffic and with the grant still held, for a value
    * that could never be read back; throws RedisUnavailableError (operation 'set' for kind 's').
+   * `ttl` is this write's fresh time (`writeTtl(call)`: `call.ttl` drawn with `ttlJitter`); the entry carries it.
    */
-  async write(key: string, keys: EntryKeys, grant: Grant, value: unknown, call: ResolvedCall, loadMs: number, kind: NoteKind): Promise<boolean> {
+  async write(key: string, keys: EntryKeys, grant: Grant, value: unknown, call: ResolvedCall, loadMs: number, kind: NoteKind, ttl = call.ttl): Promise<boolean> {
     const graceMs = graceWindow(call.staleTtl, call.failSafeTtl);
-    const envelope = { value, fence: grant.fence, loadMs: Math.round(loadMs), writtenAt: Date.now(), staleMs: call.staleTtl, graceMs };
+    const envelope = { value, fence: grant.fence, loadMs: Math.round(loadMs), writtenAt: Date.now(), staleMs: call.staleTtl, graceMs, ttlMs: ttl };
     const bytes = encodeStorable(key, envelope, this.maxValueBytes);
     const accepted = await this.io.run(
       kind === 's' ? 'set' : 'write',
@@ -70,7 +79,7 @@ export class Store {
           grant.token,
           String(grant.fence),
           bytes,
-          physicalTtl(call.ttl, call.staleTtl, call.failSafeTtl),
+          physicalTtl(ttl, call.staleTtl, call.failSafeTtl),
           this.bus.channel,
           this.bus.message(kind, key),
           this.bus.message('r', key),
