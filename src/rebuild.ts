@@ -208,9 +208,12 @@ export class Rebuild {
     let outcome: ReleaseOutcome;
     let written = false;
     const ttl = writeTtl(this.call);
+    // Redis counts the ttl from when it ran the write: L1's copy starts counting when it was sent.
+    const sent = this.d.clock.now();
     try {
       written = await this.d.store.write(key, this.keys, grant, value, this.call, loadMs, 'w', ttl);
-      this.d.local.written(ticket, key, value, ttl, written, { fence: grant.fence, ttlMs: ttl, loadMs: Math.round(loadMs) });
+      const freshMs = ttl - (this.d.clock.now() - sent);
+      this.d.local.written(ticket, key, value, freshMs, written, { fence: grant.fence, ttlMs: ttl, loadMs: Math.round(loadMs) });
       if (!written) this.d.emit('writeRejected', { key, fence: grant.fence });
       outcome = 'written'; // the write script released the lock and announced the outcome
     } catch (error) {
