@@ -140,7 +140,7 @@ export class Cache extends EventEmitter<CacheEvents> {
     const untyped = loader as (ctx: LoaderContext) => unknown;
     if (l1) {
       this.safeEmit('hit', { key, tier: 'local' });
-      if (call.refreshAhead !== 0 && l1.facts) refreshAheadOnHit(this.deps, key, entryKeys(this.options.prefix, key), untyped, call, { value: l1.value, freshUntil: l1.freshUntil, facts: l1.facts });
+      if (call.refreshAhead !== 0 && l1.facts) refreshAheadOnHit(this.deps, key, () => entryKeys(this.options.prefix, key), untyped, call, { value: l1.value, freshUntil: l1.freshUntil, facts: l1.facts });
       return l1.value as T;
     }
     const keys = entryKeys(this.options.prefix, key);

@@ -79,7 +79,7 @@ export class Rebuild {
     if (found.state === 'fresh') {
       if (this.call.refreshAhead !== 0) {
         const freshUntil = this.d.clock.now() + freshRemaining(found.pttl, found.graceMs);
-        refreshAheadOnHit(this.d, this.key, this.keys, this.loader, this.call, { value: found.value, freshUntil, facts: found });
+        refreshAheadOnHit(this.d, this.key, () => this.keys, this.loader, this.call, { value: found.value, freshUntil, facts: found });
       }
       return found.value;
     }
@@ -316,7 +316,7 @@ const unitInterval = (): number => 1 - Math.random();
 
 /**
  * Refresh ahead, on a hit (Redis or L1) of a fresh entry. Callers test `call.refreshAhead !== 0`
- * first, so the option costs nothing when off. If the entry passed its refresh point, this returns at
+ * first, so the option costs nothing when off; `keysOf` is called only when a refresh starts. If the entry passed its refresh point, this returns at
  * once and refreshes in the background:
  * - at most one per key per process (Background) and one per key across the fleet: the rebuild's lock
  *   (a process that loses it does nothing) and, under the grant, a re-read that goes on only if the
@@ -326,12 +326,13 @@ const unitInterval = (): number => 1 - Math.random();
  *   miss path (and fail-safe) apply; after losing the lock it may try again `pollInterval` later (the
  *   winner may fail). With `failBackoff`, a failure stops every process's attempts for that long.
  */
-export function refreshAheadOnHit(d: RebuildDeps, key: string, keys: EntryKeys, loader: Loader<unknown>, call: ResolvedCall, seen: Seen): void {
+export function refreshAheadOnHit(d: RebuildDeps, key: string, keysOf: () => EntryKeys, loader: Loader<unknown>, call: ResolvedCall, seen: Seen): void {
   const now = d.clock.now();
   if (!refreshDue(call.refreshAhead, seen.facts, call.ttl, seen.freshUntil - now, unitInterval)) return;
   const { background, emit } = d;
   if (background.has(key) || background.heldOff(key, seen.facts.fence, now) || d.lifetime.aborted) return;
   emit('refresh', { key, outcome: 'started' });
+  const keys = keysOf(); // only now: hashing the key is the costliest part of a hit not due
   const work = (async () => {
     let retryAt = seen.freshUntil;
     try {

@@ -180,7 +180,7 @@ describe('a hit past the refresh point', () => {
     const outcomes = refreshes(a);
     const deps = (a as unknown as { deps: RebuildDeps }).deps;
     const call = resolveCallOptions((a as unknown as { options: { defaults: never } }).options.defaults, RA, 'k');
-    refreshAheadOnHit(deps, 'k', entryKeys(prefixOf(a), 'k'), loader, call, { value: 'v1', freshUntil: performance.now() + 400, facts: { fence: fence as number, ttlMs: 1000, loadMs: 1 } });
+    refreshAheadOnHit(deps, 'k', () => entryKeys(prefixOf(a), 'k'), loader, call, { value: 'v1', freshUntil: performance.now() + 400, facts: { fence: fence as number, ttlMs: 1000, loadMs: 1 } });
     await nextEvent(a, 'refresh'); // won
     await sleep(50);
     expect(outcomes).toEqual(['started', 'won', 'already-refreshed']);
@@ -266,7 +266,8 @@ describe('no answer older than ttl', () => {
     await untilGone(cache, 'k');
     const missed = nextEvent(cache, 'miss');
     const late = cache.getOrCompute('k', loader, options);
-    await missed; // it did not get v1: it went to the lock, which the refresh holds
+    // It does not get v1: it goes to the lock, which the refresh holds.
+    expect(await Promise.race([late.then((value) => ({ value })), missed.then(() => 'missed')])).toBe('missed');
     gate.resolve();
     expect(await late).toBe('v2');
     await cache.close();
