@@ -11,8 +11,8 @@ import { defineScripts } from './lock/scripts.js';
 import { RedlockLock } from './lock/redlock.js';
 import { StoreLock, type LockDeps } from './lock/single.js';
 import type { Grant, Locker } from './lock/types.js';
-import { resolveCacheOptions, resolveCallOptions, type CacheOptions, type CallOptions, type LockMode, type ResolvedCache, type ResolvedCall } from './options.js';
-import { Background, readEntry, Rebuild, type Emit, type RebuildDeps } from './rebuild.js';
+import { resolveCacheOptions, resolveCallOptions, writeTtl, type CacheOptions, type CallOptions, type LockMode, type ResolvedCache, type ResolvedCall } from './options.js';
+import { Background, readEntry, Rebuild, refreshAheadOnHit, type Emit, type RebuildDeps } from './rebuild.js';
 import { Store } from './store.js';
 import { Bus, Waiters, type Note } from './wait.js';
 
@@ -146,12 +146,13 @@ export class Cache extends EventEmitter<CacheEvents> {
     if (typeof loader !== 'function') throw new InvalidOptionError('loader', loader, 'a function (ctx) => value | Promise<value>', key);
     if (call.signal?.aborted) throw new AbortedError(key, call.signal.reason);
     const l1 = this.local.get(key);
+    const untyped = loader as (ctx: LoaderContext) => unknown;
     if (l1) {
       this.safeEmit('hit', { key, tier: 'local' });
+      if (call.refreshAhead !== 0 && l1.facts) refreshAheadOnHit(this.deps, key, () => entryKeys(this.options.prefix, key), untyped, call, { value: l1.value, freshUntil: l1.freshUntil, facts: l1.facts });
       return l1.value as T;
     }
     const keys = entryKeys(this.options.prefix, key);
-    const untyped = loader as (ctx: LoaderContext) => unknown;
     return this.coalescers[call.lock].run(key, call.signal, (signal) => new Rebuild(this.deps, key, keys, untyped, call, signal).run()) as Promise<T>;
   }
 
@@ -190,9 +191,10 @@ export class Cache extends EventEmitter<CacheEvents> {
         throw new CacheClosedError(key);
       }
       const ticket = this.local.begin(key);
-      const accepted = await this.deps.store.write(key, keys, grant, value, call, 0, 's');
+      const ttl = writeTtl(call);
+      const accepted = await this.deps.store.write(key, keys, grant, value, call, 0, 's', ttl);
       outcome = 'written';
-      this.local.written(ticket, key, value, call.ttl, accepted);
+      this.local.written(ticket, key, value, ttl, accepted, { fence: grant.fence, ttlMs: ttl, loadMs: 0 });
       if (!accepted) this.safeEmit('writeRejected', { key, fence: grant.fence });
       this.flight.forget(key); // a call starting now must not join a rebuild begun before this set
     } finally {

@@ -36,6 +36,13 @@ export interface CacheEvents {
    * other processes were told so (they reject with UnstorableValueError instead of rebuilding in turn).
    */
   unstorable: [{ key: string; reason: string; error: unknown }];
-  /** A background (stale) refresh failed; the stale value stays until it expires. */
+  /** A background refresh (stale or early) failed; the value stays until it expires. */
   refreshError: [{ key: string; error: unknown }];
+  /**
+   * Refresh ahead (`refreshAhead`): a hit past the entry's refresh point started an early refresh in
+   * the background (`started`); it then won the rebuild lock (`won`) or lost it (`lost`: another
+   * process refreshes, this one does nothing). A winner whose re-read finds the entry already replaced
+   * (refreshed, set, deleted or expired since the hit) loads nothing (`already-refreshed`).
+   */
+  refresh: [{ key: string; outcome: 'started' | 'won' | 'lost' | 'already-refreshed' }];
 }
