@@ -60,7 +60,7 @@ afterAll(async () => {
 });
 
 /** A cache with L1 whose every connection (commands and subscriber) goes through a fresh proxy. */
-async function l1CacheThroughProxy(prefix: string): Promise<{ cache: Cache; proxy: Proxy }> {
+async function l1CacheThroughProxy(prefix: string, delayDownMs = 0): Promise<{ cache: Cache; proxy: Proxy }> {
   const proxy = await startProxy({ host: '127.0.0.1', port: Number(new URL(h.url).port) });
   proxies.push(proxy);
   const u = new URL(h.url);
@@ -72,6 +72,7 @@ async function l1CacheThroughProxy(prefix: string): Promise<{ cache: Cache; prox
   const cache = createCache({ redis: client, prefix, local: { max: 100 } });
   await client.ping();
   expect(await cache.ready()).toBe(true);
+  proxy.delay('down', delayDownMs);
   return { cache, proxy };
 }
 
@@ -118,6 +119,35 @@ describe('no answer older than ttl, with L1', () => {
 });
 
 describe('never two loaders at once', () => {
+  it('3 caches with L1, two of them 100 ms behind (notes and replies late), steady load: one refresh per entry, never two loaders at once, no miss', async () => {
+    const prefix = `rv2-fleet-${process.pid}-${++unique}`;
+    const caches = [await l1Cache({ prefix }), (await l1CacheThroughProxy(prefix, 100)).cache, (await l1CacheThroughProxy(prefix, 100)).cache];
+    const refreshed: unknown[] = [];
+    let running = 0;
+    let most = 0;
+    let runs = 0;
+    const loader = async (ctx: LoaderContext) => {
+      runs++;
+      running++;
+      most = Math.max(most, running);
+      if (ctx.staleValue !== undefined) refreshed.push(ctx.staleValue);
+      await sleep(50);
+      running--;
+      return `v${runs}`;
+    };
+    const misses: string[] = [];
+    const opts: CallOptions = { ttl: 600, refreshAhead: 0.5 };
+    expect(await (caches[0] as Cache).getOrCompute('k', loader, opts)).toBe('v1');
+    for (const c of caches) c.on('miss', (e) => misses.push(e.key));
+    // Every cache calls concurrently, in rounds, for about 3 ttl.
+    for (let round = 0; round < 90; round++) {
+      await Promise.all(caches.map((c) => c.getOrCompute('k', loader, opts)));
+      await sleep(10);
+    }
+    expect(refreshed.length).toBeGreaterThan(1);
+    expect([most, misses, new Set(refreshed).size]).toEqual([1, [], refreshed.length]);
+  });
+
   it("lock 'local': a foreground miss does not start a second loader while this process's early refresh still runs", async () => {
     const cache = h.cache();
     const gate = deferred<void>();
@@ -304,6 +334,7 @@ describe('cost with the option off and validation (held)', () => {
     expect((error as InvalidOptionError).option).toBe(option);
     expect(() => createCache({ redis: h.client(), defaults: { [name]: value } })).toThrow(InvalidOptionError);
     expect((error as Error).message).toContain(option);
+    expect((error as Error).message).toMatch(/\((number|string|null|array|object)\)/); // the value's type
   });
 });
 
