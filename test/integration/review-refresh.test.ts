@@ -1,0 +1,416 @@
+/**
+ * Adversarial review of refresh ahead (issue 10) on a real redis-server. Each test states a property
+ * the issue or README promises; the ones that fail are defects (see the review report), the others held.
+ */
+import { Redis } from 'ioredis';
+import { afterAll, describe, expect, it } from 'vitest';
+import { createCache, InvalidOptionError, type Cache, type CallOptions, type LoaderContext } from '../../src/index.js';
+import { readFileSync } from 'node:fs';
+import { getEventListeners } from 'node:events';
+import { decodeEntry } from '../../src/codec.js';
+import { entryKeys } from '../../src/keys.js';
+import type { CacheEvents } from '../../src/events.js';
+import { countCommands, deferred, nextEvent, useRedis } from '../support/harness.js';
+import { startProxy, type Proxy } from '../support/proxy.js';
+
+const h = useRedis();
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+const prefixOf = (cache: Cache) => (cache as unknown as { options: { prefix: string } }).options.prefix;
+const valueKey = (cache: Cache, key: string) => entryKeys(prefixOf(cache), key).value;
+let unique = 0;
+
+async function untilPttlAtMost(cache: Cache, key: string, ms: number): Promise<void> {
+  for (;;) {
+    const pttl = await h.admin.pttl(valueKey(cache, key));
+    if (pttl <= ms) return;
+    await sleep(Math.max(1, Math.min(20, pttl - ms)));
+  }
+}
+const untilGone = (cache: Cache, key: string) => untilPttlAtMost(cache, key, -2);
+
+function outcomesOf(cache: Cache): CacheEvents['refresh'][0]['outcome'][] {
+  const seen: CacheEvents['refresh'][0]['outcome'][] = [];
+  cache.on('refresh', (e) => seen.push(e.outcome));
+  return seen;
+}
+
+/** Counts runs and the most loaders running at once; runs after the first wait for `gate` if given. */
+function counted(gate?: Promise<void>) {
+  const state = { runs: 0, running: 0, most: 0, signals: [] as AbortSignal[] };
+  const loader = async (ctx: LoaderContext) => {
+    const run = ++state.runs;
+    state.signals.push(ctx.signal);
+    state.running++;
+    state.most = Math.max(state.most, state.running);
+    try {
+      if (run > 1 && gate) await gate;
+      return `v${run}`;
+    } finally {
+      state.running--;
+    }
+  };
+  return { state, loader };
+}
+
+const proxies: Proxy[] = [];
+const ownClients: Redis[] = [];
+afterAll(async () => {
+  for (const c of ownClients) c.disconnect();
+  await Promise.all(proxies.map((p) => p.close()));
+});
+
+/** A cache with L1 whose every connection (commands and subscriber) goes through a fresh proxy. */
+async function l1CacheThroughProxy(prefix: string, delayDownMs = 0): Promise<{ cache: Cache; proxy: Proxy }> {
+  const proxy = await startProxy({ host: '127.0.0.1', port: Number(new URL(h.url).port) });
+  proxies.push(proxy);
+  const u = new URL(h.url);
+  u.hostname = '127.0.0.1';
+  u.port = String(proxy.port);
+  const client = new Redis(u.toString(), { maxRetriesPerRequest: 1 });
+  client.on('error', () => undefined);
+  ownClients.push(client);
+  const cache = createCache({ redis: client, prefix, local: { max: 100 } });
+  await client.ping();
+  expect(await cache.ready()).toBe(true);
+  proxy.delay('down', delayDownMs);
+  return { cache, proxy };
+}
+
+/** A cache with L1 on its own client, ready (L1 trusted once subscribed). */
+async function l1Cache(options: Partial<Parameters<typeof createCache>[0]> = {}): Promise<Cache> {
+  const client = h.client();
+  const cache = createCache({ redis: client, prefix: `rv2-${process.pid}-${++unique}`, local: { max: 100 }, ...options });
+  await client.ping();
+  expect(await cache.ready()).toBe(true);
+  return cache;
+}
+
+describe('no answer older than ttl, with L1', () => {
+  it.each<[string, CallOptions]>([
+    ['refreshAhead off', { ttl: 1000 }],
+    ['refreshAhead 0.8', { ttl: 1000, refreshAhead: 0.8 }],
+  ])('(%s) an L1 slot filled from a Redis read is never served after Redis expired the entry, even when the reply was slow', async (_name, opts) => {
+    const prefix = `rv2-read-${process.pid}-${++unique}`;
+    const writer = h.cache({ prefix });
+    await writer.set('k', 'old', 1000);
+    const { cache: reader, proxy } = await l1CacheThroughProxy(prefix);
+    // Replies (server → client) arrive 400 ms late: Redis reported the PTTL 400 ms before L1 counts from it.
+    proxy.delay('down', 400);
+    expect(await reader.getOrCompute('k', () => 'new', opts)).toBe('old');
+    proxy.delay('down', 0);
+    await untilGone(writer, 'k'); // Redis dropped the entry: its ttl is over
+    const answer = await reader.getOrCompute('k', () => 'new', opts);
+    expect(answer).toBe('new'); // fails: L1 serves 'old' for up to one reply latency past expiry
+  });
+
+  it.each<[string, CallOptions]>([
+    ['no jitter', { ttl: 1000 }],
+    ['ttlJitter 0.5', { ttl: 1000, ttlJitter: 0.5 }],
+  ])('(%s) an L1 copy of an own set() is never served after Redis expired it, even when the reply was slow', async (_name, opts) => {
+    const prefix = `rv2-set-${process.pid}-${++unique}`;
+    const { cache, proxy } = await l1CacheThroughProxy(prefix);
+    const observer = h.cache({ prefix });
+    proxy.delay('down', 400);
+    await cache.set('k', 'old', opts);
+    proxy.delay('down', 0);
+    await untilGone(observer, 'k');
+    expect(await cache.getOrCompute('k', () => 'new', opts)).toBe('new'); // fails: L1 still serves 'old'
+  });
+});
+
+describe('never two loaders at once', () => {
+  it('3 caches with L1, two of them 100 ms behind (notes and replies late), steady load: one refresh per entry, never two loaders at once, no miss', async () => {
+    const prefix = `rv2-fleet-${process.pid}-${++unique}`;
+    const caches = [await l1Cache({ prefix }), (await l1CacheThroughProxy(prefix, 100)).cache, (await l1CacheThroughProxy(prefix, 100)).cache];
+    const refreshed: unknown[] = [];
+    let running = 0;
+    let most = 0;
+    let runs = 0;
+    const loader = async (ctx: LoaderContext) => {
+      runs++;
+      running++;
+      most = Math.max(most, running);
+      if (ctx.staleValue !== undefined) refreshed.push(ctx.staleValue);
+      await sleep(50);
+      running--;
+      return `v${runs}`;
+    };
+    const misses: string[] = [];
+    const opts: CallOptions = { ttl: 600, refreshAhead: 0.5 };
+    expect(await (caches[0] as Cache).getOrCompute('k', loader, opts)).toBe('v1');
+    for (const c of caches) c.on('miss', (e) => misses.push(e.key));
+    // Every cache calls concurrently, in rounds, for about 3 ttl.
+    for (let round = 0; round < 90; round++) {
+      await Promise.all(caches.map((c) => c.getOrCompute('k', loader, opts)));
+      await sleep(10);
+    }
+    expect(refreshed.length).toBeGreaterThan(1);
+    expect([most, misses, new Set(refreshed).size]).toEqual([1, [], refreshed.length]);
+  });
+
+  it("lock 'local': a foreground miss does not start a second loader while this process's early refresh still runs", async () => {
+    const cache = h.cache();
+    const gate = deferred<void>();
+    const { state, loader } = counted(gate.promise);
+    const opts: CallOptions = { ttl: 400, refreshAhead: 0.5, lock: 'local' };
+    expect(await cache.getOrCompute('k', loader, opts)).toBe('v1');
+    await untilPttlAtMost(cache, 'k', 150);
+    const won = nextEvent(cache, 'refresh');
+    expect(await cache.getOrCompute('k', loader, opts)).toBe('v1'); // starts the refresh (run 2, held)
+    await won;
+    await untilGone(cache, 'k'); // the refresh outlived the entry: the next caller misses
+    const foreground = cache.getOrCompute('k', loader, opts);
+    await sleep(100);
+    const most = state.most;
+    gate.resolve();
+    await foreground;
+    expect(most).toBe(1); // fails: 2 (the refresh and the foreground rebuild, one process)
+  });
+
+  it("lock 'single' (default): the same scenario waits for the refresh instead (held)", async () => {
+    const cache = h.cache();
+    const gate = deferred<void>();
+    const { state, loader } = counted(gate.promise);
+    const opts: CallOptions = { ttl: 400, refreshAhead: 0.5 };
+    expect(await cache.getOrCompute('k', loader, opts)).toBe('v1');
+    await untilPttlAtMost(cache, 'k', 150);
+    const won = nextEvent(cache, 'refresh');
+    expect(await cache.getOrCompute('k', loader, opts)).toBe('v1');
+    await won;
+    await untilGone(cache, 'k');
+    const foreground = cache.getOrCompute('k', loader, opts);
+    await sleep(100);
+    const most = state.most;
+    gate.resolve();
+    expect(await foreground).toBe('v2');
+    expect([most, state.runs]).toEqual([1, 2]);
+  });
+});
+
+describe('a hot key is never missed after the first fill', () => {
+  it('a transient Redis stall during the refresh does not give the entry up until it expires (L1 hit triggers)', async () => {
+    const cache = await l1Cache({ redisTimeout: 300 });
+    const { loader } = counted();
+    const opts: CallOptions = { ttl: 4000, refreshAhead: 0.5 };
+    const misses: string[] = [];
+    expect(await cache.getOrCompute('k', loader, opts)).toBe('v1');
+    cache.on('miss', (e) => misses.push(e.key));
+    await untilPttlAtMost(cache, 'k', 1900);
+    // Redis stalls for 1 s (longer than redisTimeout, so the refresh's lock acquire surely times out).
+    const stalled = h.adminClient().debug('SLEEP', '1');
+    await sleep(50); // Redis is asleep; the next hit is an L1 hit (no Redis)
+    const failed = nextEvent(cache, 'refreshError');
+    expect(await cache.getOrCompute('k', loader, opts)).toBe('v1');
+    await failed; // the acquire timed out: no origin call was made
+    await stalled;
+    // Steady load until well past the entry's expiry (about 900 ms of fresh time were left).
+    for (let i = 0; i < 60; i++) {
+      await cache.getOrCompute('k', loader, opts);
+      await sleep(25);
+    }
+    expect(misses).toEqual([]); // fails: the process never retried, the entry expired, a caller missed
+  });
+
+  it('with refreshAhead { beta }, a hot key whose entry was written by set() (loadMs 0) is refreshed before it expires', async () => {
+    const cache = h.cache();
+    const { loader } = counted();
+    const opts: CallOptions = { ttl: 400, refreshAhead: { beta: 1 } };
+    await cache.set('k', 'seeded', opts);
+    const misses: string[] = [];
+    cache.on('miss', (e) => misses.push(e.key));
+    for (let i = 0; i < 30; i++) {
+      await cache.getOrCompute('k', loader, opts);
+      await sleep(20);
+    }
+    expect(misses).toEqual([]); // fails: loadMs 0 makes XFetch never due; the key expires under load
+  });
+});
+
+/**
+ * A filled entry past its refresh point whose early refresh is running now: its loader (run 2) is
+ * blocked until `gate.resolve()`; `computed` is the refresh's write event.
+ */
+async function refreshRunning(cache: Cache) {
+  const gate = deferred<void>();
+  const inLoader = deferred<void>();
+  const { state, loader } = counted(gate.promise);
+  const tracked = async (ctx: LoaderContext) => {
+    if (state.runs === 1) inLoader.resolve();
+    return loader(ctx);
+  };
+  const opts: CallOptions = { ttl: 1000, refreshAhead: 0.5 };
+  expect(await cache.getOrCompute('k', tracked, opts)).toBe('v1');
+  await untilPttlAtMost(cache, 'k', 450);
+  const computed = nextEvent(cache, 'computed');
+  expect(await cache.getOrCompute('k', tracked, opts)).toBe('v1');
+  await inLoader.promise;
+  return { gate, computed, state };
+}
+
+describe('refresh racing delete(), set() and close() (held)', () => {
+  it('a refresh whose loader runs across a delete() never brings the key back', async () => {
+    const cache = h.cache();
+    const { gate, computed } = await refreshRunning(cache);
+    await cache.delete('k');
+    gate.resolve();
+    expect((await computed).written).toBe(false);
+    expect(await h.admin.exists(valueKey(cache, 'k'))).toBe(0);
+    expect(await cache.get('k')).toBeUndefined();
+  });
+
+  it('a refresh whose loader runs across a set() leaves the set value', async () => {
+    const cache = h.cache();
+    const { gate, computed } = await refreshRunning(cache);
+    await cache.set('k', 'explicit', 60_000);
+    gate.resolve();
+    expect((await computed).written).toBe(false);
+    expect(await cache.get('k')).toBe('explicit');
+  });
+
+  it('close() during a refresh: the loader is aborted, nothing is written, no unhandled rejection', async () => {
+    const unhandled: unknown[] = [];
+    const onUnhandled = (e: unknown) => unhandled.push(e);
+    process.on('unhandledRejection', onUnhandled);
+    try {
+      const cache = h.cache();
+      const observer = h.cache({ prefix: prefixOf(cache) });
+      const { gate, state } = await refreshRunning(cache);
+      const before = await h.admin.getBuffer(valueKey(cache, 'k'));
+      await cache.close();
+      expect(state.signals[1]?.aborted).toBe(true);
+      gate.resolve();
+      await sleep(100);
+      expect(await h.admin.getBuffer(valueKey(cache, 'k'))).toEqual(before);
+      expect(await observer.get('k')).toBe('v1');
+      expect(unhandled).toEqual([]);
+    } finally {
+      process.off('unhandledRejection', onUnhandled);
+    }
+  });
+});
+
+describe('cost with the option off and validation (held)', () => {
+  it('refreshAhead off: a Redis hit is one command, an L1 hit none, and no refresh event', async () => {
+    const client = h.client();
+    const cache = createCache({ redis: client, prefix: `rv2-cost-${process.pid}`, local: { max: 10 } });
+    await client.ping();
+    expect(await cache.ready()).toBe(true);
+    const writer = h.cache({ prefix: `rv2-cost-${process.pid}` });
+    await writer.set('k', 'v', 1000);
+    await untilPttlAtMost(writer, 'k', 100); // far past any refresh point
+    const outcomes = outcomesOf(cache);
+    const sent = countCommands(client);
+    expect(await cache.getOrCompute('k', () => 'x', 1000)).toBe('v');
+    expect(sent.count).toBe(1);
+    sent.reset();
+    expect(await cache.getOrCompute('k', () => 'x', 1000)).toBe('v');
+    expect(sent.count).toBe(0);
+    expect(outcomes).toEqual([]);
+  });
+
+  it.each<[string, unknown, string]>([
+    ['refreshAhead', 1, 'refreshAhead'],
+    ['refreshAhead', -0.1, 'refreshAhead'],
+    ['refreshAhead', Number.NaN, 'refreshAhead'],
+    ['refreshAhead', '0.5', 'refreshAhead'],
+    ['refreshAhead', null, 'refreshAhead'],
+    ['refreshAhead', [0.5], 'refreshAhead'],
+    ['refreshAhead', { beta: 0 }, 'refreshAhead.beta'],
+    ['refreshAhead', { beta: Number.POSITIVE_INFINITY }, 'refreshAhead.beta'],
+    ['refreshAhead', { beta: 1, extra: 1 }, 'refreshAhead.extra'],
+    ['ttlJitter', 1, 'ttlJitter'],
+    ['ttlJitter', -0.01, 'ttlJitter'],
+    ['ttlJitter', '0.1', 'ttlJitter'],
+    ['ttlJitter', Number.NaN, 'ttlJitter'],
+  ])('%s = %o is an InvalidOptionError naming %s, its value and type', async (name, value, option) => {
+    const cache = h.cache();
+    const call = cache.getOrCompute('k', () => 'v', { ttl: 1000, [name]: value });
+    const error = await call.then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    expect(error).toBeInstanceOf(InvalidOptionError);
+    expect((error as InvalidOptionError).code).toBe('ERR_INVALID_OPTION');
+    expect((error as InvalidOptionError).option).toBe(option);
+    expect(() => createCache({ redis: h.client(), defaults: { [name]: value } })).toThrow(InvalidOptionError);
+    expect((error as Error).message).toContain(option);
+    expect((error as Error).message).toMatch(/\((number|string|null|array|object)\)/); // the value's type
+  });
+});
+
+describe('failing refresh, older formats, leaks (held)', () => {
+  it.each<[string, number, (processes: number) => number]>([
+    ['without failBackoff: at most one per process', 0, (n) => n],
+    ['with failBackoff: one across the fleet', 60_000, () => 1],
+  ])('a failing refresh (%s): served until expiry, bounded early origin calls per entry; no unhandled rejection', async (_name, failBackoff, earlyCalls) => {
+    const unhandled: unknown[] = [];
+    const onUnhandled = (e: unknown) => unhandled.push(e);
+    process.on('unhandledRejection', onUnhandled);
+    try {
+      const caches = [h.cache()];
+      caches.push(h.cache({ prefix: prefixOf(caches[0] as Cache) }), h.cache({ prefix: prefixOf(caches[0] as Cache) }));
+      const [a] = caches as [Cache, Cache, Cache];
+      let runs = 0;
+      let failing = false;
+      const loader = () => {
+        runs++;
+        if (failing) throw new Error('origin down');
+        return `v${runs}`;
+      };
+      const opts: CallOptions = { ttl: 800, refreshAhead: 0.5, failBackoff };
+      expect(await a.getOrCompute('k', loader, opts)).toBe('v1');
+      failing = true;
+      await untilPttlAtMost(a, 'k', 350);
+      const answers: unknown[] = [];
+      while ((await h.admin.pttl(valueKey(a, 'k'))) > 0) {
+        answers.push(...(await Promise.all(caches.map((c) => c.getOrCompute('k', loader, opts)))));
+        await sleep(10);
+      }
+      expect(new Set(answers)).toEqual(new Set(['v1']));
+      expect(runs).toBeGreaterThan(1); // the refresh was tried
+      expect(runs).toBeLessThanOrEqual(1 + earlyCalls(caches.length));
+      if (failBackoff === 0) {
+        const before = runs;
+        failing = false;
+        expect(await a.getOrCompute('k', loader, opts)).toBe(`v${before + 1}`); // the miss path, in the foreground
+      }
+      expect(unhandled).toEqual([]);
+    } finally {
+      process.off('unhandledRejection', onUnhandled);
+    }
+  });
+
+  it.each(['v1', 'v2'])('a %s entry (golden fixture) is read, refreshed ahead with the caller ttl, and rewritten as v3', async (version) => {
+    const cache = h.cache();
+    const bytes = readFileSync(new URL(`../fixtures/entries/${version}-string.bin`, import.meta.url));
+    const old = decodeEntry(bytes);
+    expect(old.ttlMs).toBeUndefined();
+    // Fresh while PTTL > graceMs: 1000 ms of fresh time, past the 0.5 point once PTTL <= graceMs + 500.
+    await h.admin.set(valueKey(cache, 'k'), bytes, 'PX', 1000 + old.graceMs);
+    const opts: CallOptions = { ttl: 1000, refreshAhead: 0.5 };
+    expect(await cache.getOrCompute('k', () => 'fresh', opts)).toEqual(old.value);
+    await untilPttlAtMost(cache, 'k', old.graceMs + 450);
+    const computed = nextEvent(cache, 'computed');
+    expect(await cache.getOrCompute('k', () => 'fresh', opts)).toEqual(old.value);
+    expect((await computed).written).toBe(true);
+    const now = decodeEntry((await h.admin.getBuffer(valueKey(cache, 'k'))) as Buffer);
+    expect([now.value, now.ttlMs]).toEqual(['fresh', 1000]);
+  });
+
+  it('many refreshes add no listener to the lifetime signal and leave no background work', async () => {
+    const cache = await l1Cache();
+    const lifetime = (cache as unknown as { lifetime: AbortController }).lifetime.signal;
+    const background = (cache as unknown as { deps: { background: { byKey: Map<string, unknown> } } }).deps.background;
+    const base = getEventListeners(lifetime, 'abort').length;
+    const opts: CallOptions = { ttl: 200, refreshAhead: 0.1 };
+    let runs = 0;
+    for (let i = 0; i < 60; i++) {
+      await cache.getOrCompute('k', () => ++runs, opts);
+      await sleep(5);
+    }
+    await sleep(50);
+    expect(runs).toBeGreaterThan(5); // refreshes did run
+    expect(getEventListeners(lifetime, 'abort').length).toBe(base);
+    expect(background.byKey.size).toBe(0);
+  });
+});
