@@ -192,9 +192,11 @@ export class Cache extends EventEmitter<CacheEvents> {
       }
       const ticket = this.local.begin(key);
       const ttl = writeTtl(call);
+      const sent = this.options.clock.now();
       const accepted = await this.deps.store.write(key, keys, grant, value, call, 0, 's', ttl);
       outcome = 'written';
-      this.local.written(ticket, key, value, ttl, accepted, { fence: grant.fence, ttlMs: ttl, loadMs: 0 });
+      // Redis started the entry's ttl between `sent` and now: L1's copy counts from `sent`.
+      this.local.written(ticket, key, value, ttl - (this.options.clock.now() - sent), accepted, { fence: grant.fence, ttlMs: ttl, loadMs: 0 });
       if (!accepted) this.safeEmit('writeRejected', { key, fence: grant.fence });
       this.flight.forget(key); // a call starting now must not join a rebuild begun before this set
     } finally {

@@ -43,8 +43,8 @@ export function pastRefreshPoint(ttlMs: number, freshLeftMs: number, refreshAhea
 /**
  * XFetch (Vattani, Chierichetti, Lowenstein, VLDB 2015): refresh early with a probability that rises
  * as expiry nears, scaled by how long the loader took: `−loadMs × beta × ln(rand) ≥ freshLeftMs`.
- * `rand` is uniform in (0, 1] (callers pass `1 − Math.random()`, so ln never sees 0). An entry whose
- * loader took 0 ms is never refreshed early: its refresh is as cheap as a miss.
+ * `rand` is uniform in (0, 1] (callers pass `1 − Math.random()`, so ln never sees 0). For an entry whose
+ * loader took 0 ms it never fires; `refreshDue` adds a deterministic backstop (XFETCH_BACKSTOP).
  */
 export function xfetchDue(loadMs: number, beta: number, freshLeftMs: number, rand: number): boolean {
   return -loadMs * beta * Math.log(rand) >= freshLeftMs;
@@ -66,9 +66,15 @@ export interface EntryFacts {
  */
 export function refreshDue(policy: RefreshPolicy, facts: EntryFacts, fallbackTtl: number, freshLeftMs: number, rand: () => number): boolean {
   if (freshLeftMs <= 0) return false;
-  if (typeof policy === 'number') return pastRefreshPoint(facts.ttlMs ?? fallbackTtl, freshLeftMs, policy);
-  return xfetchDue(facts.loadMs, policy.beta, freshLeftMs, rand());
+  const ttl = facts.ttlMs ?? fallbackTtl;
+  if (typeof policy === 'number') return pastRefreshPoint(ttl, freshLeftMs, policy);
+  // The backstop: the formula alone never fires for a loader time of 0 (set() entries, sub-ms loaders),
+  // and such a hot key would then be missed at every expiry.
+  return xfetchDue(facts.loadMs, policy.beta, freshLeftMs, rand()) || pastRefreshPoint(ttl, freshLeftMs, XFETCH_BACKSTOP);
 }
+
+/** `refreshAhead: { beta }` also refreshes once an entry is this far into its ttl, whatever XFetch drew. */
+export const XFETCH_BACKSTOP = 0.9;
 
 /**
  * One write's ttl with `ttlJitter`: drawn from `ttl × (1 − jitter … 1)` with `rand` in [0, 1), an

@@ -41,9 +41,12 @@ const SOFT_TIMEOUT = Symbol('soft timeout');
  */
 export async function readEntry(d: RebuildDeps, key: string, keys: EntryKeys): Promise<Found> {
   const ticket = d.local.begin(key);
+  const sent = d.clock.now();
   const found = await d.store.read(key, keys);
   if (found.state === 'fresh') {
-    d.local.fill(ticket, key, found.value, freshRemaining(found.pttl, found.graceMs), found);
+    // Redis measured PTTL somewhere between `sent` and now: count L1's copy from `sent`, so a slow reply
+    // never makes L1 outlive the entry in Redis.
+    d.local.fill(ticket, key, found.value, freshRemaining(found.pttl, found.graceMs) - (d.clock.now() - sent), found);
     d.emit('hit', { key, tier: 'redis' });
   }
   return found;
@@ -71,6 +74,7 @@ export class Rebuild {
 
   async run(): Promise<unknown> {
     let found: Found;
+    const sent = this.d.clock.now();
     try {
       found = await readEntry(this.d, this.key, this.keys);
     } catch (error) {
@@ -78,7 +82,7 @@ export class Rebuild {
     }
     if (found.state === 'fresh') {
       if (this.call.refreshAhead !== 0) {
-        const freshUntil = this.d.clock.now() + freshRemaining(found.pttl, found.graceMs);
+        const freshUntil = sent + freshRemaining(found.pttl, found.graceMs);
         refreshAheadOnHit(this.d, this.key, () => this.keys, this.loader, this.call, { value: found.value, freshUntil, facts: found });
       }
       return found.value;
@@ -87,7 +91,22 @@ export class Rebuild {
       this.refreshInBackground(found.value);
       return this.serveStale(found.value, 'window');
     }
+    // This process is already rebuilding the key in the background (an early refresh, a rebuild past its
+    // soft timeout): wait for it and read again, rather than start a second loader here (lock 'local'
+    // would grant one at once).
     this.d.emit('miss', { key: this.key });
+    const running = this.d.background.pending(this.key);
+    if (running) {
+      await running;
+      this.assertRunning();
+      try {
+        found = await readEntry(this.d, this.key, this.keys);
+      } catch (error) {
+        return this.degraded('read', error);
+      }
+      if (found.state === 'fresh') return found.value;
+      if (found.state === 'stale') return this.serveStale(found.value, 'window');
+    }
     if (found.state === 'kept') this.fallback = found;
     return this.lockOrWait();
   }
@@ -346,8 +365,16 @@ export function refreshAheadOnHit(d: RebuildDeps, key: string, keysOf: () => Ent
   const keys = keysOf(); // only now: hashing the key is the costliest part of a hit not due
   const work = (async () => {
     let retryAt = seen.freshUntil;
+    // Redis failing says nothing about the origin: try again soon, not only after the entry expired.
+    const soon = (): number => d.clock.now() + call.pollInterval;
     try {
-      const grant = await d.lockers[call.lock].acquire(key, keys, call);
+      let grant: Grant | null;
+      try {
+        grant = await d.lockers[call.lock].acquire(key, keys, call);
+      } catch (error) {
+        if (error instanceof RedisUnavailableError) retryAt = soon();
+        throw error;
+      }
       if (!grant) {
         emit('refresh', { key, outcome: 'lost' });
         retryAt = d.clock.now() + call.pollInterval;
@@ -356,7 +383,11 @@ export function refreshAheadOnHit(d: RebuildDeps, key: string, keysOf: () => Ent
       emit('refresh', { key, outcome: 'won' });
       // Already done unless the re-read finds the very entry that was hit, still fresh.
       const done = (again: Found | undefined): boolean => {
-        const same = again?.state === 'fresh' && again.fence === seen.facts.fence;
+        if (again === undefined) {
+          retryAt = soon(); // the re-read failed: nothing is known to be refreshed
+          return true;
+        }
+        const same = again.state === 'fresh' && again.fence === seen.facts.fence;
         if (!same) emit('refresh', { key, outcome: 'already-refreshed' });
         return !same;
       };
@@ -386,6 +417,11 @@ export class Background {
 
   has(key: string): boolean {
     return this.byKey.has(key);
+  }
+
+  /** The key's work in progress, if any (settles, never rejects). */
+  pending(key: string): Promise<void> | undefined {
+    return this.byKey.get(key);
   }
 
   /** Records that the entry `fence` of `key` was tried: no early refresh of it before `until`. */

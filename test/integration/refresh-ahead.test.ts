@@ -275,7 +275,7 @@ describe('no answer older than ttl', () => {
 });
 
 describe('XFetch ({ beta })', () => {
-  it('uses the loader time kept in the entry: a set() entry (0 ms) is never refreshed early, a loaded one is', async () => {
+  it('uses the loader time kept in the entry: a set() entry (0 ms) is not refreshed by the formula (only at the 0.9 backstop), a loaded one is', async () => {
     const cache = h.cache();
     const outcomes = refreshes(cache);
     const options: CallOptions = { ttl: 1000, refreshAhead: { beta: 1000 } };
