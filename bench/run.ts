@@ -1,7 +1,11 @@
 /**
  * `npm run bench [-- --quick] [--processes P] [--callers C] [--runs R] [--duration-ms D] [--loader-ms L]
  *   [--ttl-ms T] [--rate N] [--open-duration-ms D] [--only scenario,…] [--contenders a,b,…] [--no-http]
- *   [--no-micro] [--no-heap] [--heap-runs N]`
+ *   [--no-micro] [--no-heap] [--heap-runs N] [--trace DIR] [--cpu-prof DIR]`
+ *
+ * `--trace DIR`: every worker writes each counted call (key, scheduled/started/answered instants, age
+ * of the value) and its loader runs to DIR, and each run prints Redis's command counts; read them with
+ * `node --import tsx bench/trace-summary.ts DIR`. `--cpu-prof DIR`: workers run with `--cpu-prof`.
  *
  * Multi-process stampede scenarios (every contender in the same run, same processes, same loader),
  * closed loop (C callers per process) or open loop (N arrivals per second per process, latency from
@@ -35,6 +39,8 @@ const { values: args } = parseArgs({
     'ttl-ms': { type: 'string' },
     rate: { type: 'string' },
     'open-duration-ms': { type: 'string' },
+    trace: { type: 'string' },
+    'cpu-prof': { type: 'string' },
     only: { type: 'string' },
     contenders: { type: 'string' },
     'no-http': { type: 'boolean', default: false },
@@ -77,7 +83,7 @@ const redisVersion = ((await (flushers[0] as Redis).info('server')).match(/redis
 
 const workers: ChildProcess[] = await Promise.all(
   Array.from({ length: P }, () => {
-    const child = fork(WORKER, [], { execArgv: ['--import', 'tsx'], stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+    const child = fork(WORKER, [], { execArgv: ['--import', 'tsx', ...(args['cpu-prof'] ? ['--cpu-prof', `--cpu-prof-dir=${args['cpu-prof']}`] : [])], stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
     return new Promise<ChildProcess>((resolve) => child.once('message', () => resolve(child)));
   }),
 );
@@ -108,12 +114,14 @@ async function oneRun(contender: ContenderName, scenario: ScenarioSpec, run: num
   const startAt = now() + 150 + (scenario.warmupMs ?? 0);
   const req = (): RunRequest => ({
     op: 'run', contender, scenario, callers: C, startAt, url: store.url,
-    redlockUrls: contender === 'redlock' ? redlock3 : [], prefix: `b${run}`,
+    redlockUrls: contender === 'redlock' ? redlock3 : [], prefix: `b${run}`, ...(args.trace ? { traceDir: args.trace } : {}),
   });
+  if (args.trace) await (flushers[0] as Redis).config('RESETSTAT');
   const pending = workers.map((w) => report(w));
   for (const w of workers) w.send(req());
   const reports = await Promise.all(pending);
   const wall = (now() - startAt) / 1000;
+  if (args.trace) console.log(`redis commands: ${((await (flushers[0] as Redis).info('commandstats')).match(/cmdstat_[a-z]+:calls=\d+/g) ?? []).join(' ')}`);
   const firstError = reports.find((r) => r.firstError)?.firstError;
   if (firstError && reports.every((r) => r.errors === r.calls)) throw new Error(`every call failed: ${firstError}`);
   const runs = reports.flatMap((r) => r.runs);

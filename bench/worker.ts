@@ -5,6 +5,7 @@
  * value with its creation time (so every answer says how old it is), and reports its run interval to
  * the parent over IPC (never through the Redis under test).
  */
+import { mkdirSync, writeFileSync } from 'node:fs';
 import { makeContender, type ContenderName } from './lib/contenders.js';
 import { keyPicker, type ScenarioSpec } from './lib/scenarios.js';
 
@@ -18,6 +19,8 @@ export interface RunRequest {
   url: string;
   redlockUrls: string[];
   prefix: string;
+  /** `--trace`: write every counted call and loader run to this directory. */
+  traceDir?: string;
 }
 
 export interface RunReport {
@@ -54,6 +57,7 @@ async function run(req: RunRequest): Promise<RunReport> {
   let unsettled = 0;
   let firstError: string | undefined;
   const pick = keyPicker(scenario, Math.random);
+  if (req.traceDir) mkdirSync(req.traceDir, { recursive: true });
   const failFrom = req.startAt + scenario.durationMs * (scenario.failWindow?.[0] ?? 2);
   const failTo = req.startAt + scenario.durationMs * (scenario.failWindow?.[1] ?? 2);
 
@@ -72,15 +76,19 @@ async function run(req: RunRequest): Promise<RunReport> {
 
   // A call that never settles would stall the whole run: give up on it after CALL_LIMIT_MS and count it.
   const startLags: number[] = [];
+  /** --trace: [key, scheduled, started, answered, age of the value], ms. */
+  const trace: [string, number, number, number, number][] = [];
   const call = async (key: string, t0 = now()) => {
     let timer: NodeJS.Timeout | undefined;
     const counted = t0 >= measureFrom;
+    const started = now();
     try {
       const limit = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error('call did not settle')), CALL_LIMIT_MS)));
       const v = (await Promise.race([contender.get(key, loaderFor(key), scenario.ttlMs, scenario.staleMs), limit])) as { created: number };
       const t1 = now();
       if (!counted) return;
       latencies.push(t1 - t0);
+      if (req.traceDir) trace.push([key, t0, started, t1, t1 - v.created]);
       if (t1 - v.created > scenario.ttlMs) staleAnswers++;
     } catch (err) {
       if (!counted) return;
@@ -117,6 +125,10 @@ async function run(req: RunRequest): Promise<RunReport> {
   // contender closes: a peer whose refresh outlives its connection would otherwise fail after close.
   if (scenario.kind !== 'cold') await sleep(scenario.loaderMs + 50);
   await contender.close();
+  if (req.traceDir) {
+    const file = `${req.traceDir}/${scenario.name}.${req.contender}.${req.prefix}.${process.pid}.json`;
+    writeFileSync(file, JSON.stringify({ scenario: scenario.name, contender: req.contender, ttlMs: scenario.ttlMs, startAt: req.startAt, calls: trace, runs }));
+  }
   return { ev: 'report', calls: latencies.length, errors, unsettled, staleAnswers, latencies, startLags, runs, ...(firstError ? { firstError } : {}) };
 }
 
