@@ -1,5 +1,5 @@
 import { EventEmitter, setMaxListeners } from 'node:events';
-import { CacheClosedError, InvalidOptionError } from './errors.js';
+import { AbortedError, CacheClosedError, InvalidOptionError } from './errors.js';
 import type { CacheEvents } from './events.js';
 import { NoFlight, SingleFlight, type Coalescer } from './flight.js';
 import { Io } from './io.js';
@@ -11,8 +11,8 @@ import { defineScripts } from './lock/scripts.js';
 import { RedlockLock } from './lock/redlock.js';
 import { StoreLock, type LockDeps } from './lock/single.js';
 import type { Grant, Locker } from './lock/types.js';
-import { resolveCacheOptions, resolveCallOptions, type CacheOptions, type CallOptions, type LockMode, type ResolvedCache, type ResolvedCall } from './options.js';
-import { Background, readEntry, Rebuild, type Emit, type RebuildDeps } from './rebuild.js';
+import { resolveCacheOptions, resolveCallOptions, writeTtl, type CacheOptions, type CallOptions, type LockMode, type ResolvedCache, type ResolvedCall } from './options.js';
+import { Background, readEntry, Rebuild, refreshAheadOnHit, type Emit, type RebuildDeps } from './rebuild.js';
 import { Store } from './store.js';
 import { Bus, Waiters, type Note } from './wait.js';
 
@@ -39,12 +39,15 @@ export class Cache extends EventEmitter<CacheEvents> {
   /** Fence-only grants (no lock): set(). */
   private readonly fenceOnly: StoreLock;
   private readonly coalescers: Record<LockMode, Coalescer>;
+  private readonly flight: SingleFlight;
   /** Grants held right now; close() releases them (and any acquired while it runs) without waiting for loaders. */
   private readonly grants = new GrantRegistry();
   /** Aborts every loader's ctx.signal on close(); after it, no loader starts and nothing is written. */
   private readonly lifetime = new AbortController();
   private readonly deps: RebuildDeps;
   private closed = false;
+  /** The one shutdown: a second close() resolves only when the first has released everything. */
+  private closing: Promise<void> | undefined;
   /** Resolved options per bare ttl; undefined when the lock policy is a function of the key. */
   private readonly byTtl: Map<number, ResolvedCall> | undefined;
   private readonly client: CacheOptions['redis'];
@@ -79,8 +82,9 @@ export class Cache extends EventEmitter<CacheEvents> {
         ? new RedlockLock(lockDeps, o.redlock, fallback[o.redlock.onNoQuorum], { threshold: o.breakerThreshold, cooldown: o.breakerCooldown })
         : single,
     };
-    const flight = new SingleFlight(o.maxWaitersPerKey);
-    this.coalescers = { none: new NoFlight(), local: flight, single: flight, redlock: flight };
+    const flight = new SingleFlight(o.maxWaitersPerKey, this.lifetime.signal);
+    this.coalescers = { none: new NoFlight(this.lifetime.signal), local: flight, single: flight, redlock: flight };
+    this.flight = flight;
     this.deps = {
       store,
       lockers: this.lockers,
@@ -114,11 +118,15 @@ export class Cache extends EventEmitter<CacheEvents> {
    */
   private readonly safeEmit: Emit = (name, ...payload) => {
     if (this.listenerCount(name) === 0) return;
+    const report = (error: unknown): void =>
+      process.emitWarning(`stampede-guard: a "${String(name)}" listener threw: ${error instanceof Error ? error.message : String(error)}`, { code: 'SG_LISTENER_THREW' });
     for (const listener of this.rawListeners(name) as ((...args: unknown[]) => unknown)[]) {
       try {
-        listener.apply(this, payload);
+        const returned = listener.apply(this, payload);
+        // An async listener's rejection is reported the same way, never left unhandled.
+        if (returned instanceof Promise) returned.catch(report);
       } catch (error) {
-        process.emitWarning(`stampede-guard: a "${String(name)}" listener threw: ${error instanceof Error ? error.message : String(error)}`, { code: 'SG_LISTENER_THREW' });
+        report(error);
       }
     }
   };
@@ -133,16 +141,18 @@ export class Cache extends EventEmitter<CacheEvents> {
    * it reads the loader's body, so with a single parameter `T` would be fixed from `ctx` first. `S` is `T`
    * when `T` is given explicitly or the loader annotates `ctx` (`Loader<T>`), else `unknown`.
    */
-  async getOrCompute<T, S = T>(key: string, loader: (ctx: LoaderContext<S>) => T | Promise<T>, ttlOrOptions?: number | CallOptions): Promise<T> {
+  async getOrCompute<T, S = T>(key: string, loader: (ctx: LoaderContext<S>) => T | PromiseLike<T>, ttlOrOptions?: number | CallOptions): Promise<T> {
     const call = this.resolveCall(key, ttlOrOptions);
     if (typeof loader !== 'function') throw new InvalidOptionError('loader', loader, 'a function (ctx) => value | Promise<value>', key);
+    if (call.signal?.aborted) throw new AbortedError(key, call.signal.reason);
     const l1 = this.local.get(key);
+    const untyped = loader as (ctx: LoaderContext) => unknown;
     if (l1) {
       this.safeEmit('hit', { key, tier: 'local' });
+      if (call.refreshAhead !== 0 && l1.facts) refreshAheadOnHit(this.deps, key, () => entryKeys(this.options.prefix, key), untyped, call, { value: l1.value, freshUntil: l1.freshUntil, facts: l1.facts });
       return l1.value as T;
     }
     const keys = entryKeys(this.options.prefix, key);
-    const untyped = loader as (ctx: LoaderContext) => unknown;
     return this.coalescers[call.lock].run(key, call.signal, (signal) => new Rebuild(this.deps, key, keys, untyped, call, signal).run()) as Promise<T>;
   }
 
@@ -155,6 +165,7 @@ export class Cache extends EventEmitter<CacheEvents> {
       const found = await readEntry(this.deps, key, entryKeys(this.options.prefix, key));
       return found.state === 'fresh' ? (found.value as T) : undefined;
     } catch (error) {
+      if (error instanceof CacheClosedError) throw error;
       this.safeEmit('degraded', { key, operation: 'read', error });
       return undefined;
     }
@@ -169,6 +180,7 @@ export class Cache extends EventEmitter<CacheEvents> {
     const call = this.resolveCall(key, ttlOrOptions);
     if (value === undefined) throw new InvalidOptionError('value', value, 'a value other than undefined (use delete() to remove)', key);
     const keys = entryKeys(this.options.prefix, key);
+    this.deps.store.assertStorable(key, value, call); // before any Redis traffic
     // The value is changing: this process's copy goes now, and comes back only if the fence accepts ours.
     this.local.invalidate(key);
     const grant = (await this.fenceOnly.acquire(key, keys, call, { ignoreBackoff: true, operation: 'set' })) as Grant;
@@ -179,10 +191,12 @@ export class Cache extends EventEmitter<CacheEvents> {
         throw new CacheClosedError(key);
       }
       const ticket = this.local.begin(key);
-      const accepted = await this.deps.store.write(key, keys, grant, value, call, 0, 's');
+      const ttl = writeTtl(call);
+      const accepted = await this.deps.store.write(key, keys, grant, value, call, 0, 's', ttl);
       outcome = 'written';
-      this.local.written(ticket, key, value, call.ttl, accepted);
+      this.local.written(ticket, key, value, ttl, accepted, { fence: grant.fence, ttlMs: ttl, loadMs: 0 });
       if (!accepted) this.safeEmit('writeRejected', { key, fence: grant.fence });
+      this.flight.forget(key); // a call starting now must not join a rebuild begun before this set
     } finally {
       this.grants.drop(grant);
       await grant.release(outcome);
@@ -195,6 +209,7 @@ export class Cache extends EventEmitter<CacheEvents> {
     this.local.invalidate(key);
     try {
       await this.deps.store.invalidate(key, entryKeys(this.options.prefix, key), this.options.defaults.lockTtl);
+      this.flight.forget(key); // a call starting now must not join a rebuild begun before this delete
     } finally {
       this.local.deleted(key);
     }
@@ -211,8 +226,12 @@ export class Cache extends EventEmitter<CacheEvents> {
   }
 
   /** Stops timers, background refreshes and the subscription. Never quits the caller's client. Idempotent. */
-  async close(): Promise<void> {
-    if (this.closed) return;
+  close(): Promise<void> {
+    this.closing ??= this.shutDown();
+    return this.closing;
+  }
+
+  private async shutDown(): Promise<void> {
     this.closed = true;
     this.lifetime.abort(new CacheClosedError());
     this.waiters.wakeAll();
@@ -232,6 +251,7 @@ export class Cache extends EventEmitter<CacheEvents> {
     const change = REMOTE_CHANGES[note.kind];
     if (change && note.origin !== this.bus.origin) {
       this.local.invalidate(note.key);
+      this.flight.forget(note.key);
       this.safeEmit('remoteChange', { key: note.key, kind: change });
     }
     this.waiters.wake(note.key, note.kind);

@@ -2,18 +2,21 @@ import { Packr } from 'msgpackr';
 import { UnstorableValueError } from './errors.js';
 
 /**
- * The wire format of an entry (version 2): a msgpack array
- *   [2, value, fence, loadMs, writtenAtMs, staleMs, graceMs]
- * (version 1 had no graceMs: it equalled staleMs; v1 entries still decode.)
+ * The wire format of an entry (version 3): a msgpack array
+ *   [3, value, fence, loadMs, writtenAtMs, staleMs, graceMs, ttlMs]
+ * (version 2 had no ttlMs, version 1 neither ttlMs nor graceMs — it equalled staleMs; both still decode,
+ * a missing ttlMs as `undefined`.)
  * - fence: the grant's fencing token (a number) the value was written under;
  * - loadMs: how long the loader took; writtenAtMs: wall-clock write time (informational only —
  *   freshness is derived from the PTTL Redis reports, never from another machine's clock);
  * - staleMs: the stale window it was written with; graceMs: how long it outlives its fresh time
- *   (max of stale and fail-safe windows), so readers split PTTL into fresh, stale and kept.
+ *   (max of stale and fail-safe windows), so readers split PTTL into fresh, stale and kept;
+ * - ttlMs: the fresh time it was written with. With `ttlJitter` every write draws its own, and the
+ *   refresh point (`refreshAhead × ttl`) is a fraction of the entry's own ttl, not the reader's.
  * Golden files in test/fixtures pin it; a format change gets a new version number, and the decoder
  * keeps reading every older one.
  */
-export const FORMAT_VERSION = 2;
+export const FORMAT_VERSION = 3;
 
 export interface Envelope {
   readonly value: unknown;
@@ -22,6 +25,8 @@ export interface Envelope {
   readonly writtenAt: number;
   readonly staleMs: number;
   readonly graceMs: number;
+  /** Absent (undefined) in entries of format v1 and v2. */
+  readonly ttlMs: number | undefined;
 }
 
 /**
@@ -52,7 +57,7 @@ class DisallowedTypeError extends DecodeError {
 }
 
 export function encodeEntry(e: Envelope): Buffer {
-  return packr.pack([FORMAT_VERSION, e.value, e.fence, e.loadMs, e.writtenAt, e.staleMs, e.graceMs]);
+  return packr.pack([FORMAT_VERSION, e.value, e.fence, e.loadMs, e.writtenAt, e.staleMs, e.graceMs, e.ttlMs]);
 }
 
 /**
@@ -123,6 +128,7 @@ function unstorablePart(root: unknown): string | undefined {
         return undefined;
       }
       if (json !== v) stack.push({ visit: json });
+      else for (const k of Object.keys(v)) stack.push({ visit: (v as Record<string, unknown>)[k] });
     } else for (const k of Object.keys(v)) stack.push({ visit: (v as Record<string, unknown>)[k] });
   }
   return undefined;
@@ -138,12 +144,17 @@ export function decodeEntry(bytes: Buffer): Envelope {
     throw new DecodeError('undecodable entry bytes', { cause: err });
   }
   if (!Array.isArray(raw) || raw.length < 6) throw new DecodeError('not an entry envelope');
-  const [version, value, fence, loadMs, writtenAt, staleMs, grace] = raw as unknown[];
-  if (version !== 1 && version !== FORMAT_VERSION) throw new DecodeError(`unknown entry format version ${String(version)}`);
+  const [version, value, fence, loadMs, writtenAt, staleMs, grace, ttl] = raw as unknown[];
+  if (version !== 1 && version !== 2 && version !== FORMAT_VERSION) throw new DecodeError(`unknown entry format version ${String(version)}`);
   const graceMs = version === 1 ? staleMs : grace;
   if (!isCount(fence) || !isCount(loadMs) || !isCount(writtenAt) || !isCount(staleMs) || !isCount(graceMs)) throw new DecodeError('malformed entry envelope fields');
+  let ttlMs: number | undefined;
+  if (version === FORMAT_VERSION) {
+    if (!isCount(ttl) || ttl === 0) throw new DecodeError('malformed entry envelope ttl');
+    ttlMs = ttl;
+  }
   assertAllowedValue(value);
-  return { value, fence, loadMs, writtenAt, staleMs, graceMs };
+  return { value, fence, loadMs, writtenAt, staleMs, graceMs, ttlMs };
 }
 
 function isCount(v: unknown): v is number {

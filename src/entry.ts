@@ -20,3 +20,61 @@ export function freshRemaining(pttl: number, graceMs: number): number {
   if (pttl < 0) return Number.POSITIVE_INFINITY;
   return Math.max(0, pttl - graceMs);
 }
+
+// ---------------------------------------------------------------- refresh ahead and ttl jitter
+
+/**
+ * `refreshAhead` resolved: `0` (off), a fraction of the entry's ttl in (0, 1), or the XFetch form.
+ * Kept as the option's own shape so the off case is one `!== 0` comparison on the hit path.
+ */
+export type RefreshPolicy = number | { readonly beta: number };
+
+/**
+ * Deterministic form: has the entry passed its refresh point, i.e. is it older than
+ * `refreshAhead × ttlMs`? Its age is `ttlMs − freshLeftMs` (Redis's remaining fresh time, or an L1
+ * slot's monotonic remainder), so no writer's clock is involved. `refreshAhead` 0 = never.
+ */
+export function pastRefreshPoint(ttlMs: number, freshLeftMs: number, refreshAhead: number): boolean {
+  if (refreshAhead <= 0) return false;
+  // The point in whole ms of age (1000 × (1 − 0.8) is 199.99… in floating point).
+  return ttlMs - freshLeftMs >= Math.round(ttlMs * refreshAhead);
+}
+
+/**
+ * XFetch (Vattani, Chierichetti, Lowenstein, VLDB 2015): refresh early with a probability that rises
+ * as expiry nears, scaled by how long the loader took: `−loadMs × beta × ln(rand) ≥ freshLeftMs`.
+ * `rand` is uniform in (0, 1] (callers pass `1 − Math.random()`, so ln never sees 0). An entry whose
+ * loader took 0 ms is never refreshed early: its refresh is as cheap as a miss.
+ */
+export function xfetchDue(loadMs: number, beta: number, freshLeftMs: number, rand: number): boolean {
+  return -loadMs * beta * Math.log(rand) >= freshLeftMs;
+}
+
+/** What a reader knows of an entry besides its value and freshness. */
+export interface EntryFacts {
+  /** The fencing token it was written under: a different fence is a different (newer) entry. */
+  readonly fence: number;
+  /** The ttl it was written with (drawn with `ttlJitter`); `undefined` for entries of format v1/v2. */
+  readonly ttlMs: number | undefined;
+  /** How long its loader took. */
+  readonly loadMs: number;
+}
+
+/**
+ * Should this hit start an early refresh? `fallbackTtl` (the caller's ttl) stands in for entries
+ * written before the envelope carried their own. `rand` in (0, 1] is read only by the XFetch form.
+ */
+export function refreshDue(policy: RefreshPolicy, facts: EntryFacts, fallbackTtl: number, freshLeftMs: number, rand: () => number): boolean {
+  if (freshLeftMs <= 0) return false;
+  if (typeof policy === 'number') return pastRefreshPoint(facts.ttlMs ?? fallbackTtl, freshLeftMs, policy);
+  return xfetchDue(facts.loadMs, policy.beta, freshLeftMs, rand());
+}
+
+/**
+ * One write's ttl with `ttlJitter`: drawn from `ttl × (1 − jitter … 1)` with `rand` in [0, 1), an
+ * integer of at least 1 ms, so keys written together do not all expire together. Jitter 0 = `ttl`.
+ */
+export function jitteredTtl(ttl: number, jitter: number, rand: number): number {
+  if (jitter <= 0) return ttl;
+  return Math.max(1, Math.min(ttl, Math.round(ttl * (1 - jitter * rand))));
+}

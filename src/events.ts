@@ -20,7 +20,7 @@ export interface CacheEvents {
   waited: [{ key: string; ms: number; outcome: 'value' | 'stale' | 'took-over' | 'timeout' }];
   /** A rebuild's lock was lost while its loader ran; `ctx.signal` aborted with `error`. */
   lockLost: [{ key: string; error: Error }];
-  /** A write was refused because a newer grant, set or delete happened since its grant (fencing at work). */
+  /** A write was refused by the fence: a newer write, set, delete or re-seed of the key's fence exists (see README "Guarantees"). */
   writeRejected: [{ key: string; fence: number }];
   /** Redis failed or timed out; the call ran degraded (local single-flight, no store). */
   degraded: [{ key: string | undefined; operation: string; error: unknown }];
@@ -36,6 +36,13 @@ export interface CacheEvents {
    * other processes were told so (they reject with UnstorableValueError instead of rebuilding in turn).
    */
   unstorable: [{ key: string; reason: string; error: unknown }];
-  /** A background (stale) refresh failed; the stale value stays until it expires. */
+  /** A background refresh (stale or early) failed; the value stays until it expires. */
   refreshError: [{ key: string; error: unknown }];
+  /**
+   * Refresh ahead (`refreshAhead`): a hit past the entry's refresh point started an early refresh in
+   * the background (`started`); it then won the rebuild lock (`won`) or lost it (`lost`: another
+   * process refreshes, this one does nothing). A winner whose re-read finds the entry already replaced
+   * (refreshed, set, deleted or expired since the hit) loads nothing (`already-refreshed`).
+   */
+  refresh: [{ key: string; outcome: 'started' | 'won' | 'lost' | 'already-refreshed' }];
 }

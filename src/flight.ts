@@ -1,4 +1,4 @@
-import { AbortedError, TooManyWaitersError } from './errors.js';
+import { AbortedError, CacheClosedError, TooManyWaitersError } from './errors.js';
 
 /** Runs `work` for a key; `signal` aborts when the work should stop (every interested caller left). */
 export type Work<T> = (signal: AbortSignal) => Promise<T>;
@@ -6,6 +6,12 @@ export type Work<T> = (signal: AbortSignal) => Promise<T>;
 /** In-process coalescing of concurrent calls on one key. */
 export interface Coalescer {
   run<T>(key: string, callerSignal: AbortSignal | undefined, work: Work<T>): Promise<T>;
+  /**
+   * The key's value changed (this process's set/delete completed, or another process's note): a call
+   * starting from now must not join work begun before the change — it could only answer with a value
+   * the change superseded. The detached work still answers the callers it already has.
+   */
+  forget(key: string): void;
 }
 
 interface Flight {
@@ -22,6 +28,22 @@ interface Flight {
 const IGNORE = (): void => undefined;
 
 /**
+ * Rejects once `lifetime` aborts (close()): every flight races its work against it, so close() settles
+ * every call in progress with CacheClosedError even when a loader ignores its signal. One promise per
+ * coalescer, one reaction per flight (not per caller).
+ */
+function closing(lifetime: AbortSignal | undefined): Promise<never> | undefined {
+  if (!lifetime) return undefined;
+  const closed = new Promise<never>((_, reject) => {
+    const onClose = (): void => reject(new CacheClosedError());
+    if (lifetime.aborted) onClose();
+    else lifetime.addEventListener('abort', onClose, { once: true });
+  });
+  closed.catch(IGNORE);
+  return closed;
+}
+
+/**
  * Single-flight (after golang.org/x/sync/singleflight): the first caller on a key starts the work,
  * later callers share its promise until it settles.
  */
@@ -33,8 +55,22 @@ export class SingleFlight implements Coalescer {
    */
   private readonly flights = new Map<string, Flight>();
 
-  /** @param maxCallers callers of one key beyond this get a fast TooManyWaitersError. */
-  constructor(private readonly maxCallers = Number.POSITIVE_INFINITY) {}
+  private readonly closed: Promise<never> | undefined;
+
+  /**
+   * @param maxCallers callers of one key beyond this get a fast TooManyWaitersError.
+   * @param lifetime aborts on close(): every call in progress then rejects with CacheClosedError.
+   */
+  constructor(
+    private readonly maxCallers = Number.POSITIVE_INFINITY,
+    lifetime?: AbortSignal,
+  ) {
+    this.closed = closing(lifetime);
+  }
+
+  forget(key: string): void {
+    this.flights.delete(key);
+  }
 
   get size(): number {
     return this.flights.size;
@@ -45,7 +81,7 @@ export class SingleFlight implements Coalescer {
     if (callerSignal?.aborted) return Promise.reject(new AbortedError(key, callerSignal.reason));
     let flight = this.flights.get(key);
     if (!flight) {
-      const created = start(work, () => {
+      const created = start(key, work, this.closed, () => {
         // Clean up only if the entry is still ours (a later flight may have replaced it).
         if (this.flights.get(key) === created) this.flights.delete(key);
       });
@@ -62,21 +98,31 @@ export class SingleFlight implements Coalescer {
 
 /** No coalescing (lock mode `none`): every call does its own work. */
 export class NoFlight implements Coalescer {
+  private readonly closed: Promise<never> | undefined;
+
+  constructor(lifetime?: AbortSignal) {
+    this.closed = closing(lifetime);
+  }
+
+  forget(): void {
+    // Nothing is shared, nothing to detach.
+  }
+
   run<T>(key: string, callerSignal: AbortSignal | undefined, work: Work<T>): Promise<T> {
     if (callerSignal?.aborted) return Promise.reject(new AbortedError(key, callerSignal.reason));
-    const flight = start(work, IGNORE);
+    const flight = start(key, work, this.closed, IGNORE);
     flight.callers = 1;
     return follow(flight, key, callerSignal) as Promise<T>;
   }
 }
 
 /** Starts the work. Its promise is always observed here, so abandoning it can never be an unhandled rejection. */
-function start(work: Work<unknown>, abandon: () => void): Flight {
+function start(key: string, work: Work<unknown>, closed: Promise<never> | undefined, abandon: () => void): Flight {
   const controller = new AbortController();
   controller.signal.addEventListener('abort', abandon, { once: true });
-  const promise = Promise.resolve()
-    .then(() => work(controller.signal))
-    .finally(abandon);
+  const working = Promise.resolve().then(() => work(controller.signal));
+  const promise = (closed ? Promise.race([working, closed.catch(() => Promise.reject(new CacheClosedError(key)))]) : working).finally(abandon);
+  working.catch(IGNORE);
   promise.catch(IGNORE);
   return { promise, controller, abortable: 0, pinned: false, callers: 0 };
 }
@@ -103,7 +149,9 @@ function follow(flight: Flight, key: string, signal: AbortSignal | undefined): P
       },
       (e: unknown) => {
         signal.removeEventListener('abort', onAbort);
-        reject(e instanceof Error ? e : new Error(String(e)));
+        // The loader's own rejection reaches its callers unchanged, Error or not.
+        // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors
+        reject(e);
       },
     );
   });

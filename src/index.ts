@@ -15,6 +15,7 @@ export {
   type OnNoQuorum,
   type OnWaitTimeout,
   type RedlockOptions,
+  type RefreshAhead,
 } from './options.js';
 export {
   AbortedError,

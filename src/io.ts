@@ -1,4 +1,4 @@
-import { BreakerOpen, RedisPermissionError, RedisTimeout, RedisUnavailableError, redisText } from './errors.js';
+import { BreakerOpen, CacheClosedError, RedisPermissionError, RedisTimeout, RedisUnavailableError, redisText } from './errors.js';
 import type { Clock } from './options.js';
 
 /**
@@ -15,10 +15,14 @@ import type { Clock } from './options.js';
 interface InFlight {
   readonly deadline: number;
   readonly expire: () => void;
+  /** close(): settle with CacheClosedError; not a Redis failure (the breaker counts nothing). */
+  readonly abandon: () => void;
 }
 
 export class Io {
   private failures = 0;
+  /** After close(): every operation rejects with CacheClosedError at once. */
+  private closed = false;
   /** While now < openUntil the breaker is open; after it, exactly one probe is let through. */
   private openUntil = 0;
   private probing = false;
@@ -41,6 +45,7 @@ export class Io {
   ) {}
 
   run<T>(operation: string, fn: () => Promise<T>, key?: string, compensate?: () => void): Promise<T> {
+    if (this.closed) return Promise.reject(new CacheClosedError(key));
     if (this.failures >= this.threshold) {
       if (this.clock.now() < this.openUntil || this.probing) {
         return Promise.reject(new RedisUnavailableError(operation, new BreakerOpen(this.failures, this.lastFailure), key));
@@ -55,6 +60,10 @@ export class Io {
           this.failed(timeout);
           compensate?.();
           reject(new RedisUnavailableError(operation, timeout, key));
+        },
+        abandon: () => {
+          compensate?.();
+          reject(new CacheClosedError(key));
         },
       };
       this.inFlight.add(entry);
@@ -88,9 +97,10 @@ export class Io {
     this.openUntil = 0;
   }
 
-  /** Stops the sweeper; operations still in flight are failed at once. */
+  /** Stops the sweeper; operations still in flight settle at once with CacheClosedError (not a Redis failure), and so does every later one. */
   close(): void {
-    for (const entry of this.inFlight) entry.expire();
+    this.closed = true;
+    for (const entry of this.inFlight) entry.abandon();
     this.inFlight.clear();
     clearInterval(this.sweeper);
     this.sweeper = undefined;

@@ -16,7 +16,8 @@ export interface LoaderContext<T = unknown> {
   readonly staleValue: T | undefined;
 }
 
-export type Loader<T> = (ctx: LoaderContext<T>) => T | Promise<T>;
+/** A loader may return a value, a Promise, or any thenable (query builders such as Knex's). */
+export type Loader<T> = (ctx: LoaderContext<T>) => T | PromiseLike<T>;
 
 /**
  * How a loader run ended. `cancelled` means its signal aborted for a reason other than `hardTimeout`
@@ -45,6 +46,11 @@ export async function runLoader(loader: Loader<unknown>, req: LoadRequest): Prom
   const linked = linkSignals(timeout ? [...req.signals, timeout.signal] : req.signals);
   let timer: NodeJS.Timeout | undefined;
   const started = req.clock.now();
+  // Stopped before it started (the caller left or the cache closed during the last await): run nothing.
+  if (linked.signal.aborted) {
+    linked.dispose();
+    return { kind: 'cancelled', error: linked.signal.reason };
+  }
   try {
     const running = Promise.resolve().then(() =>
       loader({ key: req.key, signal: linked.signal, fencingToken: req.fencingToken, staleValue: req.staleValue }),

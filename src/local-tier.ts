@@ -1,4 +1,5 @@
 import { LRUCache } from 'lru-cache';
+import type { EntryFacts } from './entry.js';
 import type { Clock, LocalTierOptions } from './options.js';
 
 /**
@@ -22,18 +23,22 @@ export type Ticket = number;
  */
 export interface LocalTier {
   /** The fresh value, or `undefined` (also while suspended). */
-  get(key: string): { value: unknown } | undefined;
+  get(key: string): LocalHit | undefined;
   /** Call before sending the store read (or write) whose result may be passed to `fill`. */
   begin(key: string): Ticket;
-  /** Keeps `value` for `freshMs` unless `key` was invalidated, or L1 flushed, since `begin`. */
-  fill(ticket: Ticket, key: string, value: unknown, freshMs: number): void;
+  /**
+   * Keeps `value` for `freshMs` unless `key` was invalidated, or L1 flushed, since `begin`. `facts`
+   * (the stored entry's fence, ttl, loader time) let a hit find the entry's refresh point; a value
+   * that is not in the store (computed while Redis was unavailable) has none and is never refreshed early.
+   */
+  fill(ticket: Ticket, key: string, value: unknown, freshMs: number, facts?: EntryFacts): void;
   /** Drops the key and refuses every fill whose read began before now. */
   invalidate(key: string): void;
   /**
    * This process's own fenced write (ticket taken before it was sent) finished: keep `value` only if
    * the fence `accepted` it; a refused write means a newer write, set or delete exists, so drop the key.
    */
-  written(ticket: Ticket, key: string, value: unknown, freshMs: number, accepted: boolean): void;
+  written(ticket: Ticket, key: string, value: unknown, freshMs: number, accepted: boolean, facts?: EntryFacts): void;
   /** This process's own delete finished: a read that was in flight across it must not refill L1. */
   deleted(key: string): void;
   /** Drops everything and refuses every fill whose read began before now. */
@@ -44,11 +49,18 @@ export interface LocalTier {
   resume(): void;
 }
 
-interface Slot {
+/** An L1 hit: the value, when it stops being fresh, and what refresh ahead needs to know of it. */
+export interface LocalHit {
   readonly value: unknown;
-  /** Monotonic ms after which the slot is not served. */
+  /**
+   * Monotonic ms after which the slot is not served: the fresh time Redis reported (or the write's
+   * ttl), counted from when it was read. Its refresh point, `freshUntil − ttl × (1 − refreshAhead)`,
+   * is on the same monotonic clock, so an L1 hit knows when that point passed without asking Redis.
+   */
   readonly freshUntil: number;
+  readonly facts: EntryFacts | undefined;
 }
+type Slot = LocalHit;
 
 export interface LruTierSwitches {
   /**
@@ -97,7 +109,7 @@ export class LruTier implements LocalTier {
     if (this.incoherent) this.trusted = true;
   }
 
-  get(key: string): { value: unknown } | undefined {
+  get(key: string): LocalHit | undefined {
     if (!this.trusted) return undefined;
     const slot = this.lru.get(key);
     if (!slot) return undefined;
@@ -112,14 +124,14 @@ export class LruTier implements LocalTier {
     return this.seq;
   }
 
-  fill(ticket: Ticket, key: string, value: unknown, freshMs: number): void {
+  fill(ticket: Ticket, key: string, value: unknown, freshMs: number, facts?: EntryFacts): void {
     if (freshMs <= 0) return;
     if (!this.incoherent) {
       if (!this.trusted || ticket < this.floor) return;
       const at = this.invalidatedAt.peek(key);
       if (at !== undefined && at > ticket) return;
     }
-    this.lru.set(key, { value, freshUntil: this.clock.now() + freshMs });
+    this.lru.set(key, { value, freshUntil: this.clock.now() + freshMs, facts });
   }
 
   invalidate(key: string): void {
@@ -127,8 +139,8 @@ export class LruTier implements LocalTier {
     this.invalidatedAt.set(key, ++this.seq);
   }
 
-  written(ticket: Ticket, key: string, value: unknown, freshMs: number, accepted: boolean): void {
-    if (accepted || this.incoherent) this.fill(ticket, key, value, freshMs);
+  written(ticket: Ticket, key: string, value: unknown, freshMs: number, accepted: boolean, facts?: EntryFacts): void {
+    if (accepted || this.incoherent) this.fill(ticket, key, value, freshMs, facts);
     else this.invalidate(key);
   }
 

@@ -15,7 +15,8 @@ export {
   type OnNoQuorum,
   type OnWaitTimeout,
   type RedlockOptions,
+  type RefreshAhead,
 } from './options/public.js';
 export { DEFAULTS, type ResolvedCache, type ResolvedCall, type ResolvedDefaults, type ResolvedRedlock } from './options/schema.js';
 export { resolveCacheOptions, resolveCallOptions } from './options/resolve.js';
-export { graceWindow, loaderTimeout, lockModeFor, physicalTtl, pollDelay, watchdogInterval } from './options/effective.js';
+export { graceWindow, loaderTimeout, lockModeFor, physicalTtl, pollDelay, watchdogInterval, writeTtl } from './options/effective.js';

@@ -1,4 +1,4 @@
-import { freshRemaining } from './entry.js';
+import { freshRemaining, refreshDue, type EntryFacts } from './entry.js';
 import { CacheClosedError, OriginBackoffError, RedisUnavailableError, UnstorableValueError, WaitTimeoutError } from './errors.js';
 import type { CacheEvents } from './events.js';
 import type { EntryKeys } from './keys.js';
@@ -6,7 +6,7 @@ import type { GrantRegistry } from './lock/grant.js';
 import type { Grant, Locker, ReleaseOutcome } from './lock/types.js';
 import { runLoader, type Loader } from './loader.js';
 import type { LocalTier } from './local-tier.js';
-import { loaderTimeout, pollDelay, type Clock, type LockMode, type ResolvedCall } from './options.js';
+import { loaderTimeout, pollDelay, writeTtl, type Clock, type LockMode, type ResolvedCall } from './options.js';
 import type { Found, Store } from './store.js';
 import type { Waiters } from './wait.js';
 
@@ -43,7 +43,7 @@ export async function readEntry(d: RebuildDeps, key: string, keys: EntryKeys): P
   const ticket = d.local.begin(key);
   const found = await d.store.read(key, keys);
   if (found.state === 'fresh') {
-    d.local.fill(ticket, key, found.value, freshRemaining(found.pttl, found.graceMs));
+    d.local.fill(ticket, key, found.value, freshRemaining(found.pttl, found.graceMs), found);
     d.emit('hit', { key, tier: 'redis' });
   }
   return found;
@@ -76,7 +76,13 @@ export class Rebuild {
     } catch (error) {
       return this.degraded('read', error);
     }
-    if (found.state === 'fresh') return found.value;
+    if (found.state === 'fresh') {
+      if (this.call.refreshAhead !== 0) {
+        const freshUntil = this.d.clock.now() + freshRemaining(found.pttl, found.graceMs);
+        refreshAheadOnHit(this.d, this.key, () => this.keys, this.loader, this.call, { value: found.value, freshUntil, facts: found });
+      }
+      return found.value;
+    }
     if (found.state === 'stale') {
       this.refreshInBackground(found.value);
       return this.serveStale(found.value, 'window');
@@ -152,18 +158,25 @@ export class Rebuild {
 
   /**
    * We hold `grant`: re-read (someone may have just written), run the loader, write fenced, and release
-   * in this one `finally` with the outcome — whatever throws in between.
+   * in this one `finally` with the outcome — whatever throws in between. `done` says from the re-read
+   * whether the work is already done (then nothing is loaded); by default an exclusive grant's
+   * re-read finding a fresh value is.
    */
-  async rebuild(grant: Grant, staleValue: unknown): Promise<unknown> {
+  async rebuild(grant: Grant, staleValue: unknown, done: ((again: Found | undefined) => boolean) | undefined = grant.exclusive ? isFresh : undefined): Promise<unknown> {
     let outcome: ReleaseOutcome = 'empty';
     try {
       if (!this.d.grants.hold(grant) || this.d.lifetime.aborted) {
         outcome = 'cancelled';
         throw new CacheClosedError(this.key);
       }
-      if (grant.exclusive) {
+      if (done) {
         const again = await readEntry(this.d, this.key, this.keys).catch(() => undefined);
-        if (again?.state === 'fresh') return again.value;
+        if (done(again)) return again?.state === 'miss' ? undefined : again?.value;
+      }
+      // Re-checked after the awaits above: close() or every caller leaving meanwhile starts no loader.
+      if (this.d.lifetime.aborted || this.signal.aborted) {
+        outcome = 'cancelled';
+        throw this.d.lifetime.aborted ? new CacheClosedError(this.key) : this.stopped();
       }
       const result = await runLoader(this.loader, {
         key: this.key,
@@ -199,9 +212,13 @@ export class Rebuild {
     const ticket = this.d.local.begin(key);
     let outcome: ReleaseOutcome;
     let written = false;
+    const ttl = writeTtl(this.call);
+    // Redis counts the ttl from when it ran the write: L1's copy starts counting when it was sent.
+    const sent = this.d.clock.now();
     try {
-      written = await this.d.store.write(key, this.keys, grant, value, this.call, loadMs, 'w');
-      this.d.local.written(ticket, key, value, this.call.ttl, written);
+      written = await this.d.store.write(key, this.keys, grant, value, this.call, loadMs, 'w', ttl);
+      const freshMs = ttl - (this.d.clock.now() - sent);
+      this.d.local.written(ticket, key, value, freshMs, written, { fence: grant.fence, ttlMs: ttl, loadMs: Math.round(loadMs) });
       if (!written) this.d.emit('writeRejected', { key, fence: grant.fence });
       outcome = 'written'; // the write script released the lock and announced the outcome
     } catch (error) {
@@ -240,6 +257,7 @@ export class Rebuild {
   /** Redis failed: run the loader here (still one per key per process through the flight); no store write. */
   private async degraded(operation: string, error: unknown): Promise<unknown> {
     const { key } = this;
+    if (error instanceof CacheClosedError) throw error; // close(), not a Redis failure
     this.d.emit('degraded', { key, operation, error });
     this.assertRunning();
     const ticket = this.d.local.begin(key);
@@ -286,19 +304,104 @@ export class Rebuild {
 
   private assertRunning(): void {
     if (this.d.lifetime.aborted) throw new CacheClosedError(this.key);
-    if (this.signal.aborted) throw this.signal.reason instanceof Error ? this.signal.reason : new CacheClosedError(this.key);
+    if (this.signal.aborted) throw this.stopped();
+  }
+
+  /** Why this trip stopped once its signal aborted (every caller left: nobody awaits this error). */
+  private stopped(): Error {
+    return this.signal.reason instanceof Error ? this.signal.reason : new CacheClosedError(this.key);
   }
 }
 
+const isFresh = (again: Found | undefined): boolean => again?.state === 'fresh';
+
+/** What a hit saw: the value, the entry's facts, and when (monotonic ms) it stops being fresh. */
+export interface Seen {
+  readonly value: unknown;
+  readonly freshUntil: number;
+  readonly facts: EntryFacts;
+}
+
+/** XFetch's rand in (0, 1]: ln never sees 0. */
+const unitInterval = (): number => 1 - Math.random();
+
 /**
- * Background work on keys (a stale refresh, a rebuild that outlived its soft timeout): at most one per
- * key per process, never an unhandled rejection. Invariant: a key is present only while its work runs.
+ * Refresh ahead, on a hit (Redis or L1) of a fresh entry. Callers test `call.refreshAhead !== 0`
+ * first, so the option costs nothing when off; `keysOf` is called only when a refresh starts. If the entry passed its refresh point, this returns at
+ * once and refreshes in the background:
+ * - at most one per key per process (Background) and one per key across the fleet: the rebuild's lock
+ *   (a process that loses it does nothing) and, under the grant, a re-read that goes on only if the
+ *   entry is still the one that was hit (same fence); the write is fenced like any rebuild;
+ * - a process tries an entry (one fence) once: after a failure, or a refresh that wrote nothing, it
+ *   does not try that entry again before it expires — the value is served until then, and then the
+ *   miss path (and fail-safe) apply; after losing the lock it may try again `pollInterval` later (the
+ *   winner may fail). With `failBackoff`, a failure stops every process's attempts for that long.
+ */
+export function refreshAheadOnHit(d: RebuildDeps, key: string, keysOf: () => EntryKeys, loader: Loader<unknown>, call: ResolvedCall, seen: Seen): void {
+  const now = d.clock.now();
+  if (!refreshDue(call.refreshAhead, seen.facts, call.ttl, seen.freshUntil - now, unitInterval)) return;
+  const { background, emit } = d;
+  if (background.has(key) || background.heldOff(key, seen.facts.fence, now) || d.lifetime.aborted) return;
+  emit('refresh', { key, outcome: 'started' });
+  const keys = keysOf(); // only now: hashing the key is the costliest part of a hit not due
+  const work = (async () => {
+    let retryAt = seen.freshUntil;
+    try {
+      const grant = await d.lockers[call.lock].acquire(key, keys, call);
+      if (!grant) {
+        emit('refresh', { key, outcome: 'lost' });
+        retryAt = d.clock.now() + call.pollInterval;
+        return;
+      }
+      emit('refresh', { key, outcome: 'won' });
+      // Already done unless the re-read finds the very entry that was hit, still fresh.
+      const done = (again: Found | undefined): boolean => {
+        const same = again?.state === 'fresh' && again.fence === seen.facts.fence;
+        if (!same) emit('refresh', { key, outcome: 'already-refreshed' });
+        return !same;
+      };
+      await new Rebuild(d, key, keys, loader, call, d.lifetime).rebuild(grant, seen.value, done);
+    } finally {
+      background.holdOff(key, seen.facts.fence, retryAt);
+    }
+  })();
+  background.track(key, work, emit);
+}
+
+/** How many keys' early-refresh hold-offs are remembered; forgetting one costs one more attempt, never a wrong value. */
+const MAX_HELD_OFF = 10_000;
+
+/**
+ * Background work on keys (a stale or early refresh, a rebuild that outlived its soft timeout): at
+ * most one per key per process, never an unhandled rejection. Invariant: a key is in `byKey` only
+ * while its work runs.
  */
 export class Background {
   private readonly byKey = new Map<string, Promise<void>>();
+  /**
+   * Early refreshes this process will not start: per key, the entry (fence) already tried and until
+   * when (monotonic ms). A record for another fence, or past its time, is obsolete. Bounded.
+   */
+  private readonly tried = new Map<string, { readonly fence: number; readonly until: number }>();
 
   has(key: string): boolean {
     return this.byKey.has(key);
+  }
+
+  /** Records that the entry `fence` of `key` was tried: no early refresh of it before `until`. */
+  holdOff(key: string, fence: number, until: number): void {
+    this.tried.delete(key);
+    if (this.tried.size >= MAX_HELD_OFF) this.tried.delete(this.tried.keys().next().value as string);
+    this.tried.set(key, { fence, until });
+  }
+
+  /** Is an early refresh of the entry `fence` of `key` held off at `now`? */
+  heldOff(key: string, fence: number, now: number): boolean {
+    const t = this.tried.get(key);
+    if (!t) return false;
+    if (t.fence === fence && now < t.until) return true;
+    this.tried.delete(key);
+    return false;
   }
 
   track(key: string, work: Promise<unknown>, emit: Emit): void {
@@ -317,5 +420,6 @@ export class Background {
 
   clear(): void {
     this.byKey.clear();
+    this.tried.clear();
   }
 }

@@ -1,5 +1,5 @@
 import { decodeEntry, encodeStorable } from './codec.js';
-import { entryState, type EntryState } from './entry.js';
+import { entryState, type EntryFacts, type EntryState } from './entry.js';
 import type { Io } from './io.js';
 import type { EntryKeys } from './keys.js';
 import type { Grant } from './lock/types.js';
@@ -9,7 +9,7 @@ import type { Bus, NoteKind } from './wait.js';
 
 export type Found =
   | { readonly state: 'miss' }
-  | { readonly state: EntryState; readonly value: unknown; readonly pttl: number; readonly graceMs: number; readonly fence: number };
+  | ({ readonly state: EntryState; readonly value: unknown; readonly pttl: number; readonly graceMs: number } & EntryFacts);
 
 const MISS: Found = Object.freeze({ state: 'miss' });
 
@@ -44,11 +44,32 @@ export class Store {
     }
     try {
       const entry = decodeEntry(body);
-      return { state: entryState(pttl, entry.staleMs, entry.graceMs), value: entry.value, pttl, graceMs: entry.graceMs, fence: entry.fence };
+      return {
+        state: entryState(pttl, entry.staleMs, entry.graceMs),
+        value: entry.value,
+        pttl,
+        graceMs: entry.graceMs,
+        fence: entry.fence,
+        ttlMs: entry.ttlMs,
+        loadMs: entry.loadMs,
+      };
     } catch (err) {
       this.events.decodeError(key, err instanceof Error ? err.message : 'undecodable', err);
       return MISS;
     }
+  }
+
+  /**
+   * Throws UnstorableValueError for a value that could never be read back, sending nothing: set()
+   * checks before it takes a grant (the check encodes once more; a set() is an explicit write).
+   */
+  assertStorable(key: string, value: unknown, call: ResolvedCall): void {
+    this.encode(key, value, 0, call, 0, call.ttl);
+  }
+
+  private encode(key: string, value: unknown, fence: number, call: ResolvedCall, loadMs: number, ttl: number): Buffer {
+    const graceMs = graceWindow(call.staleTtl, call.failSafeTtl);
+    return encodeStorable(key, { value, fence, loadMs: Math.round(loadMs), writtenAt: Date.now(), staleMs: call.staleTtl, graceMs, ttlMs: ttl }, this.maxValueBytes);
   }
 
   /**
@@ -57,11 +78,10 @@ export class Store {
    * the fence rule in lock/scripts.ts); waiters are then told 'r' (released without a value).
    * Throws UnstorableValueError, before any Redis traffic and with the grant still held, for a value
    * that could never be read back; throws RedisUnavailableError (operation 'set' for kind 's').
+   * `ttl` is this write's fresh time (`writeTtl(call)`: `call.ttl` drawn with `ttlJitter`); the entry carries it.
    */
-  async write(key: string, keys: EntryKeys, grant: Grant, value: unknown, call: ResolvedCall, loadMs: number, kind: NoteKind): Promise<boolean> {
-    const graceMs = graceWindow(call.staleTtl, call.failSafeTtl);
-    const envelope = { value, fence: grant.fence, loadMs: Math.round(loadMs), writtenAt: Date.now(), staleMs: call.staleTtl, graceMs };
-    const bytes = encodeStorable(key, envelope, this.maxValueBytes);
+  async write(key: string, keys: EntryKeys, grant: Grant, value: unknown, call: ResolvedCall, loadMs: number, kind: NoteKind, ttl = call.ttl): Promise<boolean> {
+    const bytes = this.encode(key, value, grant.fence, call, loadMs, ttl);
     const accepted = await this.io.run(
       kind === 's' ? 'set' : 'write',
       () => this.writeScript(
@@ -70,7 +90,7 @@ export class Store {
           grant.token,
           String(grant.fence),
           bytes,
-          physicalTtl(call.ttl, call.staleTtl, call.failSafeTtl),
+          physicalTtl(ttl, call.staleTtl, call.failSafeTtl),
           this.bus.channel,
           this.bus.message(kind, key),
           this.bus.message('r', key),

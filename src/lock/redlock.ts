@@ -167,19 +167,24 @@ export class RedlockLock implements Locker {
     const { io, scripts, clock } = this.deps;
     let granted: number;
     let fence: number;
+    // Every way out but a grant frees the nodes now and again once every vote is in (a straggler may grant late).
+    const giveUp = async (): Promise<void> => {
+      await giveUp();
+      void allAnswered.then(() => this.releaseNodes(keys.lock, token));
+    };
     try {
       [granted, fence] = await io.run('acquire', () => scripts.acquire(keys.lock, keys.fence, keys.backoff, '', 0, call.lockTtl, false), key);
     } catch (err) {
-      await this.releaseNodes(keys.lock, token);
+      await giveUp();
       throw err;
     }
     if (granted === 2) {
-      await this.releaseNodes(keys.lock, token);
+      await giveUp();
       throw new OriginBackoffError(key, fence);
     }
     const left = validity(call.lockTtl, clock.now() - started, this.config.driftFactor);
     if (left <= 0) {
-      await this.releaseNodes(keys.lock, token);
+      await giveUp();
       return null;
     }
     return new RedlockGrant(this.deps, this, key, keys, token, fence, call.lockTtl, call.failBackoff, clock.now() + left, allAnswered);

@@ -72,7 +72,10 @@ class StoreGrant implements Grant {
   ) {
     const extendOnce = async (): Promise<Extension> =>
       (await deps.io.run('extend', () => deps.scripts.extend(keys.lock, keys.fence, token, ttl), key)) === 1 ? 'kept' : 'lost';
-    this.watchdog = new Watchdog(key, deps.clock, ttl, acquiredAt + ttl, extendOnce, ttl, deps.onLost);
+    // A fence-only grant holds no lock that could lapse: a Redis stall must not abort its loader (a
+    // lapsed fence only refuses the write). Only an exclusive grant has a validity to lose.
+    const validFor = exclusive ? ttl : Number.POSITIVE_INFINITY;
+    this.watchdog = new Watchdog(key, deps.clock, ttl, acquiredAt + validFor, extendOnce, validFor, deps.onLost);
     this.signal = this.watchdog.signal;
   }
 

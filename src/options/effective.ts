@@ -3,6 +3,7 @@
  * pure function here, each with a table test (test/unit/options.test.ts).
  */
 import { InvalidOptionError } from '../errors.js';
+import { jitteredTtl } from '../entry.js';
 import { LOCK_MODES, type LockMode, type LockPolicy } from './public.js';
 
 /** The mode a policy picks for a key; a policy function returning garbage is a typed error. */
@@ -42,4 +43,9 @@ export function watchdogInterval(lockTtl: number): number {
 /** The next fallback poll delay: `pollInterval` jittered to [0.5, 1.5)× and never past the deadline. `rand` is in [0, 1). */
 export function pollDelay(pollInterval: number, remainingMs: number, rand: number): number {
   return Math.max(0, Math.min(remainingMs, Math.round(pollInterval * (0.5 + rand))));
+}
+
+/** This write's ttl: `ttl` itself without `ttlJitter` (no random draw), else drawn from `ttl × (1 − ttlJitter … 1)`. `rand` is in [0, 1). */
+export function writeTtl(call: { readonly ttl: number; readonly ttlJitter: number }, rand: () => number = Math.random): number {
+  return call.ttlJitter === 0 ? call.ttl : jitteredTtl(call.ttl, call.ttlJitter, rand());
 }

@@ -4,7 +4,7 @@
  */
 import { InvalidOptionError } from '../errors.js';
 import type { RedisClient } from '../redis-types.js';
-import { LOCK_MODES, type Clock, type LockMode, type LockPolicy } from './public.js';
+import { LOCK_MODES, type Clock, type LockMode, type LockPolicy, type RefreshAhead } from './public.js';
 
 /**
  * Checks a given value and returns it as its resolved type, or throws an `InvalidOptionError` naming
@@ -70,6 +70,25 @@ export function numberFrom(min: number, max: number): Parse<number> {
     throw new InvalidOptionError(name, v, `a number from ${min} to ${max}`);
   };
 }
+
+/** A fraction in [0, 1), e.g. `ttlJitter`. */
+export const fractionBelowOne: Parse<number> = (v, name, key) => {
+  if (typeof v === 'number' && Number.isFinite(v) && v >= 0 && v < 1) return v;
+  throw new InvalidOptionError(name, v, 'a number from 0 up to (not including) 1', key);
+};
+
+/** `refreshAhead`: a fraction in [0, 1) (0 = off), or `{ beta }` with beta a positive finite number. Resolved frozen. */
+export const refreshAhead: Parse<RefreshAhead> = (v, name, key) => {
+  if (typeof v === 'number') {
+    if (Number.isFinite(v) && v >= 0 && v < 1) return v;
+  } else if (typeof v === 'object' && v !== null && !Array.isArray(v)) {
+    refuseUnknown({ beta: true }, v, `${name}.`, `${name} `, key);
+    const beta = (v as { beta?: unknown }).beta;
+    if (typeof beta === 'number' && Number.isFinite(beta) && beta > 0) return Object.freeze({ beta });
+    throw new InvalidOptionError(`${name}.beta`, beta, 'a positive finite number (1 is the usual XFetch choice)', key);
+  }
+  throw new InvalidOptionError(name, v, 'a fraction of ttl from 0 (off) up to (not including) 1, or { beta: <positive number> }', key);
+};
 
 /** One of a few string literals; the message lists them. */
 export function oneOf<L extends string>(choices: readonly L[]): Parse<L> {

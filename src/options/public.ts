@@ -21,6 +21,12 @@ export type LockPolicy = LockMode | ((key: string) => LockMode);
 /** What a caller that waited `waitTimeout` without seeing a value does next. */
 export type OnWaitTimeout = 'compute' | 'throw';
 
+/**
+ * Refresh ahead: a fraction of `ttl` in (0, 1), `0` = off; or `{ beta }` for probabilistic early
+ * refresh (XFetch) using how long the entry's loader took. See `CallOptions.refreshAhead`.
+ */
+export type RefreshAhead = number | { beta: number };
+
 /** Monotonic milliseconds. Injectable so unit tests can use fake timers. */
 export interface Clock {
   now(): number;
@@ -53,6 +59,23 @@ export interface CallOptions {
   softTimeout?: number;
   /** A loader running longer than this fails its callers with `LoaderTimeoutError`; its signal aborts and the lock is released, in ms. Default `0` (off). */
   hardTimeout?: number;
+  /**
+   * Refresh ahead. A number `r` in (0, 1): a hit (Redis or L1) on an entry older than `r × ttl` (the
+   * entry's own ttl) returns the value at once and starts one background refresh — at most one per key
+   * per process, and one per key across the fleet (the rebuild's lock and fence; a process that loses
+   * the lock does nothing). `{ beta }` (beta > 0; 1 is XFetch's usual choice): each hit refreshes with a
+   * probability rising towards expiry, `−loadMs × beta × ln(rand) ≥ fresh time left`, where `loadMs` is
+   * the entry's last loader time. Only hits trigger it: a key nobody reads is never refreshed. A failed
+   * refresh leaves the value served until it expires (then the miss path and fail-safe apply) and is
+   * not retried by this process before then. Default `0` (off; the hit path does no extra work).
+   */
+  refreshAhead?: RefreshAhead;
+  /**
+   * A fraction in [0, 1): each write's ttl is drawn uniformly from `ttl × (1 − ttlJitter … 1)`, so keys
+   * written together do not all expire together. The drawn ttl is kept in the entry (the refresh point
+   * and L1 follow it). Default `0` (every write gets exactly `ttl`).
+   */
+  ttlJitter?: number;
 }
 
 /** The optional in-process L1 tier. */
@@ -90,8 +113,8 @@ export interface CacheOptions {
   prefix?: string;
   /** The in-process L1 tier; `false` or omitted turns it off. Default `false`. */
   local?: LocalTierOptions | false;
-  /** Cache-wide defaults for every per-call option. */
-  defaults?: CallOptions;
+  /** Cache-wide defaults for every per-call option but `signal` (which is per call). */
+  defaults?: Omit<CallOptions, 'signal'>;
   /** Longest time any single Redis operation may take before the call degrades, in ms. Default `1000`. */
   redisTimeout?: number;
   /** Longest accepted key, in UTF-16 code units. Default `1024`. */

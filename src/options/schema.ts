@@ -13,6 +13,7 @@ import {
   abortSignal,
   boolean,
   clock,
+  fractionBelowOne,
   intFrom,
   isRedisClient,
   lockPolicy,
@@ -23,6 +24,7 @@ import {
   positiveCount,
   positiveMs,
   redisClient,
+  refreshAhead,
   refuseUnknown,
   type Defaulted,
   type Field,
@@ -63,6 +65,8 @@ export const CALL_FIELDS = {
   failBackoff: field(nonNegativeMs, 0),
   softTimeout: field(nonNegativeMs, 0),
   hardTimeout: field(nonNegativeMs, 0),
+  refreshAhead: field(refreshAhead, 0),
+  ttlJitter: field(fractionBelowOne, 0),
 } satisfies { readonly [K in keyof CallOptions]-?: Field<NonNullable<CallOptions[K]>> };
 
 type CallFields = typeof CALL_FIELDS;

@@ -72,14 +72,14 @@ describe('grant release outcomes', () => {
     expect(await s.settled()).toEqual(['w:w']);
   });
 
-  it("a refused write still announces the outcome ('empty'): waiters are woken", async () => {
+  it("a refused write announces 'r' from the write script itself (waiters are woken); the release after it ('written') sends nothing more", async () => {
     const s = await setup();
     const grant = await s.acquire('x');
     const newer = await s.local.acquire('x', s.keys('x'), s.call);
     expect(await s.store.write('x', s.keys('x'), newer as Grant, 'newer', s.call, 0, 's')).toBe(true);
     await newer?.release('written');
     expect(await s.store.write('x', s.keys('x'), grant, 'older', s.call, 0, 'w')).toBe(false);
-    await grant.release('empty');
+    await grant.release('written');
     expect(await s.settled()).toEqual(['s:x', 'r:x']);
   });
 

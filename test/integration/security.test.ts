@@ -138,6 +138,8 @@ describe('TLS', () => {
     expect([await held.call, await waiting.call]).toEqual(['over-tls', 'over-tls']);
     // The count the refusal tests rely on sees TLS traffic (the INFO read itself is one command).
     expect((await commandsProcessed(admin)) - before).toBeGreaterThan(5);
+    // Closed now, so their subscriber heartbeats do not count in the refusal tests below.
+    await Promise.all([a.close(), b.close()]);
   });
 
   // Options are built lazily: the CA exists only once beforeAll has run.

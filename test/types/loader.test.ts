@@ -4,7 +4,7 @@
  * nothing here runs a call: `cache` is only declared, and every call sits in a function never invoked.
  */
 import { describe, expectTypeOf, it } from 'vitest';
-import type { Cache, Loader, LoaderContext } from '../../src/index.js';
+import type { Cache, CacheOptions, Loader, LoaderContext } from '../../src/index.js';
 
 interface User {
   id: string;
@@ -68,5 +68,18 @@ describe('getOrCompute infers the value type from its loader', () => {
     expectTypeOf(() => cache.get<User>('k')).returns.toEqualTypeOf<Promise<User | undefined>>();
     expectTypeOf(() => cache.get('k')).returns.toEqualTypeOf<Promise<unknown>>();
     expectTypeOf(() => cache.set('k', { id: 'x', name: 'y' }, 1000)).returns.toEqualTypeOf<Promise<void>>();
+  });
+});
+
+describe('review: loader and defaults types', () => {
+  it('a loader may return a thenable (a query builder), inferred as its value', () => {
+    const never = (cache: Cache, query: PromiseLike<{ id: number }[]>) => cache.getOrCompute('q', () => query, 1000);
+    expectTypeOf(never).returns.toEqualTypeOf<Promise<{ id: number }[]>>();
+  });
+
+  it('defaults take no signal (it belongs to one call)', () => {
+    // @ts-expect-error signal is per call only
+    const options: CacheOptions = { redis: {} as CacheOptions['redis'], defaults: { signal: AbortSignal.abort() } };
+    expectTypeOf(options).toExtend<CacheOptions>();
   });
 });

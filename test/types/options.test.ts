@@ -94,7 +94,7 @@ describe('the entry point', () => {
     expectTypeOf<api.Clock>().toEqualTypeOf<{ now(): number }>();
     expectTypeOf<api.ErrorCode>().toExtend<string>();
     expectTypeOf<api.CacheEvents>().toHaveProperty('hit');
-    expectTypeOf<api.Loader<number>>().returns.toEqualTypeOf<number | Promise<number>>();
+    expectTypeOf<api.Loader<number>>().returns.toEqualTypeOf<number | PromiseLike<number>>();
     expectTypeOf<api.LoaderContext<number>['staleValue']>().toEqualTypeOf<number | undefined>();
     expectTypeOf<api.RedisClient>().toHaveProperty('defineCommand');
   });

@@ -7,7 +7,7 @@ import { UnstorableValueError } from '../../src/errors.js';
 import { FIXTURE_VALUES } from '../fixtures/entry-values.js';
 
 const dir = new URL('../fixtures/entries/', import.meta.url);
-const envelope = (value: unknown) => ({ value, fence: 7, loadMs: 3, writtenAt: 1, staleMs: 0, graceMs: 0 });
+const envelope = (value: unknown) => ({ value, fence: 7, loadMs: 3, writtenAt: 1, staleMs: 0, graceMs: 0, ttlMs: 1000 });
 
 describe('wire format', () => {
   const files = readdirSync(dir).filter((f) => f.endsWith('.bin'));
@@ -23,6 +23,7 @@ describe('wire format', () => {
     expect(e.value).toEqual(FIXTURE_VALUES[name]);
     expect([e.fence, e.loadMs, e.writtenAt, e.staleMs]).toEqual([1_796_000_000_000_001, 42, 1_796_000_000_000, 500]);
     expect(e.graceMs).toBe(version === 1 ? 500 : 900); // v1 had no grace field: it equalled staleMs
+    expect(e.ttlMs).toBe(version < 3 ? undefined : 700); // v1 and v2 did not carry the entry's ttl
   });
 
   it.each(Object.entries(FIXTURE_VALUES))('round-trips %s', (_name, value) => {
@@ -33,7 +34,7 @@ describe('wire format', () => {
 describe('untrusted bytes decode to a DecodeError, never anything else', () => {
   const evil = new Packr({ structuredClone: true, moreTypes: true });
   const plain = new Packr({ useRecords: false });
-  const wrap = (value: unknown, p = evil) => p.pack([FORMAT_VERSION, value, 1, 0, 0, 0, 0]);
+  const wrap = (value: unknown, p = evil) => p.pack([FORMAT_VERSION, value, 1, 0, 0, 0, 0, 1000]);
 
   const cases: [string, Buffer][] = [
     ['empty', Buffer.alloc(0)],
@@ -48,6 +49,9 @@ describe('untrusted bytes decode to a DecodeError, never anything else', () => {
     ['not an array', plain.pack({ a: 1 })],
     ['unknown version', plain.pack([99, 'v', 1, 0, 0, 0])],
     ['v2 without its grace field', plain.pack([2, 'v', 1, 0, 0, 0])],
+    ['v3 without its ttl field', plain.pack([3, 'v', 1, 0, 0, 0, 0])],
+    ['v3 with ttl 0', plain.pack([3, 'v', 1, 0, 0, 0, 0, 0])],
+    ['v3 with a string ttl', plain.pack([3, 'v', 1, 0, 0, 0, 0, '1000'])],
     ['short envelope', plain.pack([1, 'v'])],
     ['negative fence', plain.pack([1, 'v', -1, 0, 0, 0])],
     ['RegExp value', wrap(/a+$/)],

@@ -125,6 +125,8 @@ describe('resolveCallOptions', () => {
       failBackoff: DEFAULTS.failBackoff,
       softTimeout: DEFAULTS.softTimeout,
       hardTimeout: DEFAULTS.hardTimeout,
+      refreshAhead: DEFAULTS.refreshAhead,
+      ttlJitter: DEFAULTS.ttlJitter,
     });
     expect(Object.isFrozen(r)).toBe(true);
   });
@@ -215,7 +217,7 @@ describe('resolveCacheOptions', () => {
 /** The call-level defaults, spelled out: the schema must not change one by accident. */
 const DEFAULTS_OF_CALL = {
   staleTtl: 0, lock: 'single', lockTtl: 10_000, waitTimeout: 5_000, onWaitTimeout: 'compute', pollInterval: 250,
-  failSafeTtl: 0, failBackoff: 0, softTimeout: 0, hardTimeout: 0,
+  failSafeTtl: 0, failBackoff: 0, softTimeout: 0, hardTimeout: 0, refreshAhead: 0, ttlJitter: 0,
 };
 
 describe('DEFAULTS', () => {

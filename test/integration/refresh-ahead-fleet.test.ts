@@ -1,0 +1,104 @@
+/**
+ * Refresh ahead across processes: forked workers (test/support/refresh-worker.ts), each with its own
+ * connection and cache, read hot keys under steady load while their entries pass the refresh point
+ * again and again.
+ */
+import { fork, type ChildProcess } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { describe, expect, it } from 'vitest';
+import type { CallOptions } from '../../src/index.js';
+import { useRedis } from '../support/harness.js';
+import type { Done, Load, Made, RunMsg } from '../support/refresh-worker.js';
+
+const h = useRedis();
+const WORKER = fileURLToPath(new URL('../support/refresh-worker.ts', import.meta.url));
+
+function start(prefix: string, localMax: number): Promise<ChildProcess> {
+  const child = fork(WORKER, [], {
+    execArgv: ['--import', 'tsx'],
+    env: { ...process.env, SG_REDIS_URL: h.url, SG_PREFIX: prefix, SG_LOCAL_MAX: String(localMax) },
+    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+  });
+  return new Promise((resolve, reject) => {
+    child.once('exit', () => reject(new Error('worker exited before it was ready')));
+    child.on('message', (m: { ev: string }) => m.ev === 'ready' && resolve(child));
+  });
+}
+
+function runOn(child: ChildProcess, msg: Omit<RunMsg, 'op'>): Promise<Done> {
+  return new Promise((resolve) => {
+    child.on('message', (m: Done) => m.ev === 'done' && resolve(m));
+    child.send({ op: 'run', ...msg });
+  });
+}
+
+async function stop(child: ChildProcess): Promise<void> {
+  if (child.exitCode !== null) return;
+  const exited = new Promise((r) => child.once('exit', r));
+  child.send({ op: 'exit' });
+  await exited;
+}
+
+const TTL = 800;
+const RA = 0.5;
+const LOAD_MS = 40;
+const FOR_MS = 4000;
+
+describe.each([
+  ['without L1', 0],
+  ['with L1', 100],
+])('refresh ahead across 3 processes under steady load (%s)', (_name, localMax) => {
+  it('one refresh per entry per ttl across processes, never two loaders at once, no caller waits after the first fill, no answer older than ttl, unread keys never refreshed', async () => {
+    const prefix = `fleet${process.pid}x${localMax}`;
+    const options: CallOptions = { ttl: TTL, refreshAhead: RA };
+    const hot = ['hot1', 'hot2'];
+    const cold = ['cold1', 'cold2'];
+    const workers = await Promise.all([0, 1, 2].map(() => start(prefix, localMax)));
+    try {
+      // The first fill, from this process: after it, every call in the fleet should be a hit.
+      const filler = h.cache({ prefix });
+      for (const key of [...hot, ...cold]) {
+        const made: Made = { run: `fill.${key}`, at: performance.timeOrigin + performance.now() };
+        expect(await filler.getOrCompute(key, () => made, options)).toEqual(made);
+      }
+      // Every worker is started before any result is awaited.
+      const done = await Promise.all(workers.map((w) => runOn(w, { hot, cold, options, everyMs: 10, forMs: FOR_MS, loadMs: LOAD_MS })));
+      const answers = done.flatMap((d) => d.answers);
+      const loads = done.flatMap((d) => d.loads);
+      const events = done.flatMap((d) => d.events);
+      expect(done.flatMap((d) => d.errors)).toEqual([]);
+
+      // No caller waited for a loader: not one miss (nor a wait, nor a stale answer) after the first fill.
+      expect(events.filter((e) => ['miss', 'waited', 'stale', 'loaderError', 'refreshError', 'degraded'].includes(e.name))).toEqual([]);
+
+      // No answer older than ttl: measured from the loader's end (before its write), so an upper bound.
+      const ages = answers.map((a) => a.answeredAt - a.made.at);
+      expect(Math.max(...ages)).toBeLessThanOrEqual(TTL);
+
+      for (const key of hot) {
+        const mine = loads.filter((l) => l.key === key).sort((a, b) => a.start - b.start);
+        // The entry kept being refreshed, at most once per refresh interval (refreshAhead × ttl) …
+        expect(mine.length).toBeGreaterThanOrEqual(3);
+        expect(mine.length).toBeLessThanOrEqual(Math.ceil(FOR_MS / (RA * TTL)) + 1);
+        // … each entry by exactly one process, once: the refreshed runs form one chain from the first fill.
+        const refreshed = mine.map((l) => l.refreshed);
+        expect(new Set(refreshed).size).toBe(refreshed.length);
+        expect(refreshed).toEqual([`fill.${key}`, ...mine.slice(0, -1).map((l) => l.run)]);
+        // Never two loaders of one key at once, anywhere in the fleet.
+        const overlapping = mine.filter((l, i): l is Load => i > 0 && l.start < (mine[i - 1] as Load).end);
+        expect(overlapping).toEqual([]);
+      }
+      // Every loader run was a won early refresh; every other attempt lost the lock or found it done.
+      const outcomes = (o: string) => events.filter((e) => e.name === 'refresh' && e.outcome === o).length;
+      expect(outcomes('won') - outcomes('already-refreshed')).toBe(loads.length);
+      expect(outcomes('started')).toBe(outcomes('won') + outcomes('lost'));
+      if (process.env.SG_DEBUG) console.log({ loads: loads.length, answers: answers.length, maxAge: Math.max(...ages), ...Object.fromEntries(['started', 'won', 'lost', 'already-refreshed'].map((o) => [o, outcomes(o)])) });
+
+      // Keys read only before their refresh point were never refreshed.
+      expect(loads.filter((l) => cold.includes(l.key))).toEqual([]);
+      expect(events.filter((e) => e.name === 'refresh' && cold.includes(e.key))).toEqual([]);
+    } finally {
+      await Promise.all(workers.map(stop));
+    }
+  }, 30_000);
+});

@@ -1,0 +1,322 @@
+/**
+ * Refresh ahead (issue 10) on a real Redis: several caches on separate clients stand in for processes
+ * where the process boundary is not essential (test/integration/refresh-ahead-fleet.test.ts forks them).
+ */
+import { createCache, type Cache, type CallOptions, type LoaderContext } from '../../src/index.js';
+import { decodeEntry } from '../../src/codec.js';
+import { entryKeys } from '../../src/keys.js';
+import { resolveCallOptions } from '../../src/options.js';
+import { refreshAheadOnHit, type RebuildDeps } from '../../src/rebuild.js';
+import type { CacheEvents } from '../../src/events.js';
+import { describe, expect, it } from 'vitest';
+import { countCommands, deferred, nextEvent, useRedis } from '../support/harness.js';
+
+const h = useRedis();
+const prefixOf = (cache: Cache) => (cache as unknown as { options: { prefix: string } }).options.prefix;
+const valueKey = (cache: Cache, key: string) => entryKeys(prefixOf(cache), key).value;
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** Resolves once Redis reports at most `ms` of physical TTL left on the entry (or that it is gone). */
+async function untilPttlAtMost(cache: Cache, key: string, ms: number): Promise<void> {
+  for (;;) {
+    const pttl = await h.admin.pttl(valueKey(cache, key));
+    if (pttl <= ms) return;
+    await sleep(Math.max(1, Math.min(20, pttl - ms)));
+  }
+}
+/** Resolves once Redis dropped the entry. */
+const untilGone = (cache: Cache, key: string) => untilPttlAtMost(cache, key, -2);
+
+/** Every `refresh` outcome a cache reports, in order. */
+function refreshes(cache: Cache): CacheEvents['refresh'][0]['outcome'][] {
+  const seen: CacheEvents['refresh'][0]['outcome'][] = [];
+  cache.on('refresh', (e) => seen.push(e.outcome));
+  return seen;
+}
+
+/** A loader that counts its runs and answers `v<run>`; `gate` (if given) holds every run after the first. */
+function counted(gate?: Promise<void>) {
+  const state = { runs: 0, staleSeen: [] as unknown[] };
+  const loader = async (ctx: LoaderContext) => {
+    const run = ++state.runs;
+    state.staleSeen.push(ctx.staleValue);
+    if (run > 1 && gate) await gate;
+    return `v${run}`;
+  };
+  return { state, loader };
+}
+
+const RA: CallOptions = { ttl: 1000, refreshAhead: 0.5 };
+
+describe('cost of a hit', () => {
+  it('with refreshAhead on, a fresh hit before the refresh point is still one round trip and an L1 hit none', async () => {
+    const writer = h.cache();
+    await writer.set('k', 'v', 60_000);
+    const client = h.client();
+    const reader = createCache({ redis: client, prefix: prefixOf(writer), local: { max: 10 } });
+    await client.ping();
+    expect(await reader.ready()).toBe(true);
+    const outcomes = refreshes(reader);
+    const sent = countCommands(client);
+    expect(await reader.getOrCompute('k', () => 'other', { ttl: 60_000, refreshAhead: 0.8 })).toBe('v');
+    expect(sent.count).toBe(1);
+    sent.reset();
+    expect(await reader.getOrCompute('k', () => 'other', { ttl: 60_000, refreshAhead: 0.8 })).toBe('v');
+    expect(sent.count).toBe(0);
+    expect(outcomes).toEqual([]);
+    await reader.close();
+  });
+
+  it('with refreshAhead off (the default), a hit past any refresh point is one round trip and starts nothing', async () => {
+    const writer = h.cache();
+    await writer.set('k', 'v1', 1000);
+    await untilPttlAtMost(writer, 'k', 400);
+    const client = h.client();
+    const reader = createCache({ redis: client, prefix: prefixOf(writer) });
+    await client.ping();
+    const outcomes = refreshes(reader);
+    const { state, loader } = counted();
+    const sent = countCommands(client);
+    expect(await reader.getOrCompute('k', loader, { ttl: 1000 })).toBe('v1');
+    await sleep(20);
+    expect([sent.count, state.runs, outcomes]).toEqual([1, 0, []]);
+    // The same hit with the option on does start the refresh (so the count above could have moved).
+    expect(await reader.getOrCompute('k', loader, RA)).toBe('v1');
+    await nextEvent(reader, 'computed');
+    expect(state.runs).toBe(1);
+    await reader.close();
+  });
+});
+
+describe('a hit past the refresh point', () => {
+  it('returns the current value at once, and exactly one background refresh replaces it (no L1)', async () => {
+    const cache = h.cache();
+    const gate = deferred<void>();
+    const { state, loader } = counted(gate.promise);
+    const outcomes = refreshes(cache);
+    expect(await cache.getOrCompute('k', loader, RA)).toBe('v1');
+    await untilPttlAtMost(cache, 'k', 450);
+    // Every contender starts before any is awaited; the refresh's loader stays blocked on its gate.
+    const answers = await Promise.all(Array.from({ length: 20 }, () => cache.getOrCompute('k', loader, RA)));
+    for (let i = 0; i < 5; i++) answers.push(await cache.getOrCompute('k', loader, RA));
+    expect(answers).toEqual(Array(25).fill('v1'));
+    expect(state.runs).toBe(2);
+    expect(state.staleSeen[1]).toBe('v1'); // the loader is told which value it refreshes
+    expect(outcomes).toEqual(['started', 'won']);
+    const written = nextEvent(cache, 'computed');
+    gate.resolve();
+    expect((await written).written).toBe(true);
+    expect(await cache.getOrCompute('k', loader, RA)).toBe('v2');
+    const pttl = await h.admin.pttl(valueKey(cache, 'k'));
+    expect(pttl).toBeGreaterThan(500); // a new entry, not past its own point
+    expect(state.runs).toBe(2);
+  });
+
+  it('from L1 too: an L1 hit past the point answers without Redis and starts the refresh', async () => {
+    const client = h.client();
+    const cache = createCache({ redis: client, prefix: `ra-l1-${process.pid}`, local: { max: 10 } });
+    await client.ping();
+    expect(await cache.ready()).toBe(true);
+    const gate = deferred<void>();
+    const { state, loader } = counted(gate.promise);
+    const outcomes = refreshes(cache);
+    expect(await cache.getOrCompute('k', loader, RA)).toBe('v1'); // own write fills L1
+    await untilPttlAtMost(cache, 'k', 450);
+    const hits: string[] = [];
+    cache.on('hit', (e) => hits.push(e.tier));
+    const sent = countCommands(client);
+    const started = nextEvent(cache, 'refresh');
+    expect(await cache.getOrCompute('k', loader, RA)).toBe('v1');
+    expect(hits).toEqual(['local']);
+    expect((await started).outcome).toBe('started');
+    await nextEvent(cache, 'refresh'); // won
+    expect(sent.count).toBeGreaterThan(0); // the background refresh's own traffic, after the answer
+    expect(outcomes).toEqual(['started', 'won']);
+    const written = nextEvent(cache, 'computed');
+    gate.resolve();
+    await written;
+    sent.reset();
+    expect(await cache.getOrCompute('k', loader, RA)).toBe('v2'); // the refresh's own write refilled L1
+    expect(sent.count).toBe(0);
+    expect(state.runs).toBe(2);
+    await cache.close();
+  });
+
+  it('across caches on separate clients: one wins the lock and refreshes, the others lose and load nothing', async () => {
+    const first = h.cache();
+    const others = [h.cache({ prefix: prefixOf(first) }), h.cache({ prefix: prefixOf(first) })];
+    const all = [first, ...others];
+    const gate = deferred<void>();
+    const { state, loader } = counted(gate.promise);
+    const outcomes = all.map(refreshes);
+    expect(await first.getOrCompute('k', loader, RA)).toBe('v1');
+    await untilPttlAtMost(first, 'k', 450);
+    const decided = all.map((c) => new Promise<void>((resolve) => c.on('refresh', (e) => e.outcome !== 'started' && resolve())));
+    const answers = await Promise.all(all.map((c) => c.getOrCompute('k', loader, RA)));
+    expect(answers).toEqual(['v1', 'v1', 'v1']);
+    await Promise.all(decided);
+    const written = new Promise<void>((resolve) => all.forEach((c) => c.on('computed', () => resolve())));
+    gate.resolve();
+    await written;
+    expect(state.runs).toBe(2);
+    expect(outcomes.flat().filter((o) => o === 'won')).toHaveLength(1);
+    expect(outcomes.flat().filter((o) => o === 'lost')).toHaveLength(2);
+    expect(await others[1]?.get('k')).toBe('v2');
+  });
+
+  it('a winner whose re-read finds the entry already refreshed (another fence) loads nothing', async () => {
+    const a = h.cache();
+    const b = h.cache({ prefix: prefixOf(a) });
+    const { state, loader } = counted();
+    const firstFill = nextEvent(a, 'computed');
+    expect(await a.getOrCompute('k', loader, RA)).toBe('v1');
+    const { fence } = await firstFill;
+    await untilPttlAtMost(a, 'k', 450);
+    // b refreshes first …
+    const bWrote = nextEvent(b, 'computed');
+    expect(await b.getOrCompute('k', loader, RA)).toBe('v1');
+    expect((await bWrote).written).toBe(true);
+    // … and a acts on the hit it made before that write (the entry of the first fence, past its point).
+    const outcomes = refreshes(a);
+    const deps = (a as unknown as { deps: RebuildDeps }).deps;
+    const call = resolveCallOptions((a as unknown as { options: { defaults: never } }).options.defaults, RA, 'k');
+    refreshAheadOnHit(deps, 'k', () => entryKeys(prefixOf(a), 'k'), loader, call, { value: 'v1', freshUntil: performance.now() + 400, facts: { fence: fence as number, ttlMs: 1000, loadMs: 1 } });
+    await nextEvent(a, 'refresh'); // won
+    await sleep(50);
+    expect(outcomes).toEqual(['started', 'won', 'already-refreshed']);
+    expect(state.runs).toBe(2); // the first fill and b's refresh; none by a
+    expect(await a.get('k')).toBe('v2');
+  });
+});
+
+describe('only read keys are refreshed', () => {
+  it('a key read only before its refresh point is never refreshed; it expires', async () => {
+    const cache = h.cache();
+    const { state, loader } = counted();
+    const outcomes = refreshes(cache);
+    expect(await cache.getOrCompute('cold', loader, { ttl: 400, refreshAhead: 0.5 })).toBe('v1');
+    expect(await cache.getOrCompute('cold', loader, { ttl: 400, refreshAhead: 0.5 })).toBe('v1'); // a hit before the point
+    await untilGone(cache, 'cold');
+    await sleep(50);
+    expect(state.runs).toBe(1);
+    expect(outcomes).toEqual([]);
+  });
+});
+
+describe('a failing refresh', () => {
+  const failing = () => {
+    const state = { runs: 0 };
+    const loader = async () => {
+      state.runs++;
+      if (state.runs > 1) throw new Error('origin down');
+      return 'v1';
+    };
+    return { state, loader };
+  };
+
+  it('keeps serving the value until it expires, tries once (not on every hit), then the miss path runs the loader', async () => {
+    const cache = h.cache();
+    const { state, loader } = failing();
+    const errors: unknown[] = [];
+    cache.on('refreshError', (e) => errors.push(e.error));
+    expect(await cache.getOrCompute('k', loader, RA)).toBe('v1');
+    await untilPttlAtMost(cache, 'k', 450);
+    const answers: unknown[] = [];
+    for (let i = 0; i < 8; i++) {
+      answers.push(await cache.getOrCompute('k', loader, RA));
+      await sleep(15); // lets each background attempt finish before the next hit
+    }
+    expect(answers).toEqual(Array(8).fill('v1'));
+    expect(state.runs).toBe(2); // the first fill and one early refresh, not one per hit
+    expect(errors).toHaveLength(1);
+    await untilGone(cache, 'k');
+    const missed = nextEvent(cache, 'miss');
+    await expect(cache.getOrCompute('k', async () => 'v-miss', RA)).resolves.toBe('v-miss');
+    await missed;
+  });
+
+  it('with failSafeTtl: after expiry the miss path fails over to the kept value', async () => {
+    const cache = h.cache();
+    const { state, loader } = failing();
+    const options: CallOptions = { ...RA, failSafeTtl: 60_000 };
+    expect(await cache.getOrCompute('k', loader, options)).toBe('v1');
+    await untilPttlAtMost(cache, 'k', 60_450);
+    expect(await cache.getOrCompute('k', loader, options)).toBe('v1');
+    await nextEvent(cache, 'refreshError');
+    await untilPttlAtMost(cache, 'k', 60_000); // its fresh time is over: only kept for fail-safe
+    const stale = nextEvent(cache, 'stale');
+    expect(await cache.getOrCompute('k', loader, options)).toBe('v1');
+    expect((await stale).reason).toBe('loaderError');
+    expect(state.runs).toBe(3); // the fill, the early refresh, the miss path's rebuild
+  });
+});
+
+describe('no answer older than ttl', () => {
+  it.each([false, true])('while a slow refresh runs past expiry, a call after expiry waits for it instead of getting the old value (L1 %s)', async (withL1) => {
+    const client = h.client();
+    const cache = createCache({ redis: client, prefix: `ra-old-${process.pid}-${String(withL1)}`, ...(withL1 ? { local: { max: 10 } } : {}) });
+    await client.ping();
+    expect(await cache.ready()).toBe(true);
+    const gate = deferred<void>();
+    const { loader } = counted(gate.promise);
+    const options: CallOptions = { ttl: 400, refreshAhead: 0.5 };
+    expect(await cache.getOrCompute('k', loader, options)).toBe('v1');
+    await untilPttlAtMost(cache, 'k', 150);
+    expect(await cache.getOrCompute('k', loader, options)).toBe('v1'); // starts the (blocked) refresh
+    await untilGone(cache, 'k');
+    const missed = nextEvent(cache, 'miss');
+    const late = cache.getOrCompute('k', loader, options);
+    // It does not get v1: it goes to the lock, which the refresh holds.
+    expect(await Promise.race([late.then((value) => ({ value })), missed.then(() => 'missed')])).toBe('missed');
+    gate.resolve();
+    expect(await late).toBe('v2');
+    await cache.close();
+  });
+});
+
+describe('XFetch ({ beta })', () => {
+  it('uses the loader time kept in the entry: a set() entry (0 ms) is never refreshed early, a loaded one is', async () => {
+    const cache = h.cache();
+    const outcomes = refreshes(cache);
+    const options: CallOptions = { ttl: 1000, refreshAhead: { beta: 1000 } };
+    await cache.set('set', 'v', 1000);
+    const slow = async () => (await sleep(30), 'v1');
+    expect(await cache.getOrCompute('loaded', slow, options)).toBe('v1');
+    await untilPttlAtMost(cache, 'loaded', 600);
+    // −loadMs × 1000 × ln(rand) ≥ ~600 unless rand > e^(−600 / 30000) ≈ 0.98: five hits all missing it is ~1e-8.
+    for (let i = 0; i < 5; i++) expect(await cache.getOrCompute('set', () => 'x', options)).toBe('v');
+    expect(outcomes).toEqual([]);
+    for (let i = 0; i < 5 && outcomes.length === 0; i++) expect(await cache.getOrCompute('loaded', slow, options)).toBe('v1');
+    expect(outcomes[0]).toBe('started');
+  });
+});
+
+describe('ttlJitter', () => {
+  it('draws each write\'s ttl from ttl × (1 − jitter … 1), keeps it in the entry, and L1 never outlives it', async () => {
+    const client = h.client();
+    const cache = createCache({ redis: client, prefix: `ra-jit-${process.pid}`, local: { max: 100 } });
+    await client.ping();
+    expect(await cache.ready()).toBe(true);
+    const options: CallOptions = { ttl: 10_000, ttlJitter: 0.5 };
+    await Promise.all(Array.from({ length: 25 }, (_, i) => cache.set(`s${i}`, i, options)));
+    await Promise.all(Array.from({ length: 25 }, (_, i) => cache.getOrCompute(`g${i}`, () => i, options)));
+    const keys = [...Array.from({ length: 25 }, (_, i) => `s${i}`), ...Array.from({ length: 25 }, (_, i) => `g${i}`)];
+    const ttls: number[] = [];
+    const lru = (cache as unknown as { local: { lru: { get(k: string): { freshUntil: number } | undefined } } }).local.lru;
+    for (const key of keys) {
+      const vk = valueKey(cache, key);
+      const [pttl, bytes] = await Promise.all([h.admin.pttl(vk), h.admin.getBuffer(vk)]);
+      const { ttlMs } = decodeEntry(bytes as Buffer);
+      ttls.push(ttlMs as number);
+      expect(ttlMs).toBeGreaterThanOrEqual(5000);
+      expect(ttlMs).toBeLessThanOrEqual(10_000);
+      expect(pttl).toBeLessThanOrEqual(ttlMs as number); // the physical TTL is the drawn one
+      const slot = lru.get(key);
+      expect(slot).toBeDefined();
+      expect((slot as { freshUntil: number }).freshUntil - performance.now()).toBeLessThanOrEqual(ttlMs as number);
+    }
+    // 50 uniform draws over 5 s all within one 1 s band: probability below 1e-30.
+    expect(Math.max(...ttls) - Math.min(...ttls)).toBeGreaterThan(1000);
+    await cache.close();
+  });
+});
