@@ -1,7 +1,10 @@
 /**
  * `npm run bench [-- --quick] [--processes P] [--callers C] [--runs R] [--duration-ms D] [--loader-ms L]
  *   [--ttl-ms T] [--rate N] [--open-duration-ms D] [--only scenario,…] [--contenders a,b,…] [--no-http]
- *   [--no-micro] [--no-heap] [--heap-runs N] [--trace DIR] [--cpu-prof DIR]`
+ *   [--no-micro] [--no-heap] [--heap-runs N] [--trace DIR] [--cpu-prof DIR] [--out DIR]`
+ *
+ * `--out DIR`: write the results there instead (e.g. a run of a few scenarios that must not replace
+ * the full run's bench/results/latest.md).
  *
  * `--trace DIR`: every worker writes each counted call (key, scheduled/started/answered instants, age
  * of the value) and its loader runs to DIR, and each run prints Redis's command counts; read them with
@@ -41,6 +44,7 @@ const { values: args } = parseArgs({
     'open-duration-ms': { type: 'string' },
     trace: { type: 'string' },
     'cpu-prof': { type: 'string' },
+    out: { type: 'string' },
     only: { type: 'string' },
     contenders: { type: 'string' },
     'no-http': { type: 'boolean', default: false },
@@ -288,7 +292,7 @@ const env = {
   sizes,
   ...(heap.length > 0 ? { heapNote: heapNote(heapTotal, heapRuns, DEFAULT_IN_FLIGHT) } : {}),
 };
-const files = writeReport({ env, rows, http, overhead: overheadFigures, lockCost: lockFigures, heap, latencySamples }, quick ? 'bench/results/quick' : 'bench/results');
+const files = writeReport({ env, rows, http, overhead: overheadFigures, lockCost: lockFigures, heap, latencySamples }, args.out ?? (quick ? 'bench/results/quick' : 'bench/results'));
 console.log(`\nwrote ${files.join(', ')}`);
 for (const f of flushers) f.disconnect();
 await Promise.all(nodes.map((n) => n.stop()));

@@ -33,11 +33,8 @@ export const JITTER = 0.2;
 /** L1 size for the `-l1` variants: larger than any scenario's key count, so nothing is evicted. */
 const L1_MAX = 10_000;
 
-/**
- * The refresh-ahead options (issue 10), typed here until src/ has them: written against the issue's
- * names, so they run for real once the feature lands (until then createCache refuses them by name).
- */
-type RefreshOptions = { refreshAhead?: number | { beta: number }; ttlJitter?: number };
+/** The refresh-ahead options (issue 10) a variant sets. */
+type RefreshOptions = Pick<CallOptions, 'refreshAhead' | 'ttlJitter'>;
 
 /** Whether a contender serves stale values while one caller refreshes (the stale-window scenario). */
 export function servesStale(name: ContenderName): boolean {
@@ -95,7 +92,7 @@ function ours(mode: LockMode, env: ContenderEnv, variant: { l1?: boolean; refres
     ...(nodes.length >= 3 ? { redlock: { nodes } } : {}),
   });
   const { refresh } = variant;
-  const options = (ttl: number, staleMs: number): CallOptions & RefreshOptions =>
+  const options = (ttl: number, staleMs: number): CallOptions =>
     refresh ? { ttl, waitTimeout: 10_000, ...refresh } : { ttl, staleTtl: staleMs, waitTimeout: 10_000 };
   return {
     get: (key, loader, ttl, staleMs) => cache.getOrCompute(key, loader, options(ttl, staleMs)),
