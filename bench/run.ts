@@ -208,7 +208,7 @@ for (const scenario of scenarios(sizes).filter((s) => !only || only.includes(s.n
       maxConcurrent: Math.max(...results.map((x) => x.maxConcurrent)),
       peakLoaders: m((x) => x.peakLoaders),
       runsPerKeyPerTtl: m((x) => x.runsPerKeyPerTtl),
-      ...(open ? { open: true, startLagP99: m((x) => x.startLagP99) } : {}),
+      ...(open ? { open: true, startLagP99: m((x) => x.startLagP99), fillMs: m((x) => x.fillMs) } : {}),
       p50: m((x) => x.p50),
       p99: m((x) => x.p99),
       max: m((x) => x.max),
