@@ -58,10 +58,13 @@ export function markdown(r: Report): string {
   out.push('');
   out.push(`Machine: ${String(e.cpus)}, ${String(e.os)}; Node ${String(e.node)}; Redis ${String(e.redis)} (${String(e.redisSource)}); ioredis ${String(e.ioredis)}; ${String(e.date)}.`);
   out.push(`Sizes: ${String(e.processes)} processes × ${String(e.callers)} concurrent callers; ${JSON.stringify(e.sizes)}; each figure is the median of ${String(e.runs)} runs.`);
-  out.push('');
-  out.push('| scenario | contender | loader runs | ideal | rebuild ratio | vs none | max at once | p50 ms | p99 ms | max ms | calls/s | stale | errors (never settled) | origin calls while failing |');
-  out.push('|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|');
-  for (const row of r.rows.filter((x) => !x.open)) {
+  const closed = r.rows.filter((x) => !x.open);
+  if (closed.length > 0) {
+    out.push('');
+    out.push('| scenario | contender | loader runs | ideal | rebuild ratio | vs none | max at once | p50 ms | p99 ms | max ms | calls/s | stale | errors (never settled) | origin calls while failing |');
+    out.push('|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|');
+  }
+  for (const row of closed) {
     if (row.skipped) {
       out.push(`| ${row.scenario} | ${row.contender} | cannot run: ${row.skipped} |||||||||||||`);
       continue;
@@ -100,7 +103,7 @@ function openMarkdown(r: Report): string[] {
   const sizes = r.env.sizes as { openPerSecond?: number; openDurationMs?: number } | undefined;
   const out = [
     '',
-    `**Open loop** (${String(sizes?.openPerSecond)} arrivals/s per process on a fixed schedule, ${String(r.env.processes)} processes, ${String(sizes?.openDurationMs)} ms; latency from each scheduled arrival; "older than ttl": answers whose value was loaded more than ttl before the answer; "start lag": how late calls started after their scheduled instant):`,
+    `**Open loop** (${String(sizes?.openPerSecond)} arrivals/s per process on a fixed schedule, ${String(r.env.processes)} processes, ${String(sizes?.openDurationMs)} ms per run, mass-expiry its ttl + 1 s, after a ${String((r.env.sizes as { openWarmupMs?: number } | undefined)?.openWarmupMs)} ms warm-up not counted; latency from each scheduled arrival; "older than ttl": answers whose value was loaded more than ttl before the answer; "start lag": how late calls started after their scheduled instant):`,
     '',
     '| scenario | contender | calls | p50 ms | p99 ms | max ms | start lag p99 ms | older than ttl | loader runs | per key per ttl | ideal | rebuild ratio | max at once (one key) | peak loaders (all keys) | errors | burst fill ms |',
     '|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|',
