@@ -1,8 +1,18 @@
 /**
  * `npm run bench [-- --quick] [--processes P] [--callers C] [--runs R] [--duration-ms D] [--loader-ms L]
- *   [--ttl-ms T] [--only scenario,…] [--contenders a,b,…] [--no-http] [--no-micro] [--no-heap] [--heap-runs N]`
+ *   [--ttl-ms T] [--rate N] [--open-duration-ms D] [--only scenario,…] [--contenders a,b,…] [--no-http]
+ *   [--no-micro] [--no-heap] [--heap-runs N] [--trace DIR] [--cpu-prof DIR] [--out DIR]`
+ *
+ * `--out DIR`: write the results there instead (e.g. a run of a few scenarios that must not replace
+ * the full run's bench/results/latest.md).
+ *
+ * `--trace DIR`: every worker writes each counted call (key, scheduled/started/answered instants, age
+ * of the value) and its loader runs to DIR, and each run prints Redis's command counts; read them with
+ * `node --import tsx bench/trace-summary.ts DIR`. `--cpu-prof DIR`: workers run with `--cpu-prof`.
  *
  * Multi-process stampede scenarios (every contender in the same run, same processes, same loader),
+ * closed loop (C callers per process) or open loop (N arrivals per second per process, latency from
+ * each scheduled arrival),
  * an HTTP scenario driven by autocannon, fresh-hit overhead, lock cost, and retained heap over many
  * loader runs (1,000,000; 100,000 with --quick; see bench/lib/heap.ts). Every figure is the median
  * of R runs, except the heap's: one run of N loader runs per variant unless --heap-runs says more. Writes bench/results/<stamp>.json, bench/results/latest.md and SVG charts.
@@ -13,12 +23,12 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { Redis } from 'ioredis';
 import { hasRedisBinary, provideRedis, startRedisServer, type RedisServer } from '../test/support/redis-server.js';
-import { ALL_CONTENDERS, servesStale, type ContenderName } from './lib/contenders.js';
+import { ALL_CONTENDERS, makeContender, servesStale, type ContenderName } from './lib/contenders.js';
 import { httpRun, type HttpFigure } from './lib/http.js';
 import { DEFAULT_IN_FLIGHT, heapGrowth, heapNote, type HeapFigure } from './lib/heap.js';
 import { lockCost, overhead, type LatencyFigure } from './lib/micro.js';
 import { writeReport, type ScenarioRow } from './lib/report.js';
-import { idealRebuilds, maxConcurrentPerKey, median, percentile, scenarios, type ScenarioSpec } from './lib/scenarios.js';
+import { idealRebuilds, maxConcurrentOverall, maxConcurrentPerKey, median, percentile, runsPerKeyPerTtl, scenarios, type ScenarioSpec } from './lib/scenarios.js';
 import type { RunReport, RunRequest } from './worker.js';
 
 const { values: args } = parseArgs({
@@ -30,6 +40,11 @@ const { values: args } = parseArgs({
     'duration-ms': { type: 'string' },
     'loader-ms': { type: 'string' },
     'ttl-ms': { type: 'string' },
+    rate: { type: 'string' },
+    'open-duration-ms': { type: 'string' },
+    trace: { type: 'string' },
+    'cpu-prof': { type: 'string' },
+    out: { type: 'string' },
     only: { type: 'string' },
     contenders: { type: 'string' },
     'no-http': { type: 'boolean', default: false },
@@ -48,6 +63,11 @@ const sizes = {
   ttlMs: num(args['ttl-ms'], quick ? 300 : 500),
   durationMs: num(args['duration-ms'], quick ? 600 : 3000),
   zipfKeys: quick ? 500 : 2000,
+  // Well under what 4 processes on 2 shared cores answer in closed loop (~25,000 calls/s): an open
+  // loop past capacity would measure its own queue, not the cache.
+  openPerSecond: num(args.rate, quick ? 500 : 1000),
+  openDurationMs: num(args['open-duration-ms'], quick ? 2500 : 5000),
+  openWarmupMs: 500,
 };
 const command = `npm run bench -- ${process.argv.slice(2).join(' ')}`.trim();
 const WORKER = fileURLToPath(new URL('./worker.ts', import.meta.url));
@@ -67,7 +87,7 @@ const redisVersion = ((await (flushers[0] as Redis).info('server')).match(/redis
 
 const workers: ChildProcess[] = await Promise.all(
   Array.from({ length: P }, () => {
-    const child = fork(WORKER, [], { execArgv: ['--import', 'tsx'], stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+    const child = fork(WORKER, [], { execArgv: ['--import', 'tsx', ...(args['cpu-prof'] ? ['--cpu-prof', `--cpu-prof-dir=${args['cpu-prof']}`] : [])], stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
     return new Promise<ChildProcess>((resolve) => child.once('message', () => resolve(child)));
   }),
 );
@@ -78,19 +98,39 @@ function report(child: ChildProcess): Promise<RunReport> {
   });
 }
 
+/** Writes every key of the scenario in one burst, through the contender under test, with an instant loader; resolves how long the burst took (ms). */
+async function burstFill(contender: ContenderName, scenario: ScenarioSpec, prefix: string): Promise<number> {
+  const filler = makeContender(contender, { url: store.url, redlockUrls: [], prefix });
+  try {
+    await filler.ready?.();
+    const keys = Array.from({ length: scenario.keys }, (_, i) => `k${i}`);
+    const t0 = now();
+    await Promise.all(keys.map((key) => filler.get(key, async () => ({ key, created: now() }), scenario.ttlMs, scenario.staleMs)));
+    return now() - t0;
+  } finally {
+    await filler.close();
+  }
+}
+
 async function oneRun(contender: ContenderName, scenario: ScenarioSpec, run: number) {
   await Promise.all(flushers.map((f) => f.flushall()));
-  const startAt = now() + 150;
+  const fillMs = scenario.burstFill ? await burstFill(contender, scenario, `b${run}`) : Number.NaN;
+  const startAt = now() + 150 + (scenario.warmupMs ?? 0);
   const req = (): RunRequest => ({
     op: 'run', contender, scenario, callers: C, startAt, url: store.url,
-    redlockUrls: contender === 'redlock' ? redlock3 : [], prefix: `b${run}`,
+    redlockUrls: contender === 'redlock' ? redlock3 : [], prefix: `b${run}`, ...(args.trace ? { traceDir: args.trace } : {}),
   });
+  if (args.trace) await (flushers[0] as Redis).config('RESETSTAT');
   const pending = workers.map((w) => report(w));
   for (const w of workers) w.send(req());
   const reports = await Promise.all(pending);
   const wall = (now() - startAt) / 1000;
+  if (args.trace) console.log(`redis commands: ${((await (flushers[0] as Redis).info('commandstats')).match(/cmdstat_[a-z]+:calls=\d+/g) ?? []).join(' ')}`);
+  const firstError = reports.find((r) => r.firstError)?.firstError;
+  if (firstError && reports.every((r) => r.errors === r.calls)) throw new Error(`every call failed: ${firstError}`);
   const runs = reports.flatMap((r) => r.runs);
   const latencies = reports.flatMap((r) => r.latencies).sort((a, b) => a - b);
+  const startLags = reports.flatMap((r) => r.startLags).sort((a, b) => a - b);
   const calls = latencies.length;
   const ideal = scenario.kind === 'cold' ? 1 : idealRebuilds(runs, scenario.ttlMs);
   const failFrom = startAt + scenario.durationMs * (scenario.failWindow?.[0] ?? 2);
@@ -99,6 +139,10 @@ async function oneRun(contender: ContenderName, scenario: ScenarioSpec, run: num
     loaderRuns: runs.length,
     ideal,
     maxConcurrent: maxConcurrentPerKey(runs),
+    peakLoaders: maxConcurrentOverall(runs),
+    runsPerKeyPerTtl: scenario.kind === 'cold' ? Number.NaN : runsPerKeyPerTtl(runs.length, scenario.keys, scenario.durationMs, scenario.ttlMs),
+    startLagP99: percentile(startLags, 99),
+    fillMs,
     p50: percentile(latencies, 50),
     p99: percentile(latencies, 99),
     max: latencies[latencies.length - 1] ?? Number.NaN,
@@ -114,35 +158,44 @@ async function oneRun(contender: ContenderName, scenario: ScenarioSpec, run: num
 
 // ------------------------------------------------------------------ scenarios
 
-// --quick keeps the four scenarios the targets are about, so it fits in under 2 minutes.
-const only = args.only?.split(',') ?? (quick ? ['cold-stampede', 'hot-20-keys', 'stale-window', 'failing-origin'] : undefined);
-const chosen = (args.contenders?.split(',') as ContenderName[] | undefined) ?? ALL_CONTENDERS;
+// --quick keeps the scenarios the targets are about.
+const only =
+  args.only?.split(',') ??
+  (quick ? ['cold-stampede', 'hot-20-keys', 'stale-window', 'failing-origin', 'refresh-ahead', 'open-fresh-hits', 'mass-expiry'] : undefined);
+const chosen = args.contenders?.split(',') as ContenderName[] | undefined;
 const rows: ScenarioRow[] = [];
 const latencySamples: Record<string, Record<string, number[]>> = {};
 const started = Date.now();
 for (const scenario of scenarios(sizes).filter((s) => !only || only.includes(s.name))) {
-  for (const contender of chosen) {
+  for (const contender of (scenario.contenders ?? ALL_CONTENDERS).filter((c) => !chosen || chosen.includes(c))) {
     if (scenario.name === 'stale-window' && !servesStale(contender) && contender !== 'none') continue;
+    const open = scenario.kind === 'open';
     if (contender === 'redlock' && redlock3.length < 3) {
       rows.push({ scenario: scenario.name, contender, skipped: redlockNote });
       continue;
     }
     const results: Awaited<ReturnType<typeof oneRun>>[] = [];
+    let failure = '';
     for (let r = 0; r < RUNS; r++) {
       try {
         const res = await oneRun(contender, scenario, r);
         results.push(res);
         console.log(
           `[${((Date.now() - started) / 1000).toFixed(0)}s] ${scenario.name} · ${contender} · run ${r + 1}/${RUNS}: ` +
-            `${res.loaderRuns} loader runs (ideal ${res.ideal}), max ${res.maxConcurrent} at once, p50 ${res.p50.toFixed(1)} ms, p99 ${res.p99.toFixed(1)} ms, ${res.errors} errors` +
+            `${res.loaderRuns} loader runs (ideal ${res.ideal}), max ${res.maxConcurrent} at once` +
+            (open ? ` (${res.peakLoaders} over all keys), ${res.runsPerKeyPerTtl.toFixed(2)} per key per ttl, ${(100 * res.staleShare).toFixed(2)}% older than ttl` : '') +
+            `, p50 ${res.p50.toFixed(1)} ms, p99 ${res.p99.toFixed(1)} ms` +
+            (open ? ` (start lag p99 ${res.startLagP99.toFixed(1)} ms; burst fill ${res.fillMs.toFixed(0)} ms)` : '') +
+            `, ${res.errors} errors` +
             (res.unsettled > 0 ? ` (${res.unsettled} calls never settled within 10 s)` : ''),
         );
       } catch (err) {
-        console.log(`${scenario.name} · ${contender} · run ${r + 1}: could not run (${String(err)})`);
+        failure = String(err);
+        console.log(`${scenario.name} · ${contender} · run ${r + 1}: could not run (${failure})`);
       }
     }
     if (results.length === 0) {
-      rows.push({ scenario: scenario.name, contender, skipped: 'every run failed' });
+      rows.push({ scenario: scenario.name, contender, skipped: `every run failed (${failure.slice(0, 200)})` });
       continue;
     }
     const m = (f: (x: (typeof results)[number]) => number) => median(results.map(f));
@@ -153,6 +206,9 @@ for (const scenario of scenarios(sizes).filter((s) => !only || only.includes(s.n
       ideal: m((x) => x.ideal),
       ratio: m((x) => x.loaderRuns / Math.max(1, x.ideal)),
       maxConcurrent: Math.max(...results.map((x) => x.maxConcurrent)),
+      peakLoaders: m((x) => x.peakLoaders),
+      runsPerKeyPerTtl: m((x) => x.runsPerKeyPerTtl),
+      ...(open ? { open: true, startLagP99: m((x) => x.startLagP99), fillMs: m((x) => x.fillMs) } : {}),
       p50: m((x) => x.p50),
       p99: m((x) => x.p99),
       max: m((x) => x.max),
@@ -236,7 +292,7 @@ const env = {
   sizes,
   ...(heap.length > 0 ? { heapNote: heapNote(heapTotal, heapRuns, DEFAULT_IN_FLIGHT) } : {}),
 };
-const files = writeReport({ env, rows, http, overhead: overheadFigures, lockCost: lockFigures, heap, latencySamples }, quick ? 'bench/results/quick' : 'bench/results');
+const files = writeReport({ env, rows, http, overhead: overheadFigures, lockCost: lockFigures, heap, latencySamples }, args.out ?? (quick ? 'bench/results/quick' : 'bench/results'));
 console.log(`\nwrote ${files.join(', ')}`);
 for (const f of flushers) f.disconnect();
 await Promise.all(nodes.map((n) => n.stop()));

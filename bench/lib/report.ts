@@ -22,6 +22,16 @@ export interface ScenarioRow {
   unsettled?: number;
   calls?: number;
   originCallsWhileFailing?: number | undefined;
+  /** The most loaders running at one instant over every key and process (median over runs). */
+  peakLoaders?: number;
+  /** Loader runs ÷ (keys × duration ÷ ttl); see runsPerKeyPerTtl. */
+  runsPerKeyPerTtl?: number;
+  /** An open-loop scenario (latency from each scheduled arrival); shown in its own table. */
+  open?: boolean;
+  /** Open loop: p99 of how late calls started after their scheduled arrival, ms. */
+  startLagP99?: number;
+  /** Open loop: how long the burst fill before the run took, ms. */
+  fillMs?: number;
 }
 
 export interface Report {
@@ -38,6 +48,7 @@ export interface Report {
 const f1 = (x: number | undefined) => (x === undefined || Number.isNaN(x) ? '–' : x.toFixed(1));
 const f2 = (x: number | undefined) => (x === undefined || Number.isNaN(x) ? '–' : x.toFixed(2));
 const pct = (x: number | undefined) => (x === undefined ? '–' : `${(x * 100).toFixed(1)}%`);
+const pct2 = (x: number | undefined) => (x === undefined ? '–' : `${(x * 100).toFixed(2)}%`);
 const COLORS = ['#888888', '#4e79a7', '#f28e2b', '#e15759', '#76b7b2', '#59a14f', '#edc948', '#b07aa1'];
 
 export function markdown(r: Report): string {
@@ -47,10 +58,13 @@ export function markdown(r: Report): string {
   out.push('');
   out.push(`Machine: ${String(e.cpus)}, ${String(e.os)}; Node ${String(e.node)}; Redis ${String(e.redis)} (${String(e.redisSource)}); ioredis ${String(e.ioredis)}; ${String(e.date)}.`);
   out.push(`Sizes: ${String(e.processes)} processes × ${String(e.callers)} concurrent callers; ${JSON.stringify(e.sizes)}; each figure is the median of ${String(e.runs)} runs.`);
-  out.push('');
-  out.push('| scenario | contender | loader runs | ideal | rebuild ratio | vs none | max at once | p50 ms | p99 ms | max ms | calls/s | stale | errors (never settled) | origin calls while failing |');
-  out.push('|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|');
-  for (const row of r.rows) {
+  const closed = r.rows.filter((x) => !x.open);
+  if (closed.length > 0) {
+    out.push('');
+    out.push('| scenario | contender | loader runs | ideal | rebuild ratio | vs none | max at once | p50 ms | p99 ms | max ms | calls/s | stale | errors (never settled) | origin calls while failing |');
+    out.push('|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|');
+  }
+  for (const row of closed) {
     if (row.skipped) {
       out.push(`| ${row.scenario} | ${row.contender} | cannot run: ${row.skipped} |||||||||||||`);
       continue;
@@ -61,6 +75,7 @@ export function markdown(r: Report): string {
       `| ${row.scenario} | ${row.contender} | ${row.loaderRuns} | ${row.ideal} | ${f2(row.ratio)} | ${reduction} | ${row.maxConcurrent} | ${f1(row.p50)} | ${f1(row.p99)} | ${f1(row.max)} | ${f1(row.throughput)} | ${pct(row.staleShare)} | ${row.errors}${row.unsettled ? ` (${row.unsettled})` : ''} | ${row.originCallsWhileFailing ?? '–'} |`,
     );
   }
+  out.push(...openMarkdown(r));
   if (r.http.length > 0) {
     out.push('', '**HTTP** (node:cluster workers, autocannon, 20 keys):', '');
     out.push('| lock | req/s | p50 ms | p99 ms | origin calls | origin calls per expiry | errors |', '|---|---:|---:|---:|---:|---:|---:|');
@@ -79,6 +94,30 @@ export function markdown(r: Report): string {
   micro('Lock cost', r.lockCost);
   out.push(...heapMarkdown(r.heap ?? [], String(r.env.heapNote)));
   return `${out.join('\n')}\n`;
+}
+
+/** The open-loop scenarios' table: the figures issue 10 asks for, per contender. */
+function openMarkdown(r: Report): string[] {
+  const rows = r.rows.filter((x) => x.open);
+  if (rows.length === 0) return [];
+  const sizes = r.env.sizes as { openPerSecond?: number; openDurationMs?: number } | undefined;
+  const out = [
+    '',
+    `**Open loop** (${String(sizes?.openPerSecond)} arrivals/s per process on a fixed schedule, ${String(r.env.processes)} processes, ${String(sizes?.openDurationMs)} ms per run, mass-expiry its ttl + 1 s, after a ${String((r.env.sizes as { openWarmupMs?: number } | undefined)?.openWarmupMs)} ms warm-up not counted; latency from each scheduled arrival; "older than ttl": answers whose value was loaded more than ttl before the answer; "start lag": how late calls started after their scheduled instant):`,
+    '',
+    '| scenario | contender | calls | p50 ms | p99 ms | max ms | start lag p99 ms | older than ttl | loader runs | per key per ttl | ideal | rebuild ratio | max at once (one key) | peak loaders (all keys) | errors | burst fill ms |',
+    '|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|',
+  ];
+  for (const row of rows) {
+    if (row.skipped) {
+      out.push(`| ${row.scenario} | ${row.contender} | cannot run: ${row.skipped} |||||||||||||`);
+      continue;
+    }
+    out.push(
+      `| ${row.scenario} | ${row.contender} | ${row.calls} | ${f1(row.p50)} | ${f1(row.p99)} | ${f1(row.max)} | ${f1(row.startLagP99)} | ${pct2(row.staleShare)} | ${row.loaderRuns} | ${f2(row.runsPerKeyPerTtl)} | ${row.ideal} | ${f2(row.ratio)} | ${row.maxConcurrent} | ${row.peakLoaders} | ${row.errors}${row.unsettled ? ` (${row.unsettled})` : ''} | ${f1(row.fillMs)} |`,
+    );
+  }
+  return out;
 }
 
 /** Grouped bars: rebuild ratio (loader runs ÷ ideal) per scenario and contender, log scale. */
@@ -211,7 +250,7 @@ export function writeReport(r: Report, dir = 'bench/results'): string[] {
     writeFileSync(`${dir}/heap.svg`, heapChart(r));
     files.push(`${dir}/heap.svg`);
   }
-  for (const s of ['cold-stampede', 'hot-20-keys', 'stale-window', 'fresh-hits']) {
+  for (const s of ['cold-stampede', 'hot-20-keys', 'stale-window', 'fresh-hits', 'refresh-ahead', 'open-fresh-hits', 'mass-expiry']) {
     if (!r.latencySamples[s]) continue;
     writeFileSync(`${dir}/latency-${s}.svg`, latencyChart(r, s));
     files.push(`${dir}/latency-${s}.svg`);

@@ -1,8 +1,31 @@
 /** Benchmark scenarios and the pure figures computed from a run (ideal rebuilds, ratios, percentiles). */
+import type { ContenderName } from './contenders.js';
 
 export interface ScenarioSpec {
   name: string;
-  kind: 'cold' | 'loop';
+  /**
+   * `cold`: every caller asks for one key at once. `loop`: closed loop, C callers each waiting for
+   * their answer (and thinkMs) before the next call. `open`: open loop, `perSecond` arrivals per
+   * process on a fixed schedule whatever the answers do; latency is timed from each SCHEDULED
+   * arrival, so a stall delays (and is charged to) every arrival it holds up — coordinated omission
+   * cannot hide it.
+   */
+  kind: 'cold' | 'loop' | 'open';
+  /** Open loop only: arrivals per second in each process. */
+  perSecond?: number;
+  /**
+   * Open loop only: the same arrivals run this long before the measured window (answers and loader
+   * runs not counted), so the window starts with JIT-compiled code and open connections, not with
+   * a cold process.
+   */
+  warmupMs?: number;
+  /** Only these contenders run it (default: every contender in ALL_CONTENDERS). */
+  contenders?: readonly ContenderName[];
+  /**
+   * Before the timed phase, write every key in one burst (the parent, through the contender under
+   * test, with an instant loader), so they all share one write instant and one ttl.
+   */
+  burstFill?: boolean;
   /** Keys in play and how they are drawn. */
   keys: number;
   distribution: 'uniform' | 'zipf';
@@ -20,10 +43,16 @@ export interface Sizes {
   ttlMs: number;
   durationMs: number;
   zipfKeys: number;
+  /** Open-loop scenarios: arrivals per second per process, and how long they run (ms). */
+  openPerSecond: number;
+  openDurationMs: number;
+  openWarmupMs: number;
 }
 
 export function scenarios(s: Sizes): ScenarioSpec[] {
   const loop = { kind: 'loop' as const, ttlMs: s.ttlMs, staleMs: 0, loaderMs: s.loaderMs, durationMs: s.durationMs, thinkMs: 5 };
+  // Open-loop scenarios start from a burst fill: "after the first fill" no caller should wait.
+  const open = { kind: 'open' as const, perSecond: s.openPerSecond, durationMs: s.openDurationMs, warmupMs: s.openWarmupMs, thinkMs: 0, burstFill: true };
   return [
     { name: 'cold-stampede', kind: 'cold', keys: 1, distribution: 'uniform', ttlMs: 60_000, staleMs: 0, loaderMs: s.loaderMs, durationMs: 0, thinkMs: 0 },
     { name: 'hot-1-key', ...loop, keys: 1, distribution: 'uniform' },
@@ -33,8 +62,24 @@ export function scenarios(s: Sizes): ScenarioSpec[] {
     // The reference for the stale window's latency: the same load, but values never expire during the run.
     { name: 'fresh-hits', ...loop, keys: 20, distribution: 'uniform', ttlMs: 600_000 },
     { name: 'failing-origin', ...loop, keys: 5, distribution: 'uniform', staleMs: s.ttlMs * 10, failWindow: [0.33, 0.66] },
+    // Issue 10's sizes, fixed whatever --ttl-ms / --loader-ms say: 20 hot keys, ttl 1 s, loader 100 ms.
+    // The stale window (for the staleTtl and grace contenders) is long enough never to run out.
+    { name: 'refresh-ahead', ...open, keys: 20, distribution: 'uniform', ttlMs: 1000, staleMs: 10_000, loaderMs: 100, contenders: REFRESH_AHEAD },
+    // The open-loop reference: the same arrivals on values that never expire during the run.
+    { name: 'open-fresh-hits', ...open, keys: 20, distribution: 'uniform', ttlMs: 600_000, staleMs: 0, loaderMs: 100, contenders: ['single', 'single-l1'] },
+    // 2,000 keys written in one burst (burstFill), then read uniformly across their common expiry.
+    // ttl 5 s: the jitter's spread (0.2 × 5 s = 1 s) is then wider than the burst itself (2,000 keys
+    // from one process take 0.2–0.8 s here) and than the time the reads take to find an expired key
+    // (each key is read every 0.5–1 s); the window ends 1 s after the expiry.
+    {
+      name: 'mass-expiry', ...open, keys: 2000, distribution: 'uniform', ttlMs: 5000, staleMs: 0, loaderMs: 100,
+      durationMs: 5000 + 1000, contenders: ['single', 'single-jitter'],
+    },
   ];
 }
+
+/** The refresh-ahead scenario's contenders, side by side (issue 10, "Performance"). */
+const REFRESH_AHEAD: readonly ContenderName[] = ['single-ra', 'single-ra-l1', 'single', 'single-l1', 'bentocache-grace', 'cache-manager'];
 
 /** Draws keys: uniform, or Zipf-like with exponent 1 (rank r has weight 1/r). */
 export function keyPicker(spec: ScenarioSpec, rand: () => number): () => string {
@@ -98,6 +143,26 @@ export function maxConcurrentPerKey(runs: [string, number, number, boolean][]): 
     for (const [, d] of events) max = Math.max(max, (open += d));
   }
   return max;
+}
+
+/** The most loader runs in progress at the same instant, over every key and process together. */
+export function maxConcurrentOverall(runs: [string, number, number, boolean][]): number {
+  const events: [number, number][] = [];
+  for (const [, start, end] of runs) events.push([start, 1], [end, -1]);
+  events.sort((a, b) => a[0] - b[0] || a[1] - b[1]); // ends before starts at the same instant
+  let open = 0;
+  let max = 0;
+  for (const [, d] of events) max = Math.max(max, (open += d));
+  return max;
+}
+
+/**
+ * Loader runs per key per ttl: runs ÷ (keys × duration ÷ ttl). Plain cache-aside with one rebuild per
+ * expiry makes about 1 / (1 + loader/ttl) of them (plus each key's first fill); refresh ahead at a
+ * fraction f about 1 / (f + loader/ttl), since a refresh starts once a value is f × ttl old.
+ */
+export function runsPerKeyPerTtl(runs: number, keys: number, durationMs: number, ttlMs: number): number {
+  return runs / Math.max(1, keys * (durationMs / ttlMs));
 }
 
 export function percentile(sorted: number[], p: number): number {
