@@ -147,6 +147,10 @@ export class Cache extends EventEmitter<CacheEvents> {
     if (call.signal?.aborted) throw new AbortedError(key, call.signal.reason);
     const l1 = this.local.get(key);
     const untyped = loader as (ctx: LoaderContext) => unknown;
+    if (l1?.stale) {
+      this.safeEmit('stale', { key, reason: 'window' });
+      return l1.value as T;
+    }
     if (l1) {
       this.safeEmit('hit', { key, tier: 'local' });
       if (call.refreshAhead !== 0 && l1.facts) refreshAheadOnHit(this.deps, key, () => entryKeys(this.options.prefix, key), untyped, call, { value: l1.value, freshUntil: l1.freshUntil, facts: l1.facts });
@@ -160,7 +164,7 @@ export class Cache extends EventEmitter<CacheEvents> {
   async get<T = unknown>(key: string): Promise<T | undefined> {
     this.assertUsable(key);
     const l1 = this.local.get(key);
-    if (l1) return l1.value as T;
+    if (l1 && !l1.stale) return l1.value as T;
     try {
       const found = await readEntry(this.deps, key, entryKeys(this.options.prefix, key));
       return found.state === 'fresh' ? (found.value as T) : undefined;

@@ -15,6 +15,12 @@ export function entryState(pttl: number, staleMs: number, graceMs = staleMs): En
   return graceMs - pttl < staleMs ? 'stale' : 'kept';
 }
 
+/** How much of the entry's stale window is left, in ms (0 once only kept for fail-safe). Bounds an L1 stale copy. */
+export function staleRemaining(pttl: number, graceMs: number, staleMs: number): number {
+  if (pttl < 0) return 0;
+  return Math.max(0, staleMs - (graceMs - pttl));
+}
+
 /** How much of the entry's fresh time is left, in ms (0 when stale). Bounds how long L1 may hold it. */
 export function freshRemaining(pttl: number, graceMs: number): number {
   if (pttl < 0) return Number.POSITIVE_INFINITY;

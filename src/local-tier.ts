@@ -32,6 +32,8 @@ export interface LocalTier {
    * that is not in the store (computed while Redis was unavailable) has none and is never refreshed early.
    */
   fill(ticket: Ticket, key: string, value: unknown, freshMs: number, facts?: EntryFacts): void;
+  /** As `fill`, for a value read in its stale window: served with `stale: true`, never refreshed early. */
+  fillStale(ticket: Ticket, key: string, value: unknown, ms: number): void;
   /** Drops the key and refuses every fill whose read began before now. */
   invalidate(key: string): void;
   /**
@@ -58,6 +60,8 @@ export interface LocalHit {
    * is on the same monotonic clock, so an L1 hit knows when that point passed without asking Redis.
    */
   readonly freshUntil: number;
+  /** A stale-window copy (fillStale): getOrCompute serves it as stale, get() not at all. */
+  readonly stale?: true;
   readonly facts: EntryFacts | undefined;
 }
 type Slot = LocalHit;
@@ -134,6 +138,16 @@ export class LruTier implements LocalTier {
     this.lru.set(key, { value, freshUntil: this.clock.now() + freshMs, facts });
   }
 
+  fillStale(ticket: Ticket, key: string, value: unknown, ms: number): void {
+    if (ms <= 0) return;
+    if (!this.incoherent) {
+      if (!this.trusted || ticket < this.floor) return;
+      const at = this.invalidatedAt.peek(key);
+      if (at !== undefined && at > ticket) return;
+    }
+    this.lru.set(key, { value, freshUntil: this.clock.now() + ms, facts: undefined, stale: true });
+  }
+
   invalidate(key: string): void {
     this.lru.delete(key);
     this.invalidatedAt.set(key, ++this.seq);
@@ -173,6 +187,7 @@ export const NO_LOCAL_TIER: LocalTier = {
   get: () => undefined,
   begin: () => 0,
   fill: () => undefined,
+  fillStale: () => undefined,
   invalidate: () => undefined,
   written: () => undefined,
   deleted: () => undefined,

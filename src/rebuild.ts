@@ -1,4 +1,4 @@
-import { freshRemaining, refreshDue, type EntryFacts } from './entry.js';
+import { freshRemaining, refreshDue, staleRemaining, type EntryFacts } from './entry.js';
 import { CacheClosedError, OriginBackoffError, RedisUnavailableError, UnstorableValueError, WaitTimeoutError } from './errors.js';
 import type { CacheEvents } from './events.js';
 import type { EntryKeys } from './keys.js';
@@ -48,6 +48,10 @@ export async function readEntry(d: RebuildDeps, key: string, keys: EntryKeys): P
     // never makes L1 outlive the entry in Redis.
     d.local.fill(ticket, key, found.value, freshRemaining(found.pttl, found.graceMs) - (d.clock.now() - sent), found);
     d.emit('hit', { key, tier: 'redis' });
+  } else if (found.state === 'stale') {
+    // The stale window is served from L1 too, briefly: the winner's write note drops the copy in every
+    // other process, this process's own write replaces it; STALE_L1_MS (and the window's end) bound it.
+    d.local.fillStale(ticket, key, found.value, Math.min(STALE_L1_MS, staleRemaining(found.pttl, found.graceMs, found.staleMs)) - (d.clock.now() - sent));
   }
   return found;
 }
@@ -88,7 +92,7 @@ export class Rebuild {
       return found.value;
     }
     if (found.state === 'stale') {
-      this.refreshInBackground(found.value);
+      this.refreshInBackground(found);
       return this.serveStale(found.value, 'window');
     }
     // This process is already rebuilding the key in the background (an early refresh, a rebuild past its
@@ -298,16 +302,21 @@ export class Rebuild {
   }
 
   /** Stale served: refresh once per key per process, only if this process wins the lock. */
-  private refreshInBackground(staleValue: unknown): void {
+  private refreshInBackground(stale: { readonly value: unknown; readonly fence: number }): void {
     const { d, key } = this;
-    if (d.background.has(key) || d.lifetime.aborted) return;
+    const now = d.clock.now();
+    if (d.background.has(key) || d.background.heldOff(key, stale.fence, now) || d.lifetime.aborted) return;
     const refresh = new Rebuild(d, key, this.keys, this.loader, this.call, d.lifetime);
     const work = (async () => {
       const grant = await d.lockers[this.call.lock].acquire(key, this.keys, this.call);
-      if (grant) await refresh.rebuild(grant, staleValue);
+      if (grant) await refresh.rebuild(grant, stale.value);
+      // Lost: another process refreshes. This process tries that entry's lock again only after
+      // pollInterval (in case the winner fails), not on every stale read of the window.
+      else d.background.holdOff(key, stale.fence, d.clock.now() + this.call.pollInterval);
     })();
     d.background.track(key, work, d.emit);
   }
+
 
   /** Serves the fail-safe value when one is kept, else throws `error` (a loader's own error reaches its callers unchanged). */
   private failSafe(error: unknown, reason: StaleReason): unknown {
@@ -331,6 +340,9 @@ export class Rebuild {
     return this.signal.reason instanceof Error ? this.signal.reason : new CacheClosedError(this.key);
   }
 }
+
+/** How long a stale value may sit in L1 without the note that ends its window. */
+const STALE_L1_MS = 50;
 
 const isFresh = (again: Found | undefined): boolean => again?.state === 'fresh';
 

@@ -9,7 +9,7 @@ import type { Bus, NoteKind } from './wait.js';
 
 export type Found =
   | { readonly state: 'miss' }
-  | ({ readonly state: EntryState; readonly value: unknown; readonly pttl: number; readonly graceMs: number } & EntryFacts);
+  | ({ readonly state: EntryState; readonly value: unknown; readonly pttl: number; readonly graceMs: number; readonly staleMs: number } & EntryFacts);
 
 const MISS: Found = Object.freeze({ state: 'miss' });
 
@@ -49,6 +49,7 @@ export class Store {
         value: entry.value,
         pttl,
         graceMs: entry.graceMs,
+        staleMs: entry.staleMs,
         fence: entry.fence,
         ttlMs: entry.ttlMs,
         loadMs: entry.loadMs,
