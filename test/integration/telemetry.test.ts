@@ -86,6 +86,27 @@ describe('cache.stats()', () => {
     await b.close();
   });
 
+  it('a caller that missed, then took the lock just after another process wrote, counts in waited (answered by the re-read, no loader)', async () => {
+    const client = h.client();
+    const a = createCache({ redis: client, prefix: `tk${process.pid}` });
+    // b shares a's connection: b's read is sent before a's write and b's acquire after it, so b misses,
+    // then wins the lock a's write released, and its re-read finds a's value.
+    const b = createCache({ redis: client, prefix: `tk${process.pid}` });
+    try {
+      const held = await heldRebuild<string>(a, 'tk');
+      const bWaits: unknown[] = [];
+      b.on('waited', (e) => bWaits.push(e));
+      let bRuns = 0;
+      held.open('from-a');
+      const answer = b.getOrCompute('tk', () => (bRuns++, 'from-b'), 60_000);
+      expect([await held.call, await answer]).toEqual(['from-a', 'from-a']);
+      expect({ bRuns, bWaits }).toEqual({ bRuns: 0, bWaits: [] }); // it never waited on the lock: the re-read answered
+      expect(moved(b.stats(), zero())).toEqual({ misses: 1, waited: 1 });
+    } finally {
+      await Promise.all([a.close(), b.close()]);
+    }
+  });
+
   it('a lost lock counts in lockLost', async () => {
     const cache = h.cache();
     const { call } = await lockTakenOver(cache, 'lost', entryKeys(prefixOf(cache), 'lost').lock, h.admin);
@@ -101,6 +122,12 @@ describe('cache.stats()', () => {
     held.open('old');
     expect(await held.call).toBe('old');
     expect(moved(cache.stats(), zero())).toEqual({ misses: 1, loaderRuns: 1, writeRejected: 1 });
+  });
+
+  it('a set() the fence refuses counts in writeRejected (a delete sent right behind it on the same connection)', async () => {
+    const cache = h.cache();
+    await Promise.all([cache.set('s', 'first', 60_000), cache.delete('s')]);
+    expect(moved(cache.stats(), zero())).toEqual({ writeRejected: 1 });
   });
 
   it('Redis unreachable: every caller answered on the degraded path counts in degraded; one loader, the joiners coalesced', async () => {
