@@ -70,11 +70,11 @@ export class Cache extends EventEmitter<CacheEvents> {
     const store = new Store(this.io, scripts, this.bus, o.maxValueBytes, {
       decodeError: (key, reason, error) => emit('decodeError', { key, reason, error }),
     }, o.unsafe.unfencedWrites);
-    const lockDeps: LockDeps = { io: this.io, scripts, bus: this.bus, clock: o.clock, onLost: (key, error) => {
-        this.telemetry.lockLost();
-        emit('lockLost', { key, error });
-      },
+    const onLost = (key: string, error: Error): void => {
+      this.telemetry.lockLost();
+      emit('lockLost', { key, error });
     };
+    const lockDeps: LockDeps = { io: this.io, scripts, bus: this.bus, clock: o.clock, onLost };
     const local = new StoreLock(lockDeps, 'local', false);
     const single = new StoreLock(lockDeps, 'single', true);
     this.fenceOnly = local;

@@ -116,6 +116,11 @@ export class Telemetry {
     this.c.localHits++;
   }
 
+  /** A caller answered with an expired value straight from L1 (no flight): for a cache whose L1 serves stale values. */
+  localStale(): void {
+    this.c.staleServed++;
+  }
+
   /**
    * Counts one caller of a flight and returns its outcome. `led`: this caller's work ran the trip;
    * a joiner of a trip that ran a loader was answered by another caller's load (`coalesced`).
