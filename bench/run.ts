@@ -26,7 +26,7 @@ import { hasRedisBinary, provideRedis, startRedisServer, type RedisServer } from
 import { ALL_CONTENDERS, makeContender, servesStale, type ContenderName } from './lib/contenders.js';
 import { httpRun, type HttpFigure } from './lib/http.js';
 import { DEFAULT_IN_FLIGHT, heapGrowth, heapNote, type HeapFigure } from './lib/heap.js';
-import { lockCost, overhead, type LatencyFigure } from './lib/micro.js';
+import { lockCost, overhead, tracingCost, type LatencyFigure } from './lib/micro.js';
 import { writeReport, type ScenarioRow } from './lib/report.js';
 import { idealRebuilds, maxConcurrentOverall, maxConcurrentPerKey, median, percentile, runsPerKeyPerTtl, scenarios, type ScenarioSpec } from './lib/scenarios.js';
 import type { RunReport, RunRequest } from './worker.js';
@@ -254,10 +254,13 @@ if (!args['no-http']) {
 
 let overheadFigures: LatencyFigure[] = [];
 let lockFigures: LatencyFigure[] = [];
+let tracingFigures: LatencyFigure[] = [];
 if (!args['no-micro']) {
   await Promise.all(flushers.map((f) => f.flushall()));
   overheadFigures = await overhead(store.url, quick ? 1000 : 10_000, RUNS);
   console.log('overhead', overheadFigures);
+  tracingFigures = await tracingCost(store.url, quick ? 1000 : 10_000, RUNS);
+  console.log('tracing channel', tracingFigures);
   if (redlock5.length === 5) {
     const last = nodes[nodes.length - 1] as RedisServer;
     lockFigures = await lockCost(store.url, redlock3, redlock5, quick ? 300 : 5000, RUNS, { pause: () => last.pause(), resume: () => last.resume() });
@@ -292,7 +295,7 @@ const env = {
   sizes,
   ...(heap.length > 0 ? { heapNote: heapNote(heapTotal, heapRuns, DEFAULT_IN_FLIGHT) } : {}),
 };
-const files = writeReport({ env, rows, http, overhead: overheadFigures, lockCost: lockFigures, heap, latencySamples }, args.out ?? (quick ? 'bench/results/quick' : 'bench/results'));
+const files = writeReport({ env, rows, http, overhead: overheadFigures, tracing: tracingFigures, lockCost: lockFigures, heap, latencySamples }, args.out ?? (quick ? 'bench/results/quick' : 'bench/results'));
 console.log(`\nwrote ${files.join(', ')}`);
 for (const f of flushers) f.disconnect();
 await Promise.all(nodes.map((n) => n.stop()));

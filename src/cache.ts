@@ -14,6 +14,7 @@ import type { Grant, Locker } from './lock/types.js';
 import { resolveCacheOptions, resolveCallOptions, writeTtl, type CacheOptions, type CallOptions, type LockMode, type ResolvedCache, type ResolvedCall } from './options.js';
 import { Background, readEntry, Rebuild, refreshAheadOnHit, type Emit, type RebuildDeps } from './rebuild.js';
 import { Store } from './store.js';
+import { getOrComputeChannel, Telemetry, traced, type CacheStats, type GetOrComputeContext } from './telemetry.js';
 import { Bus, Waiters, type Note } from './wait.js';
 
 export type { Loader, LoaderContext } from './loader.js';
@@ -51,6 +52,7 @@ export class Cache extends EventEmitter<CacheEvents> {
   /** Resolved options per bare ttl; undefined when the lock policy is a function of the key. */
   private readonly byTtl: Map<number, ResolvedCall> | undefined;
   private readonly client: CacheOptions['redis'];
+  private readonly telemetry = new Telemetry();
 
   constructor(options: CacheOptions) {
     super();
@@ -68,7 +70,11 @@ export class Cache extends EventEmitter<CacheEvents> {
     const store = new Store(this.io, scripts, this.bus, o.maxValueBytes, {
       decodeError: (key, reason, error) => emit('decodeError', { key, reason, error }),
     }, o.unsafe.unfencedWrites);
-    const lockDeps: LockDeps = { io: this.io, scripts, bus: this.bus, clock: o.clock, onLost: (key, error) => emit('lockLost', { key, error }) };
+    const onLost = (key: string, error: Error): void => {
+      this.telemetry.lockLost();
+      emit('lockLost', { key, error });
+    };
+    const lockDeps: LockDeps = { io: this.io, scripts, bus: this.bus, clock: o.clock, onLost };
     const local = new StoreLock(lockDeps, 'local', false);
     const single = new StoreLock(lockDeps, 'single', true);
     this.fenceOnly = local;
@@ -96,6 +102,7 @@ export class Cache extends EventEmitter<CacheEvents> {
       lifetime: this.lifetime.signal,
       clock: o.clock,
       emit,
+      telemetry: this.telemetry,
     };
     // L1 is trusted only while subscribed: notes sent while away are lost (see local-tier.ts).
     this.bus.start(options.redis, {
@@ -141,23 +148,47 @@ export class Cache extends EventEmitter<CacheEvents> {
    * it reads the loader's body, so with a single parameter `T` would be fixed from `ctx` first. `S` is `T`
    * when `T` is given explicitly or the loader annotates `ctx` (`Loader<T>`), else `unknown`.
    */
-  async getOrCompute<T, S = T>(key: string, loader: (ctx: LoaderContext<S>) => T | PromiseLike<T>, ttlOrOptions?: number | CallOptions): Promise<T> {
+  getOrCompute<T, S = T>(key: string, loader: (ctx: LoaderContext<S>) => T | PromiseLike<T>, ttlOrOptions?: number | CallOptions): Promise<T> {
+    // The tracing context exists only while someone subscribes: without, a call costs this one check.
+    if (!traced()) return this.compute(key, loader, ttlOrOptions, undefined);
+    const context: GetOrComputeContext = { key, lock: undefined };
+    return getOrComputeChannel.tracePromise(() => this.compute(key, loader, ttlOrOptions, context), context);
+  }
+
+  /** Counters since creation (a copy): see CacheStats for what each counts, and README "Observability". */
+  stats(): CacheStats {
+    return this.telemetry.stats();
+  }
+
+  private async compute<T, S>(key: string, loader: (ctx: LoaderContext<S>) => T | PromiseLike<T>, ttlOrOptions: number | CallOptions | undefined, trace: GetOrComputeContext | undefined): Promise<T> {
     const call = this.resolveCall(key, ttlOrOptions);
+    if (trace) trace.lock = call.lock;
     if (typeof loader !== 'function') throw new InvalidOptionError('loader', loader, 'a function (ctx) => value | Promise<value>', key);
     if (call.signal?.aborted) throw new AbortedError(key, call.signal.reason);
     const l1 = this.local.get(key);
     const untyped = loader as (ctx: LoaderContext) => unknown;
     if (l1?.stale) {
+      this.telemetry.localStale();
+      if (trace) trace.outcome = 'stale';
       this.safeEmit('stale', { key, reason: 'window' });
       return l1.value as T;
     }
     if (l1) {
+      this.telemetry.localHit();
+      if (trace) trace.outcome = 'localHit';
       this.safeEmit('hit', { key, tier: 'local' });
       if (call.refreshAhead !== 0 && l1.facts) refreshAheadOnHit(this.deps, key, () => entryKeys(this.options.prefix, key), untyped, call, { value: l1.value, freshUntil: l1.freshUntil, facts: l1.facts });
       return l1.value as T;
     }
     const keys = entryKeys(this.options.prefix, key);
-    return this.coalescers[call.lock].run(key, call.signal, (signal) => new Rebuild(this.deps, key, keys, untyped, call, signal).run()) as Promise<T>;
+    let led = false; // this caller's work ran the trip (else it joined another caller's flight)
+    const answered = await this.coalescers[call.lock].run(key, call.signal, (signal) => {
+      led = true;
+      return new Rebuild(this.deps, key, keys, untyped, call, signal).answer();
+    });
+    const outcome = this.telemetry.caller(answered, led);
+    if (trace) trace.outcome = outcome;
+    return answered.value as T;
   }
 
   /** The fresh value, or `undefined`. Never runs a loader; a Redis failure is reported as `degraded` and reads as a miss. */
@@ -201,7 +232,10 @@ export class Cache extends EventEmitter<CacheEvents> {
       outcome = 'written';
       // Redis started the entry's ttl between `sent` and now: L1's copy counts from `sent`.
       this.local.written(ticket, key, value, ttl - (this.options.clock.now() - sent), accepted, { fence: grant.fence, ttlMs: ttl, loadMs: 0 });
-      if (!accepted) this.safeEmit('writeRejected', { key, fence: grant.fence });
+      if (!accepted) {
+        this.telemetry.writeRejected();
+        this.safeEmit('writeRejected', { key, fence: grant.fence });
+      }
       this.flight.forget(key); // a call starting now must not join a rebuild begun before this set
     } finally {
       this.grants.drop(grant);

@@ -8,6 +8,7 @@ import { runLoader, type Loader } from './loader.js';
 import type { LocalTier } from './local-tier.js';
 import { loaderTimeout, pollDelay, writeTtl, type Clock, type LockMode, type ResolvedCall } from './options.js';
 import type { Found, Store } from './store.js';
+import type { Answered, Outcome, Telemetry } from './telemetry.js';
 import type { Waiters } from './wait.js';
 
 /** Emits a cache event; a throwing listener is reported, never propagated into the protocol. */
@@ -27,6 +28,8 @@ export interface RebuildDeps {
   readonly lifetime: AbortSignal;
   readonly clock: Clock;
   readonly emit: Emit;
+  /** Counters behind cache.stats(). */
+  readonly telemetry: Telemetry;
 }
 
 /** An expired value kept for fail-safe. */
@@ -62,9 +65,16 @@ export async function readEntry(d: RebuildDeps, key: string, keys: EntryKeys): P
  * woken (or poll) until `waitTimeout`. Ownership: every grant this trip acquires is released by the
  * one `finally` in `rebuild`, which starts right after the acquisition returns.
  */
-export class Rebuild {
+export class Rebuild implements Answered {
   /** An expired value at hand, served if the loader fails, backs off or is slow (fail-safe). */
   private fallback: Fallback | undefined;
+  /** How this trip answers, updated as it goes; frozen into `answered` when run() settles (a rebuild past its soft timeout keeps going). */
+  private current: Outcome = 'hit';
+  /** Set once by answer(): what every caller of this trip's flight was answered with. */
+  outcome: Outcome = 'hit';
+  value: unknown;
+  /** The first store read found no usable value. */
+  missed = false;
 
   constructor(
     private readonly d: RebuildDeps,
@@ -75,6 +85,13 @@ export class Rebuild {
     /** Aborts when every caller sharing this trip left (or, for a background refresh, on close()). */
     private readonly signal: AbortSignal,
   ) {}
+
+  /** Runs the trip and resolves with itself: the value and how it was obtained, for every caller of the flight. */
+  async answer(): Promise<Answered> {
+    this.value = await this.run();
+    this.outcome = this.current;
+    return this;
+  }
 
   async run(): Promise<unknown> {
     let found: Found;
@@ -99,6 +116,7 @@ export class Rebuild {
     // soft timeout): wait for it and read again, rather than start a second loader here (lock 'local'
     // would grant one at once).
     this.d.emit('miss', { key: this.key });
+    this.missed = true;
     const running = this.d.background.pending(this.key);
     if (running) {
       await running;
@@ -108,6 +126,8 @@ export class Rebuild {
       } catch (error) {
         return this.degraded('read', error);
       }
+      // Answered by this process's background rebuild.
+      this.current = 'coalesced';
       if (found.state === 'fresh') return found.value;
       if (found.state === 'stale') return this.serveStale(found.value, 'window');
     }
@@ -153,6 +173,7 @@ export class Rebuild {
         }
         if (found.state === 'fresh' || found.state === 'stale') {
           this.d.emit('waited', { key: this.key, ms: clock.now() - started, outcome: found.state === 'fresh' ? 'value' : 'stale' });
+          this.current = 'waited';
           return found.state === 'fresh' ? found.value : this.serveStale(found.value, 'window');
         }
         if (found.state === 'kept') this.fallback = found;
@@ -194,13 +215,19 @@ export class Rebuild {
       }
       if (done) {
         const again = await readEntry(this.d, this.key, this.keys).catch(() => undefined);
-        if (done(again)) return again?.state === 'miss' ? undefined : again?.value;
+        if (done(again)) {
+          // Another process wrote between our miss and our grant: its load answers us.
+          this.current = 'waited';
+          return again?.state === 'miss' ? undefined : again?.value;
+        }
       }
       // Re-checked after the awaits above: close() or every caller leaving meanwhile starts no loader.
       if (this.d.lifetime.aborted || this.signal.aborted) {
         outcome = 'cancelled';
         throw this.d.lifetime.aborted ? new CacheClosedError(this.key) : this.stopped();
       }
+      this.d.telemetry.loaderRun();
+      this.current = 'computed';
       const result = await runLoader(this.loader, {
         key: this.key,
         fencingToken: grant.fence,
@@ -242,7 +269,10 @@ export class Rebuild {
       written = await this.d.store.write(key, this.keys, grant, value, this.call, loadMs, 'w', ttl);
       const freshMs = ttl - (this.d.clock.now() - sent);
       this.d.local.written(ticket, key, value, freshMs, written, { fence: grant.fence, ttlMs: ttl, loadMs: Math.round(loadMs) });
-      if (!written) this.d.emit('writeRejected', { key, fence: grant.fence });
+      if (!written) {
+        this.d.telemetry.writeRejected();
+        this.d.emit('writeRejected', { key, fence: grant.fence });
+      }
       outcome = 'written'; // the write script released the lock and announced the outcome
     } catch (error) {
       if (error instanceof UnstorableValueError) {
@@ -284,6 +314,8 @@ export class Rebuild {
     this.d.emit('degraded', { key, operation, error });
     this.assertRunning();
     const ticket = this.d.local.begin(key);
+    this.d.telemetry.loaderRun();
+    this.current = 'degraded';
     const result = await runLoader(this.loader, {
       key,
       fencingToken: undefined,
@@ -327,6 +359,7 @@ export class Rebuild {
   /** Serves an expired value, flagged with a `stale` event naming why. */
   private serveStale(value: unknown, reason: StaleReason): unknown {
     this.d.emit('stale', { key: this.key, reason });
+    this.current = 'stale';
     return value;
   }
 

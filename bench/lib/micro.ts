@@ -8,13 +8,14 @@
 import { Redis } from 'ioredis';
 import { LRUCache } from 'lru-cache';
 import { Packr } from 'msgpackr';
-import { createCache } from '../../src/index.js';
+import { createCache, type Cache } from '../../src/index.js';
 import { Io } from '../../src/io.js';
 import { entryKeys } from '../../src/keys.js';
 import { RedlockLock } from '../../src/lock/redlock.js';
 import { defineScripts } from '../../src/lock/scripts.js';
 import { StoreLock, type LockDeps } from '../../src/lock/single.js';
 import { resolveCallOptions, resolveCacheOptions, systemClock } from '../../src/options.js';
+import { getOrComputeChannel, type GetOrComputeContext } from '../../src/telemetry.js';
 import { Bus } from '../../src/wait.js';
 import { median, percentile } from './scenarios.js';
 
@@ -24,13 +25,14 @@ export interface LatencyFigure {
   p99us: number;
 }
 
-async function measure(name: string, ops: number, op: () => unknown): Promise<LatencyFigure> {
+/** `batch` > 1 times that many operations per sample (each sample is their mean): for sub-microsecond operations the clock's own cost would otherwise dominate. */
+async function measure(name: string, ops: number, op: () => unknown, batch = 1): Promise<LatencyFigure> {
   const samples: number[] = [];
   for (let i = 0; i < Math.min(200, ops); i++) await op(); // warm-up
-  for (let i = 0; i < ops; i++) {
+  for (let i = 0; i < ops; i += batch) {
     const t0 = performance.now();
-    await op();
-    samples.push((performance.now() - t0) * 1000);
+    for (let j = 0; j < batch; j++) await op();
+    samples.push(((performance.now() - t0) * 1000) / batch);
   }
   samples.sort((a, b) => a - b);
   return { name, p50us: percentile(samples, 50), p99us: percentile(samples, 99) };
@@ -72,6 +74,61 @@ export async function overhead(url: string, ops: number, runs: number): Promise<
   await cache.close();
   await l1cache.close();
   for (const c of [redis, bare, l1redis]) c.disconnect();
+  return medianOf(all);
+}
+
+/**
+ * The tracing channel's cost on the fresh-hit paths (Redis and L1): each path measured with nobody
+ * subscribed, with a subscriber on every sub-channel (it reads the outcome, as an APM would), and with the
+ * channel bypassed (the baseline); figures are medians over `runs`. L1 samples are means of 100 calls
+ * (p99 is then of those means). Without a subscriber the channel costs one `hasSubscribers` check per call.
+ */
+export async function tracingCost(url: string, ops: number, runs: number): Promise<LatencyFigure[]> {
+  const redis = new Redis(url);
+  const cache = createCache({ redis, prefix: 'trc' });
+  const l1redis = new Redis(url);
+  const l1cache = createCache({ redis: l1redis, prefix: 'trc', local: { max: 1000 } });
+  await cache.set('user', VALUE, 3_600_000);
+  await l1cache.ready();
+  await l1cache.getOrCompute('user', () => VALUE, 3_600_000);
+  const loader = () => VALUE;
+  const bypass = (c: Cache): unknown => (c as unknown as { compute: (...args: unknown[]) => Promise<unknown> }).compute('user', loader, 3_600_000, undefined);
+  let outcomes = 0;
+  const read = (ctx: GetOrComputeContext): void => {
+    if (ctx.outcome !== undefined) outcomes++;
+  };
+  const subscriber = { start: read, end: read, asyncStart: read, asyncEnd: read, error: read };
+  const subscribed = async <T>(work: () => Promise<T>): Promise<T> => {
+    getOrComputeChannel.subscribe(subscriber);
+    try {
+      return await work();
+    } finally {
+      getOrComputeChannel.unsubscribe(subscriber);
+    }
+  };
+  // Three variants of one path, in an order that alternates between runs (so warm-up and drift favour none).
+  const variants = async (name: string, n: number, batch: number, op: () => unknown, bypass: () => unknown, reverse: boolean): Promise<LatencyFigure[]> => {
+    const steps = [
+      // The baseline: the same call without the channel at all (the private body getOrCompute calls).
+      () => measure(`${name}, channel bypassed (baseline)`, n, bypass, batch),
+      () => measure(`${name}, no subscriber`, n, op, batch),
+      () => subscribed(() => measure(`${name}, 1 subscriber`, n, op, batch)),
+    ];
+    const figures: LatencyFigure[] = [];
+    for (const i of reverse ? [2, 1, 0] : [0, 1, 2]) figures[i] = await (steps[i] as () => Promise<LatencyFigure>)();
+    return figures;
+  };
+  const all: LatencyFigure[][] = [];
+  for (let r = 0; r < runs; r++) {
+    all.push([
+      ...(await variants('getOrCompute fresh hit (Redis)', ops, 1, () => cache.getOrCompute('user', loader, 3_600_000), () => bypass(cache), r % 2 === 1)),
+      ...(await variants('getOrCompute L1 hit', ops * 10, 100, () => l1cache.getOrCompute('user', loader, 3_600_000), () => bypass(l1cache), r % 2 === 1)),
+    ]);
+  }
+  if (outcomes === 0) throw new Error('the subscriber saw no outcome: the figures would not measure tracing');
+  await cache.close();
+  await l1cache.close();
+  for (const c of [redis, l1redis]) c.disconnect();
   return medianOf(all);
 }
 

@@ -40,6 +40,8 @@ export interface Report {
   http: HttpFigure[];
   overhead: LatencyFigure[];
   lockCost: LatencyFigure[];
+  /** The tracing channel's cost, with and without a subscriber; absent in results files written before it existed. */
+  tracing?: LatencyFigure[];
   /** Absent in results files written before the heap measurement existed. */
   heap?: HeapFigure[];
   latencySamples: Record<string, Record<string, number[]>>;
@@ -91,6 +93,7 @@ export function markdown(r: Report): string {
     const [bare, hit, lru, l1] = r.overhead as [LatencyFigure, LatencyFigure, LatencyFigure, LatencyFigure];
     out.push('', `Fresh hit ÷ bare GET+decode (p50): ${f2(hit.p50us / bare.p50us)}; L1 hit ÷ bare lru-cache get (p50): ${f2(l1.p50us / lru.p50us)}.`);
   }
+  micro('Tracing channel', r.tracing ?? []);
   micro('Lock cost', r.lockCost);
   out.push(...heapMarkdown(r.heap ?? [], String(r.env.heapNote)));
   return `${out.join('\n')}\n`;

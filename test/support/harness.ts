@@ -119,3 +119,24 @@ export async function missedCall<T>(cache: Cache, key: string, loader: () => T |
   await missed;
   return { call };
 }
+
+/**
+ * Starts a call whose loader runs until its `ctx.signal` aborts, then has someone else take the
+ * key's lock (`lockKey`, written through `admin`): the watchdog finds the lock lost and aborts the
+ * loader. `call` rejects with ERR_LOCK_LOST.
+ */
+export async function lockTakenOver(cache: Cache, key: string, lockKey: string, admin: Redis, lockTtl = 300) {
+  const started = deferred<void>();
+  const call = cache.getOrCompute(
+    key,
+    (ctx) =>
+      new Promise((_, reject) => {
+        ctx.signal.addEventListener('abort', () => reject(ctx.signal.reason as Error));
+        started.resolve();
+      }),
+    { ttl: 60_000, lockTtl },
+  );
+  await started.promise;
+  await admin.set(lockKey, 'someone-else', 'PX', 60_000);
+  return { call };
+}

@@ -2,9 +2,9 @@
  * A forked "app server" process: its own ioredis connection and cache, driven over IPC by a test
  * or a benchmark. Events go to the parent over IPC, never through the Redis under test.
  *
- * Parent → worker:  { op: 'call', id, key, callers, options, loader, startAt? } | { op: 'open', gate, value } | { op: 'exit' }
+ * Parent → worker:  { op: 'call', id, key, callers, options, loader, startAt? } | { op: 'open', gate, value } | { op: 'stats', id } | { op: 'exit' }
  * Worker → parent:  { ev: 'ready' } | { ev: 'loader-start', id, key, fence } | { ev: 'result', id, results }
- *                   | { ev: 'cache', name, data } (every cache event, for the history checker)
+ *                   | { ev: 'cache', name, data } (every cache event, for the history checker) | { ev: 'stats', id, stats }
  */
 import { Redis } from 'ioredis';
 import { createCache, type CallOptions, type LoaderContext } from '../../src/index.js';
@@ -18,7 +18,7 @@ interface CallMsg {
   options: CallOptions;
   loader: LoaderSpec;
 }
-type Msg = CallMsg | { op: 'open'; gate: string; value: unknown } | { op: 'exit' };
+type Msg = CallMsg | { op: 'open'; gate: string; value: unknown } | { op: 'stats'; id: number } | { op: 'exit' };
 
 export interface CallResult {
   ok: boolean;
@@ -79,6 +79,7 @@ async function runCall(msg: CallMsg): Promise<void> {
 process.on('message', (msg: Msg) => {
   if (msg.op === 'call') void runCall(msg);
   else if (msg.op === 'open') gates.get(msg.gate)?.(msg.value);
+  else if (msg.op === 'stats') send({ ev: 'stats', id: msg.id, stats: cache.stats() });
   else if (msg.op === 'exit') {
     void cache.close().then(() => {
       for (const c of [redis, counters, ...redlockNodes]) c.disconnect();

@@ -1,8 +1,11 @@
 /** Parent side of test/support/worker.ts: fork, drive, collect events, kill/pause by PID. */
 import { fork, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
-import type { CallOptions } from '../../src/index.js';
+import { Redis } from 'ioredis';
+import { afterAll, beforeAll } from 'vitest';
+import type { CacheStats, CallOptions } from '../../src/index.js';
 import type { LoaderSpec } from './counting-loader.js';
+import { startRedisServer, type RedisServer } from './redis-server.js';
 import type { CallResult } from './worker.js';
 
 const WORKER = fileURLToPath(new URL('./worker.ts', import.meta.url));
@@ -15,6 +18,7 @@ export interface WorkerEvent {
   results?: CallResult[];
   key?: string;
   fence?: number;
+  stats?: CacheStats;
 }
 
 export class Worker {
@@ -73,6 +77,14 @@ export class Worker {
     return e.results as CallResult[];
   }
 
+  /** The worker's cache.stats(). */
+  async stats(): Promise<CacheStats> {
+    const id = this.nextId++;
+    this.child.send({ op: 'stats', id });
+    const e = await this.next((m) => m.ev === 'stats' && m.id === id);
+    return e.stats as CacheStats;
+  }
+
   loaderStarted(id: number): Promise<WorkerEvent> {
     return this.next((m) => m.ev === 'loader-start' && m.id === id);
   }
@@ -123,4 +135,32 @@ export interface WorkerEnv {
 
 export async function startWorkers(n: number, env: WorkerEnv): Promise<Worker[]> {
   return Promise.all(Array.from({ length: n }, () => Worker.start(env)));
+}
+
+/**
+ * `n` forked workers on a Redis server of their own, started in beforeAll and stopped in afterAll;
+ * `admin` is the default user, for the test's bookkeeping (the loader's counters).
+ */
+export function useWorkerFleet(n: number): { readonly workers: Worker[]; readonly admin: Redis } {
+  let server: RedisServer | undefined;
+  let admin: Redis | undefined;
+  let workers: Worker[] = [];
+  beforeAll(async () => {
+    server = await startRedisServer();
+    admin = new Redis(server.adminUrl);
+    workers = await startWorkers(n, { url: server.url, adminUrl: server.adminUrl });
+  });
+  afterAll(async () => {
+    await Promise.all(workers.map((w) => w.stop()));
+    admin?.disconnect();
+    await server?.stop();
+  });
+  return {
+    get workers() {
+      return workers;
+    },
+    get admin() {
+      return admin as Redis;
+    },
+  };
 }

@@ -1,0 +1,159 @@
+/**
+ * The two observability surfaces, both free when unused: counters (`cache.stats()`: a few integer
+ * increments per call, no allocation) and a diagnostics_channel TracingChannel (nothing is built or
+ * published unless someone subscribes).
+ */
+import { tracingChannel } from 'node:diagnostics_channel';
+import type { LockMode } from './options.js';
+
+/**
+ * Counters since the cache was created, as returned by `cache.stats()`. "Rebuilds saved" is
+ * `coalesced + waited`: in a cold stampede of N callers spread over P processes, `loaderRuns` sums to 1
+ * over the processes and `coalesced + waited` to N − 1.
+ *
+ * Per caller vs per flight: concurrent `getOrCompute` calls on one key in one process share one trip
+ * to Redis (a flight; lock mode `none` has none). Answer counters (`hits`, `localHits`, `staleServed`,
+ * `misses`, `coalesced`, `waited`, `degraded`) count CALLERS: every caller of a flight is counted by
+ * what its shared answer was. `loaderRuns`, `lockLost` and `writeRejected` count events of a flight.
+ * A call that rejects (loader error without a fail-safe value, timeout, abort, close) is counted in no
+ * answer counter (the tracing channel's `error` reports it).
+ */
+export interface CacheStats {
+  /** Callers answered with a fresh value, from L1 or Redis (`localHits` included). */
+  hits: number;
+  /** Callers answered with a fresh value from this process's L1 (a subset of `hits`). */
+  localHits: number;
+  /** Callers answered with an expired value: inside `staleTtl`, or a fail-safe fallback (loader error, backoff, soft or wait timeout). */
+  staleServed: number;
+  /**
+   * Callers whose lookup found no usable value in L1 or Redis (joiners of such a flight included),
+   * answered afterwards by a load (here or elsewhere), a wait, or a fail-safe value.
+   */
+  misses: number;
+  /** Loaders started in this process: by a call, a background (stale or early) refresh, or the degraded path. Per loader run, not per caller. */
+  loaderRuns: number;
+  /**
+   * Callers answered by another caller's load in this process: callers that joined an in-process
+   * flight whose trip ran a loader (normal or degraded), or that found this process's background
+   * refresh already running and were answered by it. The caller that ran the loader is not counted.
+   */
+  coalesced: number;
+  /**
+   * Callers answered by another process's load: their flight found no value, waited for the other
+   * process's lock (woken or polling) and read its write — or took the lock just after that process
+   * released it and found its write on the re-read. Every caller of such a flight is counted.
+   */
+  waited: number;
+  /** Rebuild locks lost while their loader ran (the loader's `ctx.signal` aborted). */
+  lockLost: number;
+  /** Writes (rebuilds and `set`) the fence refused: a newer write, set or delete existed. */
+  writeRejected: number;
+  /** Callers answered on the degraded path (Redis failed or timed out; the loader ran here, nothing was written). */
+  degraded: number;
+}
+
+/** How a `getOrCompute` call was answered, as the tracing channel's context reports it. */
+export type Outcome = 'hit' | 'localHit' | 'stale' | 'computed' | 'coalesced' | 'waited' | 'degraded';
+
+/** The context object of the `stampede-guard:getOrCompute` tracing channel (one per call, only while subscribed). */
+export interface GetOrComputeContext {
+  readonly key: string;
+  /** The call's lock mode; `undefined` when the call's options were invalid (it then ends in `error`). */
+  lock: LockMode | undefined;
+  /** Set before `asyncStart`/`asyncEnd` on success; absent on `error`. */
+  outcome?: Outcome;
+  /** Set by Node on success (the value) or on `error` (the error). */
+  result?: unknown;
+  error?: unknown;
+}
+
+/** The channel APM tools subscribe to: start / end / asyncStart / asyncEnd / error for every getOrCompute call. */
+export const GET_OR_COMPUTE_CHANNEL = 'stampede-guard:getOrCompute';
+
+export const getOrComputeChannel = tracingChannel<string, GetOrComputeContext>(GET_OR_COMPUTE_CHANNEL);
+
+/**
+ * Is anyone listening? TracingChannel#hasSubscribers exists only on newer Node versions (20.13+, 22);
+ * before that, any of the sub-channels having a subscriber counts.
+ */
+export const traced: () => boolean =
+  typeof (getOrComputeChannel as { hasSubscribers?: unknown }).hasSubscribers === 'boolean'
+    ? () => getOrComputeChannel.hasSubscribers
+    : () =>
+        getOrComputeChannel.start.hasSubscribers ||
+        getOrComputeChannel.end.hasSubscribers ||
+        getOrComputeChannel.asyncStart.hasSubscribers ||
+        getOrComputeChannel.asyncEnd.hasSubscribers ||
+        getOrComputeChannel.error.hasSubscribers;
+
+/** What a trip through the protocol answered, shared by every caller of its flight. */
+export interface Answered {
+  readonly value: unknown;
+  /** The trip's own outcome (from the point of view of the caller that started it). */
+  readonly outcome: Outcome;
+  /** The trip's store read found no usable value. */
+  readonly missed: boolean;
+}
+
+/** Owns the counters. Invariant: fields only ever increase; stats() copies them. */
+export class Telemetry {
+  private readonly c: CacheStats = { hits: 0, localHits: 0, staleServed: 0, misses: 0, loaderRuns: 0, coalesced: 0, waited: 0, lockLost: 0, writeRejected: 0, degraded: 0 };
+
+  loaderRun(): void {
+    this.c.loaderRuns++;
+  }
+
+  lockLost(): void {
+    this.c.lockLost++;
+  }
+
+  writeRejected(): void {
+    this.c.writeRejected++;
+  }
+
+  localHit(): void {
+    this.c.hits++;
+    this.c.localHits++;
+  }
+
+  /** A caller answered with an expired value straight from L1 (no flight): for a cache whose L1 serves stale values. */
+  localStale(): void {
+    this.c.staleServed++;
+  }
+
+  /**
+   * Counts one caller of a flight and returns its outcome. `led`: this caller's work ran the trip;
+   * a joiner of a trip that ran a loader was answered by another caller's load (`coalesced`).
+   */
+  caller(a: Answered, led: boolean): Outcome {
+    const c = this.c;
+    if (a.missed) c.misses++;
+    switch (a.outcome) {
+      case 'hit':
+      case 'localHit':
+        c.hits++;
+        return a.outcome;
+      case 'stale':
+        c.staleServed++;
+        return 'stale';
+      case 'waited':
+        c.waited++;
+        return 'waited';
+      case 'coalesced':
+        c.coalesced++;
+        return 'coalesced';
+      case 'degraded':
+        c.degraded++;
+        if (!led) c.coalesced++;
+        return 'degraded';
+      case 'computed':
+        if (led) return 'computed';
+        c.coalesced++;
+        return 'coalesced';
+    }
+  }
+
+  stats(): CacheStats {
+    return { ...this.c };
+  }
+}
