@@ -116,3 +116,17 @@ describe('a miss behind this process\'s stale-window refresh', () => {
   });
 });
 
+
+describe('stats: waited means another process', () => {
+  it("a caller answered by this process's own set() (found on the re-read under its grant) is not counted as waited for another process", async () => {
+    const cache = h.cache();
+    let runs = 0;
+    // Both start before either is awaited: the set's write lands between the call's miss and its re-read.
+    const call = cache.getOrCompute('own', () => (runs++, 'loaded'), 60_000);
+    const set = cache.set('own', 'set-value', 60_000);
+    const [value] = await Promise.all([call, set]);
+    const s = cache.stats();
+    expect({ value, runs }).toEqual({ value: 'set-value', runs: 0 }); // the interleaving this test is about
+    expect(s.waited).toBe(0);
+  });
+});
