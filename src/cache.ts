@@ -228,6 +228,7 @@ export class Cache extends EventEmitter<CacheEvents> {
       const ticket = this.local.begin(key);
       const ttl = writeTtl(call);
       const sent = this.options.clock.now();
+      this.telemetry.ownWrite(key, grant.fence);
       const accepted = await this.deps.store.write(key, keys, grant, value, call, 0, 's', ttl);
       outcome = 'written';
       // Redis started the entry's ttl between `sent` and now: L1's copy counts from `sent`.

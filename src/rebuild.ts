@@ -119,7 +119,15 @@ export class Rebuild implements Answered {
     this.missed = true;
     const running = this.d.background.pending(this.key);
     if (running) {
-      await running;
+      // Bounded like any wait: at most waitTimeout, and a note on the key (a delete, a set, another
+      // process's write) ends it at once — the background work may hang, and could no longer write anyway.
+      const waiter = this.d.waiters.register(this.key);
+      try {
+        await Promise.race([running, waiter.next(this.call.waitTimeout, this.signal)]);
+      } finally {
+        waiter.wake('r'); // settles next() and clears its timer if the work finished first
+        waiter.dispose();
+      }
       this.assertRunning();
       try {
         found = await readEntry(this.d, this.key, this.keys);
@@ -216,8 +224,9 @@ export class Rebuild implements Answered {
       if (done) {
         const again = await readEntry(this.d, this.key, this.keys).catch(() => undefined);
         if (done(again)) {
-          // Another process wrote between our miss and our grant: its load answers us.
-          this.current = 'waited';
+          // Someone wrote between our miss and our grant: another process's load answers us ('waited'),
+          // or this process's own set()/write (a plain hit).
+          this.current = again !== undefined && again.state !== 'miss' && this.d.telemetry.isOwnWrite(this.key, again.fence) ? 'hit' : 'waited';
           return again?.state === 'miss' ? undefined : again?.value;
         }
       }
@@ -266,6 +275,7 @@ export class Rebuild implements Answered {
     // Redis counts the ttl from when it ran the write: L1's copy starts counting when it was sent.
     const sent = this.d.clock.now();
     try {
+      this.d.telemetry.ownWrite(key, grant.fence);
       written = await this.d.store.write(key, this.keys, grant, value, this.call, loadMs, 'w', ttl);
       const freshMs = ttl - (this.d.clock.now() - sent);
       this.d.local.written(ticket, key, value, freshMs, written, { fence: grant.fence, ttlMs: ttl, loadMs: Math.round(loadMs) });

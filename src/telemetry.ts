@@ -95,9 +95,28 @@ export interface Answered {
   readonly missed: boolean;
 }
 
+const OWN_WRITES_KEPT = 1000;
+
 /** Owns the counters. Invariant: fields only ever increase; stats() copies them. */
 export class Telemetry {
   private readonly c: CacheStats = { hits: 0, localHits: 0, staleServed: 0, misses: 0, loaderRuns: 0, coalesced: 0, waited: 0, lockLost: 0, writeRejected: 0, degraded: 0 };
+
+  /**
+   * The fence of this process's latest write per key, recorded when the write is sent (bounded: the
+   * oldest is forgotten first). A re-read that finds it was answered by this process, not by another
+   * process's load. Forgetting one can only count a `waited` as such; it never affects a value.
+   */
+  private readonly own = new Map<string, number>();
+
+  ownWrite(key: string, fence: number): void {
+    this.own.delete(key);
+    if (this.own.size >= OWN_WRITES_KEPT) this.own.delete(this.own.keys().next().value as string);
+    this.own.set(key, fence);
+  }
+
+  isOwnWrite(key: string, fence: number): boolean {
+    return this.own.get(key) === fence;
+  }
 
   loaderRun(): void {
     this.c.loaderRuns++;
