@@ -42,9 +42,8 @@ const SOFT_TIMEOUT = Symbol('soft timeout');
  * reached this process while the read was in flight (the ticket is taken before the read is sent).
  * Throws RedisUnavailableError.
  */
-export async function readEntry(d: RebuildDeps, key: string, keys: EntryKeys): Promise<Found> {
+export async function readEntry(d: RebuildDeps, key: string, keys: EntryKeys, sent = d.clock.now()): Promise<Found> {
   const ticket = d.local.begin(key);
-  const sent = d.clock.now();
   const found = await d.store.read(key, keys);
   if (found.state === 'fresh') {
     // Redis measured PTTL somewhere between `sent` and now: count L1's copy from `sent`, so a slow reply
@@ -97,7 +96,7 @@ export class Rebuild implements Answered {
     let found: Found;
     const sent = this.d.clock.now();
     try {
-      found = await readEntry(this.d, this.key, this.keys);
+      found = await readEntry(this.d, this.key, this.keys, sent);
     } catch (error) {
       return this.degraded('read', error);
     }
@@ -347,7 +346,7 @@ export class Rebuild implements Answered {
   private refreshInBackground(stale: { readonly value: unknown; readonly fence: number }): void {
     const { d, key } = this;
     const now = d.clock.now();
-    if (d.background.has(key) || d.background.heldOff(key, stale.fence, now) || d.lifetime.aborted) return;
+    if (!d.background.mayStart(key, stale.fence, now) || d.lifetime.aborted) return;
     const refresh = new Rebuild(d, key, this.keys, this.loader, this.call, d.lifetime);
     const work = (async () => {
       const grant = await d.lockers[this.call.lock].acquire(key, this.keys, this.call);
@@ -415,7 +414,7 @@ export function refreshAheadOnHit(d: RebuildDeps, key: string, keysOf: () => Ent
   const now = d.clock.now();
   if (!refreshDue(call.refreshAhead, seen.facts, call.ttl, seen.freshUntil - now, unitInterval)) return;
   const { background, emit } = d;
-  if (background.has(key) || background.heldOff(key, seen.facts.fence, now) || d.lifetime.aborted) return;
+  if (!background.mayStart(key, seen.facts.fence, now) || d.lifetime.aborted) return;
   emit('refresh', { key, outcome: 'started' });
   const keys = keysOf(); // only now: hashing the key is the costliest part of a hit not due
   const work = (async () => {
@@ -432,7 +431,7 @@ export function refreshAheadOnHit(d: RebuildDeps, key: string, keysOf: () => Ent
       }
       if (!grant) {
         emit('refresh', { key, outcome: 'lost' });
-        retryAt = d.clock.now() + call.pollInterval;
+        retryAt = soon();
         return;
       }
       emit('refresh', { key, outcome: 'won' });
@@ -470,8 +469,9 @@ export class Background {
    */
   private readonly tried = new Map<string, { readonly fence: number; readonly until: number }>();
 
-  has(key: string): boolean {
-    return this.byKey.has(key);
+  /** Nothing runs for the key and its entry `fence` is not held off at `now`: a refresh may start. */
+  mayStart(key: string, fence: number, now: number): boolean {
+    return !this.byKey.has(key) && !this.heldOff(key, fence, now);
   }
 
   /** The key's work in progress, if any (settles, never rejects). */

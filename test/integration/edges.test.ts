@@ -3,14 +3,12 @@
  * user code throws, close() racing acquisitions, unstorable values. Real Redis throughout.
  */
 import { getEventListeners } from 'node:events';
-import { createCache, type Cache } from '../../src/index.js';
+import { createCache } from '../../src/index.js';
 import { entryKeys } from '../../src/keys.js';
 import { describe, expect, it } from 'vitest';
-import { deferred, heldRebuild, missedCall, nextEvent, useRedis } from '../support/harness.js';
+import { deferred, heldRebuild, missedCall, nextEvent, useRedis, keysOf, prefixOf } from '../support/harness.js';
 
 const h = useRedis();
-const prefixOf = (cache: Cache) => (cache as unknown as { options: { prefix: string } }).options.prefix;
-const keysOf = (cache: Cache, key: string) => entryKeys(prefixOf(cache), key);
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /** Collects unhandled rejections while `fn` runs and for a few event-loop turns after it. */

@@ -7,32 +7,18 @@ import { decodeEntry } from '../../src/codec.js';
 import { entryKeys } from '../../src/keys.js';
 import { resolveCallOptions } from '../../src/options.js';
 import { refreshAheadOnHit, type RebuildDeps } from '../../src/rebuild.js';
-import type { CacheEvents } from '../../src/events.js';
 import { describe, expect, it } from 'vitest';
-import { countCommands, deferred, nextEvent, useRedis } from '../support/harness.js';
+import { countCommands, deferred, nextEvent, useRedis, keysOf, prefixOf, refreshOutcomes, untilPttlAtMost as waitPttl } from '../support/harness.js';
 
 const h = useRedis();
-const prefixOf = (cache: Cache) => (cache as unknown as { options: { prefix: string } }).options.prefix;
-const valueKey = (cache: Cache, key: string) => entryKeys(prefixOf(cache), key).value;
+const valueKey = (cache: Cache, key: string) => keysOf(cache, key).value;
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-/** Resolves once Redis reports at most `ms` of physical TTL left on the entry (or that it is gone). */
-async function untilPttlAtMost(cache: Cache, key: string, ms: number): Promise<void> {
-  for (;;) {
-    const pttl = await h.admin.pttl(valueKey(cache, key));
-    if (pttl <= ms) return;
-    await sleep(Math.max(1, Math.min(20, pttl - ms)));
-  }
-}
+const untilPttlAtMost = (cache: Cache, key: string, ms: number) => waitPttl(h.admin, cache, key, ms);
 /** Resolves once Redis dropped the entry. */
 const untilGone = (cache: Cache, key: string) => untilPttlAtMost(cache, key, -2);
 
-/** Every `refresh` outcome a cache reports, in order. */
-function refreshes(cache: Cache): CacheEvents['refresh'][0]['outcome'][] {
-  const seen: CacheEvents['refresh'][0]['outcome'][] = [];
-  cache.on('refresh', (e) => seen.push(e.outcome));
-  return seen;
-}
+const refreshes = refreshOutcomes;
 
 /** A loader that counts its runs and answers `v<run>`; `gate` (if given) holds every run after the first. */
 function counted(gate?: Promise<void>) {

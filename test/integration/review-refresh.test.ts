@@ -8,31 +8,18 @@ import { createCache, InvalidOptionError, type Cache, type CallOptions, type Loa
 import { readFileSync } from 'node:fs';
 import { getEventListeners } from 'node:events';
 import { decodeEntry } from '../../src/codec.js';
-import { entryKeys } from '../../src/keys.js';
-import type { CacheEvents } from '../../src/events.js';
-import { countCommands, deferred, nextEvent, useRedis } from '../support/harness.js';
+import { countCommands, deferred, nextEvent, useRedis, keysOf, prefixOf, refreshOutcomes, untilPttlAtMost as waitPttl } from '../support/harness.js';
 import { startProxy, type Proxy } from '../support/proxy.js';
 
 const h = useRedis();
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-const prefixOf = (cache: Cache) => (cache as unknown as { options: { prefix: string } }).options.prefix;
-const valueKey = (cache: Cache, key: string) => entryKeys(prefixOf(cache), key).value;
+const valueKey = (cache: Cache, key: string) => keysOf(cache, key).value;
 let unique = 0;
 
-async function untilPttlAtMost(cache: Cache, key: string, ms: number): Promise<void> {
-  for (;;) {
-    const pttl = await h.admin.pttl(valueKey(cache, key));
-    if (pttl <= ms) return;
-    await sleep(Math.max(1, Math.min(20, pttl - ms)));
-  }
-}
+const untilPttlAtMost = (cache: Cache, key: string, ms: number) => waitPttl(h.admin, cache, key, ms);
 const untilGone = (cache: Cache, key: string) => untilPttlAtMost(cache, key, -2);
 
-function outcomesOf(cache: Cache): CacheEvents['refresh'][0]['outcome'][] {
-  const seen: CacheEvents['refresh'][0]['outcome'][] = [];
-  cache.on('refresh', (e) => seen.push(e.outcome));
-  return seen;
-}
+const outcomesOf = refreshOutcomes;
 
 /** Counts runs and the most loaders running at once; runs after the first wait for `gate` if given. */
 function counted(gate?: Promise<void>) {

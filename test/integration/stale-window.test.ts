@@ -3,12 +3,11 @@
  * sending every call of the window to Redis, and a process that lost the refresh lock does not retry
  * it on every stale read. Real Redis throughout.
  */
-import { createCache, type Cache, type CallOptions } from '../../src/index.js';
+import { createCache, type CallOptions } from '../../src/index.js';
 import { describe, expect, it } from 'vitest';
-import { countCommands, nextEvent, useRedis } from '../support/harness.js';
+import { countCommands, nextEvent, useRedis, prefixOf } from '../support/harness.js';
 
 const h = useRedis();
-const prefixOf = (cache: Cache) => (cache as unknown as { options: { prefix: string } }).options.prefix;
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 describe('stale window', () => {

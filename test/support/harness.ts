@@ -3,6 +3,7 @@ import { once } from 'node:events';
 import { Redis, type RedisOptions } from 'ioredis';
 import { afterAll, beforeAll } from 'vitest';
 import { createCache, type Cache, type CacheEvents, type CacheOptions, type CallOptions } from '../../src/index.js';
+import { entryKeys, type EntryKeys } from '../../src/keys.js';
 import { provideRedis, type ProvidedRedis } from './redis-server.js';
 
 export interface Harness {
@@ -139,4 +140,26 @@ export async function lockTakenOver(cache: Cache, key: string, lockKey: string, 
   await started.promise;
   await admin.set(lockKey, 'someone-else', 'PX', 60_000);
   return { call };
+}
+
+/** The prefix a cache was created with (tests address its Redis keys directly). */
+export const prefixOf = (cache: Cache): string => (cache as unknown as { options: { prefix: string } }).options.prefix;
+
+/** The Redis keys of one entry of `cache`. */
+export const keysOf = (cache: Cache, key: string): EntryKeys => entryKeys(prefixOf(cache), key);
+
+/** Resolves once Redis (asked through `admin`) reports at most `ms` of physical TTL left on the entry (-2: gone). */
+export async function untilPttlAtMost(admin: Redis, cache: Cache, key: string, ms: number): Promise<void> {
+  for (;;) {
+    const pttl = await admin.pttl(keysOf(cache, key).value);
+    if (pttl <= ms) return;
+    await new Promise((r) => setTimeout(r, Math.max(1, Math.min(20, pttl - ms))));
+  }
+}
+
+/** Every `refresh` outcome a cache reports from now on, in order. */
+export function refreshOutcomes(cache: Cache): CacheEvents['refresh'][0]['outcome'][] {
+  const seen: CacheEvents['refresh'][0]['outcome'][] = [];
+  cache.on('refresh', (e) => seen.push(e.outcome));
+  return seen;
 }
