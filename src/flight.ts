@@ -28,20 +28,42 @@ interface Flight {
 const IGNORE = (): void => undefined;
 
 /**
- * Rejects once `lifetime` aborts (close()): every flight races its work against it, so close() settles
- * every call in progress with CacheClosedError even when a loader ignores its signal. One promise per
- * coalescer, one reaction per flight (not per caller).
+ * Settles every flight still running with CacheClosedError once `lifetime` aborts (close()), so close()
+ * settles every call in progress even when a loader ignores its signal. Invariant: `pending` holds a
+ * flight only while it runs — nothing per flight outlives it (a reaction on one long-lived promise per
+ * flight would keep every flight's result reachable until close()).
  */
-function closing(lifetime: AbortSignal | undefined): Promise<never> | undefined {
-  if (!lifetime) return undefined;
-  const closed = new Promise<never>((_, reject) => {
-    const onClose = (): void => reject(new CacheClosedError());
-    if (lifetime.aborted) onClose();
-    else lifetime.addEventListener('abort', onClose, { once: true });
-  });
-  closed.catch(IGNORE);
-  return closed;
+class Closing {
+  private readonly pending = new Set<() => void>();
+
+  constructor(private readonly lifetime: AbortSignal) {
+    lifetime.addEventListener('abort', () => {
+      for (const close of this.pending) close();
+      this.pending.clear();
+    }, { once: true });
+  }
+
+  guard<T>(key: string, work: Promise<T>): Promise<T> {
+    if (this.lifetime.aborted) return Promise.reject(new CacheClosedError(key));
+    return new Promise<T>((resolve, reject) => {
+      const close = (): void => reject(new CacheClosedError(key));
+      this.pending.add(close);
+      work.then(
+        (v) => {
+          this.pending.delete(close);
+          resolve(v);
+        },
+        (e: unknown) => {
+          this.pending.delete(close);
+          // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors
+          reject(e);
+        },
+      );
+    });
+  }
 }
+
+const closing = (lifetime: AbortSignal | undefined): Closing | undefined => (lifetime ? new Closing(lifetime) : undefined);
 
 /**
  * Single-flight (after golang.org/x/sync/singleflight): the first caller on a key starts the work,
@@ -55,7 +77,7 @@ export class SingleFlight implements Coalescer {
    */
   private readonly flights = new Map<string, Flight>();
 
-  private readonly closed: Promise<never> | undefined;
+  private readonly closed: Closing | undefined;
 
   /**
    * @param maxCallers callers of one key beyond this get a fast TooManyWaitersError.
@@ -98,7 +120,7 @@ export class SingleFlight implements Coalescer {
 
 /** No coalescing (lock mode `none`): every call does its own work. */
 export class NoFlight implements Coalescer {
-  private readonly closed: Promise<never> | undefined;
+  private readonly closed: Closing | undefined;
 
   constructor(lifetime?: AbortSignal) {
     this.closed = closing(lifetime);
@@ -117,11 +139,11 @@ export class NoFlight implements Coalescer {
 }
 
 /** Starts the work. Its promise is always observed here, so abandoning it can never be an unhandled rejection. */
-function start(key: string, work: Work<unknown>, closed: Promise<never> | undefined, abandon: () => void): Flight {
+function start(key: string, work: Work<unknown>, closed: Closing | undefined, abandon: () => void): Flight {
   const controller = new AbortController();
   controller.signal.addEventListener('abort', abandon, { once: true });
   const working = Promise.resolve().then(() => work(controller.signal));
-  const promise = (closed ? Promise.race([working, closed.catch(() => Promise.reject(new CacheClosedError(key)))]) : working).finally(abandon);
+  const promise = (closed ? closed.guard(key, working) : working).finally(abandon);
   working.catch(IGNORE);
   promise.catch(IGNORE);
   return { promise, controller, abortable: 0, pinned: false, callers: 0 };

@@ -99,3 +99,17 @@ describe('aborted callers (issue 8 item 1)', () => {
     gate.reject(new Error('the abandoned work fails later: observed, never unhandled'));
   });
 });
+
+describe('close() guard (the heap figure: npm run bench:heap)', () => {
+  it('settled flights leave nothing behind in the close() guard; close() still rejects a running one', async () => {
+    const lifetime = new AbortController();
+    const flight = new SingleFlight(Number.POSITIVE_INFINITY, lifetime.signal);
+    for (let i = 0; i < 100; i++) await flight.run(`k${i}`, undefined, async () => i);
+    const pending = (flight as unknown as { closed: { pending: Set<unknown> } }).closed.pending;
+    expect(pending.size).toBe(0);
+    const hanging = flight.run('hang', undefined, () => new Promise(() => undefined));
+    await Promise.resolve();
+    lifetime.abort();
+    await expect(hanging).rejects.toMatchObject({ code: 'ERR_CLOSED', key: 'hang' });
+  });
+});
