@@ -139,7 +139,9 @@ process.on('message', (m: { op: 'start'; until: number } | { op: 'exit' }) => {
     clearInterval(streaming);
     await cache.close();
     redis.disconnect();
-    await sleep(50); // let the sockets finish closing (and any late rejection surface)
+    // Let the sockets finish closing, any late rejection surface, and the callers' own AbortSignal.timeout
+    // timers (up to 2 × loaderMs, started by the last calls) lapse: those are the caller's handles, not the cache's.
+    await sleep(2 * loaderMs + 50);
     const resources = process.getActiveResourcesInfo().filter((r) => r !== 'PipeWrap' && r !== 'TTYWrap');
     process.send?.({ ev: 'history', proc, settles, writes, runs, unhandled, resources }, () => process.exit(0));
   })();
