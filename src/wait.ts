@@ -43,9 +43,12 @@ export function parseNote(message: string): Note | undefined {
 export class Waiters {
   /** Invariant: a key is present only while it has at least one registered waiter. */
   private readonly byKey = new Map<string, Set<Waiter>>();
+  /** Set by wakeAll() (close()): from then on every wait, also one registered later, ends at once. */
+  private closed = false;
 
   register(key: string): Waiter {
     const waiter = new Waiter(() => this.remove(key, waiter));
+    if (this.closed) waiter.close();
     let set = this.byKey.get(key);
     if (!set) this.byKey.set(key, (set = new Set()));
     set.add(waiter);
@@ -59,7 +62,8 @@ export class Waiters {
 
   /** Ends every wait (close()): they resolve 'aborted'. */
   wakeAll(): void {
-    for (const set of this.byKey.values()) for (const w of set) w.wake('aborted');
+    this.closed = true;
+    for (const set of this.byKey.values()) for (const w of set) w.close();
   }
 
   get size(): number {
@@ -83,7 +87,15 @@ export class Waiter {
   private pending: Wake | undefined;
   private resolve: ((how: Wake) => void) | undefined;
 
+  /** After close(): every next() resolves 'aborted' at once, so no wait (and no timer) outlives the cache. */
+  private closed = false;
+
   constructor(readonly dispose: () => void) {}
+
+  close(): void {
+    this.closed = true;
+    this.wake('aborted');
+  }
 
   wake(how: Wake): void {
     if (this.resolve) this.resolve(how);
@@ -100,7 +112,7 @@ export class Waiter {
       this.pending = undefined;
       return Promise.resolve(how);
     }
-    if (signal?.aborted) return Promise.resolve('aborted');
+    if (signal?.aborted || this.closed) return Promise.resolve('aborted');
     return new Promise((resolve) => {
       const done = (how: Wake): void => {
         clearTimeout(timer);

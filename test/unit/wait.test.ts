@@ -116,3 +116,17 @@ describe('SUBSCRIBE retry delay', () => {
     expect(subscribeRetryDelay(10_000, 0.5)).toBe(1500);
   });
 });
+
+describe('close()', () => {
+  it('after wakeAll(), every wait ends at once: waiters already registered and ones registered later (an hour-long wait would otherwise hang the test)', async () => {
+    const waiters = new Waiters();
+    const before = waiters.register('k');
+    waiters.wakeAll();
+    const after = waiters.register('k');
+    expect(await before.next(3_600_000, undefined)).toBe('aborted');
+    expect(await before.next(3_600_000, undefined)).toBe('aborted');
+    expect(await after.next(3_600_000, undefined)).toBe('aborted');
+    before.dispose();
+    after.dispose();
+  });
+});
