@@ -58,6 +58,12 @@ interface CampaignConfig {
   bootDown?: boolean;
   /** How long a paused holder stays frozen. Default 2.5 × lockTtl. */
   holderPauseMs?: number;
+  /**
+   * With pause-holder: the campaign (proc 0) deletes the frozen holder's key at once, so its late
+   * value, made before that delete, is a superseded value if it is ever served (deterministic, not
+   * left to the random mix landing a delete inside the pause).
+   */
+  deleteWhileFrozen?: boolean;
 }
 
 /** Deterministic PRNG (mulberry32): a failing seed replays the same schedule. */
@@ -98,7 +104,7 @@ interface WorkerHandle {
   child: ChildProcess;
   loading: number;
   /** Called (once) on this worker's next loader start. */
-  onLoaderStart?: () => void;
+  onLoaderStart?: (key: string) => void;
   history: Promise<{ settles: Settle[]; writes: Write[]; runs: LoaderRun[]; unhandled: string[]; resources: string[]; killed: boolean } | undefined>;
 }
 
@@ -171,12 +177,12 @@ async function campaign(c: CampaignConfig) {
       acc.unhandled.push(...(m.unhandled ?? []));
     };
     handle.history = new Promise((resolve) => {
-      child.on('message', (m: Raw & { ev: string }) => {
+      child.on('message', (m: Raw & { ev: string; key?: string }) => {
         if (m.ev === 'loader-start') {
           handle.loading++;
           const hook = handle.onLoaderStart;
           handle.onLoaderStart = undefined;
-          hook?.();
+          hook?.(m.key ?? '');
         } else if (m.ev === 'loader-end') handle.loading--;
         else if (m.ev === 'batch') take(m);
         else if (m.ev === 'history') {
@@ -207,19 +213,24 @@ async function campaign(c: CampaignConfig) {
     const live = workers.filter((w) => w.child.exitCode === null && w.child.signalCode === null);
     if (fault === 'pause-holder') {
       // Freeze a worker the moment one of its loaders starts: it then holds a lock (and a fence).
-      const holder = await new Promise<WorkerHandle | undefined>((resolve) => {
+      const frozen = await new Promise<{ holder: WorkerHandle; key: string } | undefined>((resolve) => {
         const timer = setTimeout(() => resolve(undefined), 3000);
         for (const w of live) {
-          w.onLoaderStart = () => {
+          w.onLoaderStart = (key) => {
             clearTimeout(timer);
             for (const o of live) o.onLoaderStart = undefined;
             process.kill(w.child.pid as number, 'SIGSTOP');
-            resolve(w);
+            resolve({ holder: w, key });
           };
         }
       });
-      if (!holder) continue;
+      if (!frozen) continue;
+      const { holder } = frozen;
       const from = now();
+      if (c.deleteWhileFrozen) {
+        const ok = await writer.delete(frozen.key).then(() => true, () => false);
+        parentWrites.push({ proc: 0, key: frozen.key, kind: 'delete', start: from, end: now(), ok });
+      }
       await sleep(c.holderPauseMs ?? TIMING.lockTtl * 2.5);
       process.kill(holder.child.pid as number, 'SIGCONT');
       pauses.push({ proc: holder.proc, from, to: now() });
@@ -382,7 +393,7 @@ describe('fault campaign', () => {
   }, 120_000);
 
   it(`L1 on, with sets, deletes and aborting callers under every fault: no read returns a value superseded by a delete/set done ${SUPERSEDE_BOUND} ms earlier, aborts harm nobody, and the hard properties hold`, async () => {
-    const r = await campaign({ name: 'coherence', seed: 808, seconds: 20, workers: 4, callers: 20, keys: 10, faults: ALL_FAULTS, aof: false, l1: true, mix: COHERENCE_MIX, ttl: L1_TTL });
+    const r = await campaign({ name: 'coherence', seed: 808, seconds: 20, workers: 4, callers: 20, keys: 10, faults: ALL_FAULTS, aof: false, l1: true, mix: COHERENCE_MIX, ttl: L1_TTL, deleteWhileFrozen: true });
     expect(r.superseded.checked).toBeGreaterThan(1000);
     expect(r.aborts.checked).toBeGreaterThan(500);
     expect(r.violations).toEqual([]);
@@ -398,8 +409,8 @@ describe('fault campaign', () => {
 
   it('negative control: with fencing off, the same checker reports stale overwrites and superseded reads', async () => {
     const r = await campaign({ name: 'negative-unfenced', seed: 7, seconds: 12, workers: 4, callers: 20, keys: 2, faults: ['pause-holder'], aof: false, unsafe: { unfencedWrites: true },
-      // Deletes land while the holder is frozen (2 s), and its late value then survives about a second.
-      mix: { get: 0.2, set: 0.001, delete: 0.002, abort: 0 }, ttl: L1_TTL, holderPauseMs: 2000 });
+      // The frozen holder's key is deleted at once (2 s pause); its late value then survives about a second.
+      mix: { get: 0.2, set: 0.001, delete: 0.002, abort: 0 }, ttl: L1_TTL, holderPauseMs: 2000, deleteWhileFrozen: true });
     expect(r.reads.violations.length).toBeGreaterThan(0);
     expect(r.superseded.violations.length).toBeGreaterThan(0);
   }, 120_000);
