@@ -23,12 +23,12 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { Redis } from 'ioredis';
 import { hasRedisBinary, provideRedis, startRedisServer, type RedisServer } from '../test/support/redis-server.js';
-import { ALL_CONTENDERS, makeContender, servesStale, type ContenderName } from './lib/contenders.js';
+import { ALL_CONTENDERS, makeContender, refreshPoint, servesStale, type ContenderName } from './lib/contenders.js';
 import { httpRun, type HttpFigure } from './lib/http.js';
 import { DEFAULT_IN_FLIGHT, heapGrowth, heapNote, type HeapFigure } from './lib/heap.js';
 import { lockCost, overhead, tracingCost, type LatencyFigure } from './lib/micro.js';
 import { writeReport, type ScenarioRow } from './lib/report.js';
-import { idealRebuilds, maxConcurrentOverall, maxConcurrentPerKey, median, percentile, runsPerKeyPerTtl, scenarios, type ScenarioSpec } from './lib/scenarios.js';
+import { idealRebuilds, idealRefreshes, maxConcurrentOverall, maxConcurrentPerKey, median, percentile, runsPerKeyPerTtl, scenarios, type ScenarioSpec } from './lib/scenarios.js';
 import type { RunReport, RunRequest } from './worker.js';
 
 const { values: args } = parseArgs({
@@ -132,7 +132,8 @@ async function oneRun(contender: ContenderName, scenario: ScenarioSpec, run: num
   const latencies = reports.flatMap((r) => r.latencies).sort((a, b) => a - b);
   const startLags = reports.flatMap((r) => r.startLags).sort((a, b) => a - b);
   const calls = latencies.length;
-  const ideal = scenario.kind === 'cold' ? 1 : idealRebuilds(runs, scenario.ttlMs);
+  const point = refreshPoint(contender);
+  const ideal = scenario.kind === 'cold' ? 1 : point === undefined ? idealRebuilds(runs, scenario.ttlMs) : idealRefreshes(runs, point * scenario.ttlMs);
   const failFrom = startAt + scenario.durationMs * (scenario.failWindow?.[0] ?? 2);
   const failTo = startAt + scenario.durationMs * (scenario.failWindow?.[1] ?? 2);
   return {

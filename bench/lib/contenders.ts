@@ -28,6 +28,14 @@ export const ALL_CONTENDERS: ContenderName[] = [...OURS, ...PEERS];
 
 /** The refresh point of the refresh-ahead contenders, as a fraction of ttl (the issue's 0.8). */
 export const RA_FRACTION = 0.8;
+/**
+ * The fraction of ttl at which a contender refreshes an entry ahead of its expiry, if it does (ours
+ * with refreshAhead, cache-manager with refreshThreshold); the bench judges its loader runs against
+ * one refresh per entry (idealRefreshes) rather than one rebuild per expiry.
+ */
+export function refreshPoint(name: ContenderName): number | undefined {
+  return name === 'single-ra' || name === 'single-ra-l1' || name === 'cache-manager' ? RA_FRACTION : undefined;
+}
 /** The ttl jitter of `single-jitter` (the issue's 0.2). */
 export const JITTER = 0.2;
 /** L1 size for the `-l1` variants: larger than any scenario's key count, so nothing is evicted. */

@@ -3,7 +3,8 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { heapMarkdown, type HeapFigure, type HeapSample } from './heap.js';
 import type { HttpFigure } from './http.js';
 import type { LatencyFigure } from './micro.js';
-import { percentile } from './scenarios.js';
+import { refreshPoint, RA_FRACTION } from './contenders.js';
+import { percentile, REFRESH_AHEAD, REFRESH_AHEAD_SIZES, refreshFloor } from './scenarios.js';
 
 export interface ScenarioRow {
   scenario: string;
@@ -118,6 +119,14 @@ function openMarkdown(r: Report): string[] {
     }
     out.push(
       `| ${row.scenario} | ${row.contender} | ${row.calls} | ${f1(row.p50)} | ${f1(row.p99)} | ${f1(row.max)} | ${f1(row.startLagP99)} | ${pct2(row.staleShare)} | ${row.loaderRuns} | ${f2(row.runsPerKeyPerTtl)} | ${row.ideal} | ${f2(row.ratio)} | ${row.maxConcurrent} | ${row.peakLoaders} | ${row.errors}${row.unsettled ? ` (${row.unsettled})` : ''} | ${f1(row.fillMs)} |`,
+    );
+  }
+  if (rows.some((x) => x.scenario === 'refresh-ahead')) {
+    const ra = REFRESH_AHEAD_SIZES;
+    out.push(
+      '',
+      `"ideal": for the contenders that refresh ahead (${REFRESH_AHEAD.filter((c) => refreshPoint(c) !== undefined).join(', ')}), one loader run per entry whose readers reach its refresh point (${RA_FRACTION} × ttl after the entry was written), none beside it; for the others, one run per key per expiry. ` +
+        `"per key per ttl": loader runs ÷ (keys × run time ÷ ttl). Refreshing at ${RA_FRACTION} × ttl with a ${ra.loaderMs} ms loader and ttl ${ra.ttlMs} ms cannot go below ${f2(refreshFloor(ra.ttlMs, RA_FRACTION, ra.loaderMs))} per key per ttl without serving answers older than ttl (each entry is replaced ${RA_FRACTION} × ttl + one loader time after it was written).`,
     );
   }
   return out;

@@ -64,7 +64,7 @@ export function scenarios(s: Sizes): ScenarioSpec[] {
     { name: 'failing-origin', ...loop, keys: 5, distribution: 'uniform', staleMs: s.ttlMs * 10, failWindow: [0.33, 0.66] },
     // Issue 10's sizes, fixed whatever --ttl-ms / --loader-ms say: 20 hot keys, ttl 1 s, loader 100 ms.
     // The stale window (for the staleTtl and grace contenders) is long enough never to run out.
-    { name: 'refresh-ahead', ...open, keys: 20, distribution: 'uniform', ttlMs: 1000, staleMs: 10_000, loaderMs: 100, contenders: REFRESH_AHEAD },
+    { name: 'refresh-ahead', ...open, keys: 20, distribution: 'uniform', ...REFRESH_AHEAD_SIZES, staleMs: 10_000, contenders: REFRESH_AHEAD },
     // The open-loop reference: the same arrivals on values that never expire during the run.
     { name: 'open-fresh-hits', ...open, keys: 20, distribution: 'uniform', ttlMs: 600_000, staleMs: 0, loaderMs: 100, contenders: ['single', 'single-l1'] },
     // 2,000 keys written in one burst (burstFill), then read uniformly across their common expiry.
@@ -78,8 +78,11 @@ export function scenarios(s: Sizes): ScenarioSpec[] {
   ];
 }
 
+/** Issue 10's fixed sizes for the refresh-ahead scenario. */
+export const REFRESH_AHEAD_SIZES = { ttlMs: 1000, loaderMs: 100 } as const;
+
 /** The refresh-ahead scenario's contenders, side by side (issue 10, "Performance"). */
-const REFRESH_AHEAD: readonly ContenderName[] = ['single-ra', 'single-ra-l1', 'single', 'single-l1', 'bentocache-grace', 'cache-manager'];
+export const REFRESH_AHEAD: readonly ContenderName[] = ['single-ra', 'single-ra-l1', 'single', 'single-l1', 'bentocache-grace', 'cache-manager'];
 
 /** Draws keys: uniform, or Zipf-like with exponent 1 (rank r has weight 1/r). */
 export function keyPicker(spec: ScenarioSpec, rand: () => number): () => string {
@@ -100,6 +103,17 @@ export function keyPicker(spec: ScenarioSpec, rand: () => number): () => string 
   };
 }
 
+/** Each key's [start, end] runs, by start. */
+function runsByKey(runs: [string, number, number, boolean][]): [number, number][][] {
+  const byKey = new Map<string, [number, number][]>();
+  for (const [key, start, end] of runs) {
+    let list = byKey.get(key);
+    if (!list) byKey.set(key, (list = []));
+    list.push([start, end]);
+  }
+  return [...byKey.values()].map((list) => list.sort((a, b) => a[0] - b[0]));
+}
+
 /**
  * The rebuilds an ideal coordinator would have done, from the recorded loader runs: per key, a run is
  * needed when it starts at least ttl after the last needed run started (the earliest any contender
@@ -108,15 +122,8 @@ export function keyPicker(spec: ScenarioSpec, rand: () => number): () => string 
  * are duplicates. Failed runs count like any other: a perfect coordinator still runs one per window.
  */
 export function idealRebuilds(runs: [string, number, number, boolean][], ttlMs: number): number {
-  const byKey = new Map<string, [number, number][]>();
-  for (const [key, start, end] of runs) {
-    let list = byKey.get(key);
-    if (!list) byKey.set(key, (list = []));
-    list.push([start, end]);
-  }
   let ideal = 0;
-  for (const list of byKey.values()) {
-    list.sort((a, b) => a[0] - b[0]);
+  for (const list of runsByKey(runs)) {
     let freshUntil = -Infinity;
     for (const [start] of list) {
       if (start >= freshUntil) {
@@ -161,6 +168,38 @@ export function maxConcurrentOverall(runs: [string, number, number, boolean][]):
  * expiry makes about 1 / (1 + loader/ttl) of them (plus each key's first fill); refresh ahead at a
  * fraction f about 1 / (f + loader/ttl), since a refresh starts once a value is f × ttl old.
  */
+/**
+ * The rebuilds an ideal refresh-ahead coordinator would have done: one per entry whose readers reach
+ * its refresh point. An entry is written when its loader run ends and reaches the point
+ * `refreshAfterMs` later, so per key a run is needed when it starts at least `refreshAfterMs` after the
+ * last needed run ended (the first run is always needed). Runs that start earlier — beside a needed
+ * run, or before its entry's refresh point — are duplicates. `slackMs` absorbs the ms rounding of
+ * Redis's PTTL and the processes' clocks; a real duplicate (a second process refreshing the same
+ * entry) starts while the needed run is still running, far inside it.
+ */
+export function idealRefreshes(runs: [string, number, number, boolean][], refreshAfterMs: number, slackMs = 5): number {
+  let ideal = 0;
+  for (const list of runsByKey(runs)) {
+    let dueAt = -Infinity;
+    for (const [start, end] of list) {
+      if (start >= dueAt - slackMs) {
+        ideal++;
+        dueAt = end + refreshAfterMs;
+      }
+    }
+  }
+  return ideal;
+}
+
+/**
+ * The fewest loader runs per key per ttl that refreshing at `fraction × ttl` allows while no answer is
+ * older than ttl: each entry lives `fraction × ttl` plus one loader time before the next replaces it,
+ * so the floor is ttl ÷ (fraction × ttl + loaderMs) — above 1 for any fraction < 1 − loaderMs ÷ ttl.
+ */
+export function refreshFloor(ttlMs: number, fraction: number, loaderMs: number): number {
+  return ttlMs / (fraction * ttlMs + loaderMs);
+}
+
 export function runsPerKeyPerTtl(runs: number, keys: number, durationMs: number, ttlMs: number): number {
   return runs / Math.max(1, keys * (durationMs / ttlMs));
 }
