@@ -28,7 +28,7 @@ import { httpRun, type HttpFigure } from './lib/http.js';
 import { DEFAULT_IN_FLIGHT, heapGrowth, heapNote, type HeapFigure } from './lib/heap.js';
 import { lockCost, overhead, tracingCost, type LatencyFigure } from './lib/micro.js';
 import { writeReport, type ScenarioRow } from './lib/report.js';
-import { idealRebuilds, idealRefreshes, maxConcurrentOverall, maxConcurrentPerKey, median, percentile, runsPerKeyPerTtl, scenarios, type ScenarioSpec } from './lib/scenarios.js';
+import { idealRebuilds, idealRefreshes, lease, maxConcurrentOverall, maxConcurrentPerKey, median, percentile, runsPerKeyPerTtl, scenarios, type ScenarioSpec } from './lib/scenarios.js';
 import type { RunReport, RunRequest } from './worker.js';
 
 const { values: args } = parseArgs({
@@ -112,9 +112,18 @@ async function burstFill(contender: ContenderName, scenario: ScenarioSpec, prefi
   }
 }
 
+/** The crashed-holder scenario's setup: a holder of `k0` takes its lock and dies (in this process, before the workers start). */
+async function crashHolder(contender: ContenderName, scenario: ScenarioSpec, prefix: string): Promise<void> {
+  const holder = makeContender(contender, { url: store.url, redlockUrls: [], prefix, ...lease(scenario) });
+  if (!holder.crashWhileHolding) throw new Error(`${contender} cannot play a crashed holder`);
+  await holder.ready?.();
+  await holder.crashWhileHolding('k0');
+}
+
 async function oneRun(contender: ContenderName, scenario: ScenarioSpec, run: number) {
   await Promise.all(flushers.map((f) => f.flushall()));
   const fillMs = scenario.burstFill ? await burstFill(contender, scenario, `b${run}`) : Number.NaN;
+  if (scenario.crashedHolder) await crashHolder(contender, scenario, `b${run}`);
   const startAt = now() + 150 + (scenario.warmupMs ?? 0);
   const req = (): RunRequest => ({
     op: 'run', contender, scenario, callers: C, startAt, url: store.url,
@@ -162,7 +171,7 @@ async function oneRun(contender: ContenderName, scenario: ScenarioSpec, run: num
 // --quick keeps the scenarios the targets are about.
 const only =
   args.only?.split(',') ??
-  (quick ? ['cold-stampede', 'hot-20-keys', 'stale-window', 'failing-origin', 'refresh-ahead', 'open-fresh-hits', 'mass-expiry'] : undefined);
+  (quick ? ['cold-stampede', 'hot-20-keys', 'stale-window', 'failing-origin', 'refresh-ahead', 'open-fresh-hits', 'mass-expiry', 'slow-loader', 'crashed-holder'] : undefined);
 const chosen = args.contenders?.split(',') as ContenderName[] | undefined;
 const rows: ScenarioRow[] = [];
 const latencySamples: Record<string, Record<string, number[]>> = {};

@@ -7,7 +7,7 @@
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { makeContender, type ContenderName } from './lib/contenders.js';
-import { keyPicker, type ScenarioSpec } from './lib/scenarios.js';
+import { keyPicker, lease, type ScenarioSpec } from './lib/scenarios.js';
 
 export interface RunRequest {
   op: 'run';
@@ -49,7 +49,7 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, Math.max(0, ms)))
 
 async function run(req: RunRequest): Promise<RunReport> {
   const { scenario } = req;
-  const contender = makeContender(req.contender, { url: req.url, redlockUrls: req.redlockUrls, prefix: req.prefix });
+  const contender = makeContender(req.contender, { url: req.url, redlockUrls: req.redlockUrls, prefix: req.prefix, ...lease(scenario) });
   const runs: RunReport['runs'] = [];
   const latencies: number[] = [];
   let errors = 0;

@@ -22,7 +22,9 @@ export const PEERS = ['bentocache', 'bentocache-grace', 'cachified', 'cachified-
 export const VARIANTS = ['single-l1', 'single-ra', 'single-ra-l1', 'single-jitter'] as const;
 /** cache-manager 7 on Redis through Keyv, with `refreshThreshold` (refresh ahead, per process). */
 export const LATE_PEERS = ['cache-manager'] as const;
-export type ContenderName = (typeof OURS)[number] | (typeof PEERS)[number] | (typeof VARIANTS)[number] | (typeof LATE_PEERS)[number];
+/** The lock many tutorials still teach (issue 12 §3): SETNX, then EXPIRE, then DEL without a token. */
+export const NAIVE = ['naive-lock'] as const;
+export type ContenderName = (typeof OURS)[number] | (typeof PEERS)[number] | (typeof VARIANTS)[number] | (typeof LATE_PEERS)[number] | (typeof NAIVE)[number];
 /** What a scenario without its own `contenders` list runs. */
 export const ALL_CONTENDERS: ContenderName[] = [...OURS, ...PEERS];
 
@@ -54,6 +56,11 @@ export interface Contender {
   get(key: string, loader: () => Promise<unknown>, ttl: number, staleMs: number): Promise<unknown>;
   /** Resolves once the contender is ready to serve as configured (e.g. its L1 subscription holds). */
   ready?(): Promise<unknown>;
+  /**
+   * Takes the key's lock the way this contender does and dies at its worst instant: no release, and
+   * no expiry beyond what its acquisition itself set (the crashed-holder scenario).
+   */
+  crashWhileHolding?(key: string): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -61,6 +68,8 @@ export interface ContenderEnv {
   url: string;
   redlockUrls: string[];
   prefix: string;
+  /** The scenario's lock lease, where it sets one (ours: `lockTtl`; the naive lock: its EXPIRE). */
+  lockTtlMs?: number;
 }
 
 export function makeContender(name: ContenderName, env: ContenderEnv): Contender {
@@ -76,6 +85,8 @@ export function makeContender(name: ContenderName, env: ContenderEnv): Contender
       return ours('single', env, { refresh: { ttlJitter: JITTER } });
     case 'cache-manager':
       return cacheManager(env);
+    case 'naive-lock':
+      return naiveLock(env);
     default:
       if (name.startsWith('bentocache')) return bento(env, name === 'bentocache-grace');
       return cachifiedOnRedis(env, name === 'cachified-swr');
@@ -100,11 +111,23 @@ function ours(mode: LockMode, env: ContenderEnv, variant: { l1?: boolean; refres
     ...(nodes.length >= 3 ? { redlock: { nodes } } : {}),
   });
   const { refresh } = variant;
+  const lease = env.lockTtlMs === undefined ? {} : { lockTtl: env.lockTtlMs };
   const options = (ttl: number, staleMs: number): CallOptions =>
-    refresh ? { ttl, waitTimeout: 10_000, ...refresh } : { ttl, staleTtl: staleMs, waitTimeout: 10_000 };
+    refresh ? { ttl, waitTimeout: 10_000, ...lease, ...refresh } : { ttl, staleTtl: staleMs, waitTimeout: 10_000, ...lease };
   return {
     get: (key, loader, ttl, staleMs) => cache.getOrCompute(key, loader, options(ttl, staleMs)),
     ready: () => cache.ready(),
+    async crashWhileHolding(key) {
+      // The loader starts only once the lock is ours (one script: SET NX PX with the fence bump, so
+      // there is no instant at which the lock exists without its lease). Then the process "dies":
+      // the connection goes, so neither the watchdog's extensions nor a release reach Redis.
+      let holding!: () => void;
+      const held = new Promise<void>((resolve) => (holding = resolve));
+      void cache.getOrCompute(key, () => { holding(); return new Promise<never>(() => undefined); }, { ttl: 60_000, ...lease }).catch(() => undefined);
+      await held;
+      redis.disconnect();
+      await cache.close();
+    },
     async close() {
       await cache.close();
       for (const c of [redis, ...nodes]) c.disconnect();
@@ -173,6 +196,60 @@ function cacheManager(env: ContenderEnv): Contender {
     ready: () => store.getClient(),
     async close() {
       await cache.disconnect();
+    },
+  };
+}
+
+/** How long a naive-lock caller keeps retrying before it loads anyway (our default waitTimeout). */
+const NAIVE_WAIT_MS = 5_000;
+const NAIVE_POLL_MS = 50;
+/** The naive lock's EXPIRE when the scenario sets no lease (as long as ours by default). */
+const NAIVE_LOCK_MS = 10_000;
+
+/**
+ * The lock many tutorials still teach, as they teach it: `SETNX` then `EXPIRE` as two commands, the
+ * loader, then `DEL` without checking whose lock it is. A miss that finds the lock taken sleeps
+ * NAIVE_POLL_MS and starts over (read, then the lock again); after NAIVE_WAIT_MS it loads anyway. No
+ * fencing: the last writer wins.
+ */
+function naiveLock(env: ContenderEnv): Contender {
+  const redis = client(env.url);
+  const lockMs = env.lockTtlMs ?? NAIVE_LOCK_MS;
+  const valueKey = (key: string) => `${env.prefix}:${key}`;
+  const lockKey = (key: string) => `${env.prefix}:${key}:lock`;
+  const read = async (key: string): Promise<unknown> => {
+    const raw = await redis.get(valueKey(key));
+    return raw === null ? undefined : JSON.parse(raw);
+  };
+  const load = async (key: string, loader: () => Promise<unknown>, ttl: number): Promise<unknown> => {
+    const value = await loader();
+    await redis.set(valueKey(key), JSON.stringify(value), 'PX', ttl);
+    return value;
+  };
+  return {
+    async get(key, loader, ttl) {
+      // The usual shape: read; on a miss try the lock; if taken, sleep and start over.
+      for (const until = Date.now() + NAIVE_WAIT_MS; Date.now() < until; ) {
+        const hit = await read(key);
+        if (hit !== undefined) return hit;
+        if ((await redis.setnx(lockKey(key), '1')) === 1) {
+          await redis.pexpire(lockKey(key), lockMs); // a crash before this line leaves the lock forever
+          try {
+            return await load(key, loader, ttl);
+          } finally {
+            await redis.del(lockKey(key)); // no token: frees whoever holds it now
+          }
+        }
+        await new Promise((r) => setTimeout(r, NAIVE_POLL_MS));
+      }
+      return load(key, loader, ttl); // waited long enough: load without the lock
+    },
+    async crashWhileHolding(key) {
+      await redis.setnx(lockKey(key), '1'); // ... and the process dies before its EXPIRE
+      redis.disconnect();
+    },
+    async close() {
+      redis.disconnect();
     },
   };
 }

@@ -36,6 +36,10 @@ export interface ScenarioSpec {
   thinkMs: number;
   /** Fractions of the duration during which the origin fails, e.g. [0.33, 0.66]. */
   failWindow?: [number, number];
+  /** The lock lease the contenders use, where the scenario is about it (ours: `lockTtl`; naive: its EXPIRE). */
+  lockTtlMs?: number;
+  /** Before the timed phase, a holder of `k0` dies right after taking its lock (`crashWhileHolding`). */
+  crashedHolder?: boolean;
 }
 
 export interface Sizes {
@@ -47,6 +51,11 @@ export interface Sizes {
   openPerSecond: number;
   openDurationMs: number;
   openWarmupMs: number;
+}
+
+/** The contender environment's lock lease for a scenario that sets one. */
+export function lease(spec: ScenarioSpec): { lockTtlMs?: number } {
+  return spec.lockTtlMs === undefined ? {} : { lockTtlMs: spec.lockTtlMs };
 }
 
 export function scenarios(s: Sizes): ScenarioSpec[] {
@@ -62,6 +71,11 @@ export function scenarios(s: Sizes): ScenarioSpec[] {
     // The reference for the stale window's latency: the same load, but values never expire during the run.
     { name: 'fresh-hits', ...loop, keys: 20, distribution: 'uniform', ttlMs: 600_000 },
     { name: 'failing-origin', ...loop, keys: 5, distribution: 'uniform', staleMs: s.ttlMs * 10, failWindow: [0.33, 0.66] },
+    // Issue 12 §3, where the naive lock (SETNX, EXPIRE, DEL without a token) fails beside ours: a loader
+    // slower than the lease (300 ms against 100 ms: each DEL frees the next holder's lock), and a holder
+    // that dies right after taking the lock (the naive one between SETNX and EXPIRE: locked for good).
+    { name: 'slow-loader', ...loop, keys: 5, distribution: 'uniform', loaderMs: 300, lockTtlMs: 100, contenders: NAIVE_VERSUS },
+    { name: 'crashed-holder', ...loop, keys: 1, distribution: 'uniform', lockTtlMs: 1000, crashedHolder: true, contenders: NAIVE_VERSUS },
     // Issue 10's sizes, fixed whatever --ttl-ms / --loader-ms say: 20 hot keys, ttl 1 s, loader 100 ms.
     // The stale window (for the staleTtl and grace contenders) is long enough never to run out.
     { name: 'refresh-ahead', ...open, keys: 20, distribution: 'uniform', ...REFRESH_AHEAD_SIZES, staleMs: 10_000, contenders: REFRESH_AHEAD },
@@ -77,6 +91,9 @@ export function scenarios(s: Sizes): ScenarioSpec[] {
     },
   ];
 }
+
+/** The naive lock's scenarios: ours (single) beside it. */
+const NAIVE_VERSUS: readonly ContenderName[] = ['single', 'naive-lock'];
 
 /** Issue 10's fixed sizes for the refresh-ahead scenario. */
 export const REFRESH_AHEAD_SIZES = { ttlMs: 1000, loaderMs: 100 } as const;
