@@ -1,0 +1,26 @@
+/**
+ * `npm run bench:hit [-- --quick] [--runs R]`: client CPU per fresh hit against a bare GET + decode of
+ * the same bytes, and per L1 hit against a bare lru-cache get; P = 1 and 4 processes, K = 20 and 2,000
+ * keys, 10 loops each, medians of R runs (3). `npm run bench` prints the same table.
+ */
+import { parseArgs } from 'node:util';
+import { provideRedis } from '../test/support/redis-server.js';
+import { hitCost, hitMarkdown, type HitSizes } from './lib/hit-cost.js';
+
+const { values: args } = parseArgs({ options: { quick: { type: 'boolean' }, runs: { type: 'string' } } });
+const sizes: HitSizes = {
+  processes: [1, 4],
+  keys: [20, 2000],
+  loops: 10,
+  warmupMs: args.quick ? 300 : 1000,
+  durationMs: args.quick ? 1000 : 3000,
+  runs: args.runs === undefined ? 3 : Number(args.runs),
+};
+const store = await provideRedis();
+try {
+  const figures = await hitCost(store.url, sizes, (l) => console.log(l));
+  console.log(`\nnpm run bench:hit -- ${process.argv.slice(2).join(' ')}`.trim());
+  console.log(hitMarkdown(figures, sizes).join('\n'));
+} finally {
+  await store.stop();
+}

@@ -1,0 +1,70 @@
+/** One hit-cost process (bench/lib/hit-cost.ts): builds its variant, warms up, then counts requests and CPU over the shared window. */
+import { Redis } from 'ioredis';
+import { LRUCache } from 'lru-cache';
+import { Packr } from 'msgpackr';
+import { createCache } from '../src/index.js';
+import { entryKeys } from '../src/keys.js';
+import { HIT_TTL, HIT_VALUE, type HitReport, type HitRequest } from './lib/hit-cost.js';
+
+const now = (): number => performance.timeOrigin + performance.now();
+
+async function run(req: HitRequest, go: () => Promise<number>): Promise<HitReport> {
+  const redis = new Redis(req.url);
+  const names = Array.from({ length: req.keys }, (_, i) => `k${i}`);
+  let answer: (key: string) => unknown;
+  let close = async (): Promise<void> => undefined;
+  if (req.variant === 'bare') {
+    // The hand-rolled client: GET the bytes the cache stored (their Redis key computed once, up front) and decode them.
+    const packr = new Packr({ useRecords: true, moreTypes: true, structuredClone: false, mapsAsObjects: false });
+    const raw = new Map(names.map((k) => [k, entryKeys(req.prefix, k).value]));
+    answer = async (key) => packr.unpack((await redis.getBuffer(raw.get(key) as string)) as Buffer);
+  } else if (req.variant === 'lru') {
+    const lru = new LRUCache<string, object>({ max: req.keys * 2 });
+    for (const k of names) lru.set(k, HIT_VALUE);
+    answer = (key) => lru.get(key);
+  } else {
+    const cache = createCache({ redis, prefix: req.prefix, ...(req.variant === 'ours-l1' ? { local: { max: req.keys * 2 } } : {}) });
+    const loader = () => HIT_VALUE;
+    answer = (key) => cache.getOrCompute(key, loader, HIT_TTL);
+    close = () => cache.close();
+    await cache.ready(); // L1 serves only while the subscription holds
+  }
+  // L1 variants: every key read once first, so the window sees L1 hits only.
+  if (req.variant === 'ours-l1') for (const k of names) await answer(k);
+  // Every process is built and warm before the parent names the window's start.
+  const startAt = await go();
+  let requests = 0;
+  let window: { cpu: NodeJS.CpuUsage; t: number } | undefined;
+  const until = startAt + req.durationMs;
+  // An L1 or lru-cache answer never waits for I/O, so its loops may never yield to a timer: the
+  // window is opened by the first iteration past startAt, from inside the loops.
+  const loop = async () => {
+    for (;;) {
+      const t = now();
+      if (t >= until) return;
+      if (!window && t >= startAt) window = { cpu: process.cpuUsage(), t };
+      await answer(names[Math.floor(Math.random() * names.length)] as string);
+      if (window) requests++;
+    }
+  };
+  await Promise.all(Array.from({ length: req.loops }, loop));
+  const opened = window ?? { cpu: process.cpuUsage(), t: now() };
+  const cpu = process.cpuUsage(opened.cpu);
+  const wallMs = now() - opened.t;
+  await close();
+  redis.disconnect();
+  return { requests, cpuUs: cpu.user + cpu.system, wallMs };
+}
+
+process.once('message', (req: HitRequest) => {
+  const go = () =>
+    new Promise<number>((resolve) => {
+      process.once('message', (m: { startAt: number }) => resolve(m.startAt));
+      process.send?.({ warm: true });
+    });
+  run(req, go).then(
+    (r) => process.send?.(r),
+    (err: unknown) => process.send?.({ failed: String(err) }),
+  );
+});
+process.send?.({ ready: true });

@@ -1,0 +1,154 @@
+/**
+ * The cost of a hit, as CPU the client process spends per request (issue 12 §1): P processes, each
+ * running L concurrent loops over K warm keys drawn uniformly, side by side with what a hand-rolled
+ * client does for the same answer:
+ * - `bare`: ioredis `GET` of the very bytes the cache stored, decoded with msgpackr;
+ * - `ours`: `getOrCompute` fresh hit, no L1 (one Redis round trip);
+ * - `lru`: a bare lru-cache `get`;
+ * - `ours-l1`: `getOrCompute` answered by L1.
+ * CPU is `process.cpuUsage()` (user + system) over the timed window, divided by the requests answered
+ * in it; the window follows a warm-up (JIT, connections) that is not counted. Redis's own CPU is not
+ * in the figure: it is the same GET-sized work for `bare` and `ours` (ours runs a short read script).
+ */
+import { fork } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { createCache } from '../../src/index.js';
+import { Redis } from 'ioredis';
+import { median } from './scenarios.js';
+
+export const HIT_VARIANTS = ['bare', 'ours', 'lru', 'ours-l1'] as const;
+export type HitVariant = (typeof HIT_VARIANTS)[number];
+
+export interface HitRequest {
+  variant: HitVariant;
+  url: string;
+  prefix: string;
+  keys: number;
+  loops: number;
+  warmupMs: number;
+  durationMs: number;
+}
+
+
+export interface HitReport {
+  requests: number;
+  cpuUs: number;
+  wallMs: number;
+}
+
+export interface HitFigure {
+  variant: HitVariant;
+  processes: number;
+  keys: number;
+  /** Client CPU per answered request, µs (median of runs). */
+  cpuUsPerRequest: number;
+  /** Requests per second over all processes (median of runs). */
+  throughput: number;
+}
+
+/** The value every key holds: a small JSON-like record, as in the overhead figures. */
+export const HIT_VALUE = { id: 42, name: 'Ada Lovelace', roles: ['admin', 'author'], profile: { city: 'London', since: 1843 } };
+export const HIT_TTL = 3_600_000;
+const WORKER = fileURLToPath(new URL('../hit-worker.ts', import.meta.url));
+const now = (): number => performance.timeOrigin + performance.now();
+
+/** Writes K warm keys through the cache (so `bare` reads the bytes the cache stored). */
+async function warm(url: string, prefix: string, keys: number): Promise<void> {
+  const redis = new Redis(url);
+  const cache = createCache({ redis, prefix });
+  try {
+    for (let i = 0; i < keys; i += 200) {
+      await Promise.all(Array.from({ length: Math.min(200, keys - i) }, (_, j) => cache.set(`k${i + j}`, HIT_VALUE, HIT_TTL)));
+    }
+  } finally {
+    await cache.close();
+    redis.disconnect();
+  }
+}
+
+async function oneRun(req: HitRequest, processes: number): Promise<{ cpuUsPerRequest: number; throughput: number }> {
+  const children = Array.from({ length: processes }, () => fork(WORKER, [], { execArgv: ['--import', 'tsx'], stdio: ['ignore', 'inherit', 'inherit', 'ipc'] }));
+  try {
+    await Promise.all(children.map((c) => new Promise((r) => c.once('message', r))));
+    const reports = children.map(
+      (c) =>
+        new Promise<HitReport>((resolve, reject) => {
+          c.on('message', (m: HitReport | { failed: string } | { warm: true }) => {
+            if ('warm' in m) return;
+            if ('failed' in m) reject(new Error(m.failed));
+            else resolve(m);
+          });
+        }),
+    );
+    const warmed = children.map((c) => new Promise((r) => c.once('message', r)));
+    for (const c of children) c.send(req satisfies HitRequest);
+    await Promise.all(warmed);
+    // The window opens at one instant in every process, after the warm-up that is not counted.
+    const startAt = now() + 50 + req.warmupMs;
+    for (const c of children) c.send({ startAt });
+    const all = await Promise.all(reports);
+    const requests = all.reduce((s, r) => s + r.requests, 0);
+    const cpu = all.reduce((s, r) => s + r.cpuUs, 0);
+    const wall = Math.max(...all.map((r) => r.wallMs));
+    return { cpuUsPerRequest: cpu / Math.max(1, requests), throughput: requests / (wall / 1000) };
+  } finally {
+    for (const c of children) c.kill();
+  }
+}
+
+export interface HitSizes {
+  processes: readonly number[];
+  keys: readonly number[];
+  loops: number;
+  warmupMs: number;
+  durationMs: number;
+  runs: number;
+}
+
+/** Every (P, K) configuration, every variant in each run, variants interleaved run by run; medians of `runs`. */
+export async function hitCost(url: string, sizes: HitSizes, log: (line: string) => void = () => undefined): Promise<HitFigure[]> {
+  const figures: HitFigure[] = [];
+  for (const keys of sizes.keys) {
+    const prefix = `hit${keys}`;
+    await warm(url, prefix, keys);
+    for (const processes of sizes.processes) {
+      const samples = new Map<HitVariant, { cpu: number[]; tput: number[] }>(HIT_VARIANTS.map((v) => [v, { cpu: [], tput: [] }]));
+      for (let r = 0; r < sizes.runs; r++) {
+        for (const variant of HIT_VARIANTS) {
+          const res = await oneRun({ variant, url, prefix, keys, loops: sizes.loops, warmupMs: sizes.warmupMs, durationMs: sizes.durationMs }, processes);
+          const s = samples.get(variant) as { cpu: number[]; tput: number[] };
+          s.cpu.push(res.cpuUsPerRequest);
+          s.tput.push(res.throughput);
+          log(`hit cost · ${variant} · P=${processes} K=${keys} · run ${r + 1}/${sizes.runs}: ${res.cpuUsPerRequest.toFixed(2)} µs CPU/request, ${res.throughput.toFixed(0)} req/s`);
+        }
+      }
+      for (const [variant, s] of samples) figures.push({ variant, processes, keys, cpuUsPerRequest: median(s.cpu), throughput: median(s.tput) });
+    }
+  }
+  return figures;
+}
+
+/** The markdown table: per (P, K), ours against its bare reference (Redis hit vs bare GET, L1 hit vs lru-cache). */
+export function hitMarkdown(figures: HitFigure[], sizes: HitSizes): string[] {
+  if (figures.length === 0) return [];
+  const out = [
+    '',
+    `**Hit cost** (client CPU per request, ${sizes.loops} concurrent loops per process over K warm keys drawn uniformly, ${sizes.durationMs} ms timed after ${sizes.warmupMs} ms warm-up; medians of ${sizes.runs} runs; the reference is a bare ioredis GET + msgpackr decode of the same bytes, and a bare lru-cache get for L1):`,
+    '',
+    '| P | K | bare GET µs/req | ours µs/req | ours ÷ bare | bare req/s | ours req/s | lru-cache µs/req | ours L1 µs/req | L1 ÷ lru |',
+    '|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|',
+  ];
+  const pairs = new Map<string, Partial<Record<HitVariant, HitFigure>>>();
+  for (const f of figures) {
+    const k = `${f.processes}/${f.keys}`;
+    pairs.set(k, { ...pairs.get(k), [f.variant]: f });
+  }
+  const f2 = (x: number | undefined) => (x === undefined || Number.isNaN(x) ? '–' : x.toFixed(2));
+  for (const [k, p] of pairs) {
+    const [P, K] = k.split('/');
+    out.push(
+      `| ${P} | ${K} | ${f2(p.bare?.cpuUsPerRequest)} | ${f2(p.ours?.cpuUsPerRequest)} | ${f2((p.ours?.cpuUsPerRequest ?? NaN) / (p.bare?.cpuUsPerRequest ?? NaN))} | ${p.bare?.throughput.toFixed(0)} | ${p.ours?.throughput.toFixed(0)} | ${f2(p.lru?.cpuUsPerRequest)} | ${f2(p['ours-l1']?.cpuUsPerRequest)} | ${f2((p['ours-l1']?.cpuUsPerRequest ?? NaN) / (p.lru?.cpuUsPerRequest ?? NaN))} |`,
+    );
+  }
+  return out;
+}
