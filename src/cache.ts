@@ -182,9 +182,9 @@ export class Cache extends EventEmitter<CacheEvents> {
     }
     const keys = entryKeys(this.options.prefix, key);
     let led = false; // this caller's work ran the trip (else it joined another caller's flight)
-    const answered = await this.coalescers[call.lock].run(key, call.signal, (signal) => {
+    const answered = await this.coalescers[call.lock].run(key, call.signal, (stop) => {
       led = true;
-      return new Rebuild(this.deps, key, keys, untyped, call, signal).answer();
+      return new Rebuild(this.deps, key, keys, untyped, call, stop).answer();
     });
     const outcome = this.telemetry.caller(answered, led);
     if (trace) trace.outcome = outcome;

@@ -1,7 +1,29 @@
 import { AbortedError, CacheClosedError, TooManyWaitersError } from './errors.js';
 
-/** Runs `work` for a key; `signal` aborts when the work should stop (every interested caller left). */
-export type Work<T> = (signal: AbortSignal) => Promise<T>;
+/** What tells work to stop: `signal` aborts when every interested caller left (or on close()). */
+export interface Stop {
+  readonly signal: AbortSignal;
+}
+
+/** Runs `work` for a key; `stop.signal` aborts when the work should stop (every interested caller left). */
+export type Work<T> = (stop: Stop) => Promise<T>;
+
+/**
+ * A flight's stop signal, made on first use. A fresh hit never looks at it, and an AbortController
+ * per call was a visible share of a hit's CPU (createAbortSignal and its listener ~4% in a profile of
+ * 10 loops over 20 warm keys).
+ */
+class LazyStop implements Stop {
+  private controller: AbortController | undefined;
+
+  get signal(): AbortSignal {
+    return (this.controller ??= new AbortController()).signal;
+  }
+
+  abort(reason: unknown): void {
+    (this.controller ??= new AbortController()).abort(reason);
+  }
+}
 
 /** In-process coalescing of concurrent calls on one key. */
 export interface Coalescer {
@@ -16,7 +38,9 @@ export interface Coalescer {
 
 interface Flight {
   readonly promise: Promise<unknown>;
-  readonly controller: AbortController;
+  readonly stop: LazyStop;
+  /** Removes the flight from its map if it is still the key's (called when it settles or is abandoned). */
+  readonly abandon: () => void;
   /** Callers still interested that can abort; when the last one leaves (and none is pinned), the work's signal aborts. */
   abortable: number;
   /** A caller without a signal joined: the work can no longer be abandoned. */
@@ -140,13 +164,12 @@ export class NoFlight implements Coalescer {
 
 /** Starts the work. Its promise is always observed here, so abandoning it can never be an unhandled rejection. */
 function start(key: string, work: Work<unknown>, closed: Closing | undefined, abandon: () => void): Flight {
-  const controller = new AbortController();
-  controller.signal.addEventListener('abort', abandon, { once: true });
-  const working = Promise.resolve().then(() => work(controller.signal));
+  const stop = new LazyStop();
+  const working = Promise.resolve().then(() => work(stop));
   const promise = (closed ? closed.guard(key, working) : working).finally(abandon);
   working.catch(IGNORE);
   promise.catch(IGNORE);
-  return { promise, controller, abortable: 0, pinned: false, callers: 0 };
+  return { promise, stop, abandon, abortable: 0, pinned: false, callers: 0 };
 }
 
 function follow(flight: Flight, key: string, signal: AbortSignal | undefined): Promise<unknown> {
@@ -160,7 +183,10 @@ function follow(flight: Flight, key: string, signal: AbortSignal | undefined): P
       flight.abortable--;
       flight.callers--;
       const err = new AbortedError(key, signal.reason);
-      if (flight.abortable === 0 && !flight.pinned) flight.controller.abort(err);
+      if (flight.abortable === 0 && !flight.pinned) {
+        flight.stop.abort(err);
+        flight.abandon(); // not joinable any more: a later caller starts fresh work
+      }
       reject(err);
     };
     signal.addEventListener('abort', onAbort, { once: true });

@@ -4,6 +4,7 @@ import type { CacheEvents } from './events.js';
 import type { EntryKeys } from './keys.js';
 import type { GrantRegistry } from './lock/grant.js';
 import type { Grant, Locker, ReleaseOutcome } from './lock/types.js';
+import type { Stop } from './flight.js';
 import { runLoader, type Loader } from './loader.js';
 import type { LocalTier } from './local-tier.js';
 import { loaderTimeout, pollDelay, writeTtl, type Clock, type LockMode, type ResolvedCall } from './options.js';
@@ -81,9 +82,14 @@ export class Rebuild implements Answered {
     readonly keys: EntryKeys,
     private readonly loader: Loader<unknown>,
     readonly call: ResolvedCall,
-    /** Aborts when every caller sharing this trip left (or, for a background refresh, on close()). */
-    private readonly signal: AbortSignal,
+    /** Its signal aborts when every caller sharing this trip left (or, for a background refresh, on close()). */
+    private readonly stop: Stop,
   ) {}
+
+  /** Read only off the hit path: a flight makes its signal on first use. */
+  private get signal(): AbortSignal {
+    return this.stop.signal;
+  }
 
   /** Runs the trip and resolves with itself: the value and how it was obtained, for every caller of the flight. */
   async answer(): Promise<Answered> {
@@ -347,7 +353,7 @@ export class Rebuild implements Answered {
     const { d, key } = this;
     const now = d.clock.now();
     if (!d.background.mayStart(key, stale.fence, now) || d.lifetime.aborted) return;
-    const refresh = new Rebuild(d, key, this.keys, this.loader, this.call, d.lifetime);
+    const refresh = new Rebuild(d, key, this.keys, this.loader, this.call, { signal: d.lifetime });
     const work = (async () => {
       const grant = await d.lockers[this.call.lock].acquire(key, this.keys, this.call);
       if (grant) await refresh.rebuild(grant, stale.value);
@@ -445,7 +451,7 @@ export function refreshAheadOnHit(d: RebuildDeps, key: string, keysOf: () => Ent
         if (!same) emit('refresh', { key, outcome: 'already-refreshed' });
         return !same;
       };
-      await new Rebuild(d, key, keys, loader, call, d.lifetime).rebuild(grant, seen.value, done);
+      await new Rebuild(d, key, keys, loader, call, { signal: d.lifetime }).rebuild(grant, seen.value, done);
     } finally {
       background.holdOff(key, seen.facts.fence, retryAt);
     }

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { AbortedError } from '../../src/errors.js';
-import { NoFlight, SingleFlight } from '../../src/flight.js';
+import { NoFlight, SingleFlight, type Stop } from '../../src/flight.js';
 
 function deferred<T>() {
   let resolve!: (v: T) => void;
@@ -41,13 +41,13 @@ describe('SingleFlight', () => {
   it('one caller aborting rejects only that caller; the work goes on for the others', async () => {
     const flight = new SingleFlight();
     const gate = deferred<string>();
-    let workSignal: AbortSignal | undefined;
+    let work: Stop | undefined;
     const ac = new AbortController();
-    const a = flight.run('k', ac.signal, (s) => ((workSignal = s), gate.promise));
+    const a = flight.run('k', ac.signal, (s) => ((work = s), gate.promise));
     const b = flight.run('k', undefined, () => gate.promise);
     ac.abort();
     await expect(a).rejects.toBeInstanceOf(AbortedError);
-    expect(workSignal?.aborted).toBe(false);
+    expect(work?.signal.aborted).toBe(false);
     gate.resolve('v');
     await expect(b).resolves.toBe('v');
   });
@@ -55,16 +55,30 @@ describe('SingleFlight', () => {
   it('when every caller aborted, the work signal aborts', async () => {
     const flight = new SingleFlight();
     const gate = deferred<string>();
-    let workSignal: AbortSignal | undefined;
+    let work: Stop | undefined;
     const a1 = new AbortController();
     const a2 = new AbortController();
-    const p1 = flight.run('k', a1.signal, (s) => ((workSignal = s), gate.promise));
+    const p1 = flight.run('k', a1.signal, (s) => ((work = s), gate.promise));
     const p2 = flight.run('k', a2.signal, () => gate.promise);
     a1.abort();
     a2.abort();
     await expect(p1).rejects.toMatchObject({ code: 'ERR_ABORTED' });
     await expect(p2).rejects.toMatchObject({ code: 'ERR_ABORTED' });
-    expect(workSignal?.aborted).toBe(true);
+    expect(work?.signal.aborted).toBe(true);
+    gate.resolve('late');
+  });
+
+  it('the work signal is made on first use, and one first read after every caller aborted is already aborted', async () => {
+    const flight = new SingleFlight();
+    const gate = deferred<string>();
+    let work: Stop | undefined;
+    const ac = new AbortController();
+    const p = flight.run('k', ac.signal, (s) => ((work = s), gate.promise));
+    await Promise.resolve(); // the work starts on the next microtask
+    ac.abort();
+    await expect(p).rejects.toMatchObject({ code: 'ERR_ABORTED' });
+    expect(work?.signal.aborted).toBe(true); // first read only now
+    expect(work?.signal.reason).toMatchObject({ code: 'ERR_ABORTED' });
     gate.resolve('late');
   });
 });

@@ -1,7 +1,8 @@
+import { createHash } from 'node:crypto';
 import clusterKeySlot from 'cluster-key-slot';
 import { describe, expect, it } from 'vitest';
 import { InvalidKeyError } from '../../src/errors.js';
-import { entryKeys, validateKey } from '../../src/keys.js';
+import { entryKeys, slotTag, validateKey } from '../../src/keys.js';
 
 const calculateSlot = clusterKeySlot as (key: string) => number;
 
@@ -55,5 +56,16 @@ describe('validateKey', () => {
 
   it.each(['a', '😀', '\r\n\0', '*?[', 'x'.repeat(1024), '\uFFFD'])('accepts %j', (key) => {
     expect(() => validateKey(key, 1024)).not.toThrow();
+  });
+});
+
+describe('slotTag', () => {
+  const sha1Tag = (key: string) => createHash('sha1').update(key, 'utf8').digest('hex').slice(0, 8);
+
+  it('a remembered tag equals the SHA-1 tag, for hot keys, keys past the memo bound and long keys alike', () => {
+    const keys = [...Array.from({ length: 5000 }, (_, i) => `user:${i}`), 'x'.repeat(129), 'é{}:'.repeat(40)];
+    for (let pass = 0; pass < 3; pass++) {
+      for (const key of keys) expect(slotTag(key)).toBe(sha1Tag(key));
+    }
   });
 });
