@@ -41,6 +41,8 @@ export interface RunReport {
   firstError?: string;
   /** Loader runs: [key, start, end, ok]. */
   runs: [string, number, number, boolean][];
+  /** This process's CPU (user + system, µs) from the shared start instant until its last call settled. */
+  cpuUs: number;
 }
 
 const CALL_LIMIT_MS = 10_000;
@@ -102,15 +104,18 @@ async function run(req: RunRequest): Promise<RunReport> {
   };
 
   await contender.ready?.();
+  let cpu0 = process.cpuUsage();
   if (scenario.kind === 'open') {
     const from = req.startAt - (scenario.warmupMs ?? 0);
     await sleep(from - now());
+    cpu0 = process.cpuUsage();
     await openLoop(from, req.startAt + scenario.durationMs, scenario.perSecond ?? 0, (scheduled) => {
       if (scheduled >= measureFrom) startLags.push(now() - scheduled);
       return call(pick(), scheduled);
     });
   } else {
     await sleep(req.startAt - now());
+    cpu0 = process.cpuUsage();
     const users = Array.from({ length: req.callers }, async () => {
       if (scenario.kind === 'cold') return call('cold');
       const until = req.startAt + scenario.durationMs;
@@ -121,6 +126,7 @@ async function run(req: RunRequest): Promise<RunReport> {
     });
     await Promise.all(users);
   }
+  const cpu = process.cpuUsage(cpu0);
   // Background refreshes started by the last calls (refresh ahead, stale windows) finish before the
   // contender closes: a peer whose refresh outlives its connection would otherwise fail after close.
   if (scenario.kind !== 'cold') await sleep(scenario.loaderMs + 50);
@@ -129,7 +135,7 @@ async function run(req: RunRequest): Promise<RunReport> {
     const file = `${req.traceDir}/${scenario.name}.${req.contender}.${req.prefix}.${process.pid}.json`;
     writeFileSync(file, JSON.stringify({ scenario: scenario.name, contender: req.contender, ttlMs: scenario.ttlMs, startAt: req.startAt, calls: trace, runs }));
   }
-  return { ev: 'report', calls: latencies.length, errors, unsettled, staleAnswers, latencies, startLags, runs, ...(firstError ? { firstError } : {}) };
+  return { ev: 'report', calls: latencies.length, errors, unsettled, staleAnswers, latencies, startLags, runs, cpuUs: cpu.user + cpu.system, ...(firstError ? { firstError } : {}) };
 }
 
 /**

@@ -24,7 +24,9 @@ export const VARIANTS = ['single-l1', 'single-ra', 'single-ra-l1', 'single-jitte
 export const LATE_PEERS = ['cache-manager'] as const;
 /** The lock many tutorials still teach (issue 12 §3): SETNX, then EXPIRE, then DEL without a token. */
 export const NAIVE = ['naive-lock'] as const;
-export type ContenderName = (typeof OURS)[number] | (typeof PEERS)[number] | (typeof VARIANTS)[number] | (typeof LATE_PEERS)[number] | (typeof NAIVE)[number];
+/** Hand-rolled cache-aside with no coordination at all: the bare client's cost (the fleet scenario's reference). */
+export const BARE = ['cache-aside'] as const;
+export type ContenderName = (typeof OURS)[number] | (typeof PEERS)[number] | (typeof VARIANTS)[number] | (typeof LATE_PEERS)[number] | (typeof NAIVE)[number] | (typeof BARE)[number];
 /** What a scenario without its own `contenders` list runs. */
 export const ALL_CONTENDERS: ContenderName[] = [...OURS, ...PEERS];
 
@@ -87,6 +89,8 @@ export function makeContender(name: ContenderName, env: ContenderEnv): Contender
       return cacheManager(env);
     case 'naive-lock':
       return naiveLock(env);
+    case 'cache-aside':
+      return cacheAside(env);
     default:
       if (name.startsWith('bentocache')) return bento(env, name === 'bentocache-grace');
       return cachifiedOnRedis(env, name === 'cachified-swr');
@@ -247,6 +251,23 @@ function naiveLock(env: ContenderEnv): Contender {
     async crashWhileHolding(key) {
       await redis.setnx(lockKey(key), '1'); // ... and the process dies before its EXPIRE
       redis.disconnect();
+    },
+    async close() {
+      redis.disconnect();
+    },
+  };
+}
+
+/** GET; on a miss, the loader and SET PX. What an application without this library does: nothing shared, nothing coordinated. */
+function cacheAside(env: ContenderEnv): Contender {
+  const redis = client(env.url);
+  return {
+    async get(key, loader, ttl) {
+      const raw = await redis.get(`${env.prefix}:${key}`);
+      if (raw !== null) return JSON.parse(raw) as unknown;
+      const value = await loader();
+      await redis.set(`${env.prefix}:${key}`, JSON.stringify(value), 'PX', ttl);
+      return value;
     },
     async close() {
       redis.disconnect();
