@@ -68,7 +68,9 @@ export function createReportService(env: NodeJS.ProcessEnv = process.env): Repor
   }
 
   return {
-    report: (id, signal) => cache.getOrCompute(`report:${id}`, (ctx) => slowQuery(id, ctx.signal), { ttl: 60_000, signal }),
+    // failBackoff: after a real failure, nobody in the fleet hits the origin for this key for 5 s.
+    // A query cancelled because its callers left is no failure and arms no backoff.
+    report: (id, signal) => cache.getOrCompute(`report:${id}`, (ctx) => slowQuery(id, ctx.signal), { ttl: 60_000, failBackoff: 5_000, signal }),
     stats: () => ({ cache: cache.stats(), origin: { ...origin } }),
     async close() {
       await cache.close();
