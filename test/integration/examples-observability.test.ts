@@ -3,7 +3,8 @@
  * stampede, then the figures each exports (OTel through the SDK's in-memory exporters, Prometheus by
  * scraping the registry). Two caches on one server stand for two processes.
  */
-import { SpanStatusCode } from '@opentelemetry/api';
+import { context, SpanStatusCode, trace } from '@opentelemetry/api';
+import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
 import { AggregationTemporality, InMemoryMetricExporter, MeterProvider, PeriodicExportingMetricReader, type DataPoint, type Histogram } from '@opentelemetry/sdk-metrics';
 import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor } from '@opentelemetry/sdk-trace-base';
 import { Registry } from 'prom-client';
@@ -51,10 +52,13 @@ describe('examples/opentelemetry.ts', () => {
   let untrace: () => void = () => undefined;
 
   beforeAll(() => {
+    // What an SDK setup registers: the active span follows async work (the parent of our spans).
+    context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable());
     untrace = traceGetOrCompute(tracerProvider.getTracer('test'), meter);
   });
   afterAll(async () => {
     untrace();
+    context.disable();
     await Promise.all([meterProvider.shutdown(), tracerProvider.shutdown()]);
   });
   beforeEach(() => {
@@ -109,6 +113,31 @@ describe('examples/opentelemetry.ts', () => {
     } finally {
       unobserve();
     }
+  });
+
+  it("a call's span is a child of the caller's active span", async () => {
+    const cache = h.cache();
+    const tracer = tracerProvider.getTracer('test');
+    const handler = tracer.startSpan('GET /reports/:id');
+    await context.with(trace.setSpan(context.active(), handler), () => cache.getOrCompute('child', () => 'v', 60_000));
+    handler.end();
+    const [span] = spans.getFinishedSpans().filter((s) => s.attributes['stampede_guard.key'] === 'child');
+    expect(span?.parentSpanContext?.spanId).toBe(handler.spanContext().spanId);
+    expect(span?.spanContext().traceId).toBe(handler.spanContext().traceId);
+  });
+
+  it('the function traceGetOrCompute returns unsubscribes: no more spans from it', async () => {
+    const cache = h.cache();
+    const other = new InMemorySpanExporter();
+    const otherProvider = new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(other)] });
+    const stop = traceGetOrCompute(otherProvider.getTracer('other'), meterProvider.getMeter('other'));
+    await cache.getOrCompute('sub', () => 'v', 60_000);
+    stop();
+    await cache.getOrCompute('unsub', () => 'v', 60_000);
+    expect(other.getFinishedSpans().map((s) => s.attributes['stampede_guard.key'])).toEqual(['sub']);
+    // The subscription that stays keeps tracing.
+    expect(outcomesOf('unsub')).toEqual(['computed']);
+    await otherProvider.shutdown();
   });
 
   it('a rejected call: its span has status ERROR and the exception, and calls counts it by error.type', async () => {
