@@ -39,7 +39,8 @@ app.get('/stats', (_req, res) => {
   res.json(service.stats());
 });
 
-const server = app.listen(Number(process.env.PORT ?? 3000), '127.0.0.1', () => {
+const server = app.listen(Number(process.env.PORT ?? 3000), '127.0.0.1', (err) => {
+  if (err) throw err; // e.g. the port is taken: nothing to serve, let the process fail
   console.log(JSON.stringify({ listening: (server.address() as AddressInfo).port }));
 });
 

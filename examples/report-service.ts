@@ -50,7 +50,10 @@ export function clientWentAway(err: unknown): boolean {
 
 export function createReportService(env: NodeJS.ProcessEnv = process.env): ReportService {
   const queryMs = Number(env.SLOW_QUERY_MS ?? 500);
-  const redis = new Redis(env.REDIS_URL ?? 'redis://127.0.0.1:6379');
+  // What the README recommends for the caller's client: one retry per command (the cache bounds every
+  // operation itself anyway) and an error listener, so a Redis outage is logged, never thrown.
+  const redis = new Redis(env.REDIS_URL ?? 'redis://127.0.0.1:6379', { maxRetriesPerRequest: 1 });
+  redis.on('error', (err: Error) => console.error('redis:', err.message));
   const cache = createCache({ redis, prefix: env.CACHE_PREFIX ?? 'reports' });
   const origin = { completed: 0, cancelled: 0, failures: 0 };
   cache.on('loaderError', () => void origin.failures++);
