@@ -140,7 +140,7 @@ describe('examples/opentelemetry.ts', () => {
     await otherProvider.shutdown();
   });
 
-  it('a rejected call: its span has status ERROR and the exception, and calls counts it by error.type', async () => {
+  it('a rejected call: its span has status ERROR and the exception, and calls counts it by error.type (the code of a typed error)', async () => {
     const cache = h.cache();
     const failed = cache.getOrCompute('fails', () => Promise.reject(new TypeError('origin down')), 60_000);
     await expect(failed).rejects.toThrow('origin down');
@@ -149,6 +149,9 @@ describe('examples/opentelemetry.ts', () => {
     expect(span?.events.map((e) => e.name)).toEqual(['exception']);
     expect(span?.attributes['stampede_guard.outcome']).toBeUndefined();
     expect(await points('stampede_guard.calls')).toContainEqual([{ 'stampede_guard.lock': 'single', 'error.type': 'TypeError' }, 1]);
+    // The library's own errors are typed by their stable code.
+    await expect(cache.getOrCompute('aborted', () => 'v', { ttl: 60_000, signal: AbortSignal.abort() })).rejects.toMatchObject({ code: 'ERR_ABORTED' });
+    expect(await points('stampede_guard.calls')).toContainEqual([{ 'stampede_guard.lock': 'single', 'error.type': 'ERR_ABORTED' }, 1]);
   });
 });
 
