@@ -32,7 +32,7 @@ export interface ReportService {
   /** The report, computed at most once per expiry across every process; `signal` is the request's. */
   report(id: string, signal: AbortSignal): Promise<Report>;
   stats(): ServiceStats;
-  /** Stops the cache, then quits the client this service created. */
+  /** Stops the cache, then quits (or, with Redis unreachable, disconnects) the client this service created. */
   close(): Promise<void>;
 }
 
@@ -77,7 +77,11 @@ export function createReportService(env: NodeJS.ProcessEnv = process.env): Repor
     stats: () => ({ cache: cache.stats(), origin: { ...origin } }),
     async close() {
       await cache.close();
-      await redis.quit();
+      // QUIT lets replies in flight arrive. With Redis unreachable it cannot be sent (it would fail
+      // after the retries, or wait in the offline queue) while the client keeps reconnecting and the
+      // process alive: then drop the connection instead.
+      if (redis.status !== 'ready') return redis.disconnect();
+      await redis.quit().catch(() => redis.disconnect());
     },
   };
 }
