@@ -18,6 +18,8 @@ export interface Report {
 /** What `GET /stats` answers: the cache's counters plus what the origin saw. */
 export interface ServiceStats {
   readonly cache: CacheStats;
+  /** Report requests waiting for their answer right now (a gauge). */
+  readonly inProgress: number;
   readonly origin: {
     /** Queries that ran to the end. */
     readonly completed: number;
@@ -56,6 +58,7 @@ export function createReportService(env: NodeJS.ProcessEnv = process.env): Repor
   redis.on('error', (err: Error) => console.error('redis:', err.message));
   const cache = createCache({ redis, prefix: env.CACHE_PREFIX ?? 'reports' });
   const origin = { completed: 0, cancelled: 0, failures: 0 };
+  let inProgress = 0;
   cache.on('loaderError', () => void origin.failures++);
 
   /** The slow query. It honours `signal` like a real driver would (pg, mysql2, fetch all take one). */
@@ -73,8 +76,17 @@ export function createReportService(env: NodeJS.ProcessEnv = process.env): Repor
   return {
     // failBackoff: after a real failure, nobody in the fleet hits the origin for this key for 5 s.
     // A query cancelled because its callers left is no failure and arms no backoff.
-    report: (id, signal) => cache.getOrCompute(`report:${id}`, (ctx) => slowQuery(id, ctx.signal), { ttl: 60_000, failBackoff: 5_000, signal }),
-    stats: () => ({ cache: cache.stats(), origin: { ...origin } }),
+    async report(id, signal) {
+      inProgress++;
+      try {
+        // The loader follows ctx.signal (aborted once every caller sharing this rebuild left), never
+        // one request's signal: one client leaving must not cancel the query the others wait for.
+        return await cache.getOrCompute(`report:${id}`, (ctx) => slowQuery(id, ctx.signal), { ttl: 60_000, failBackoff: 5_000, signal });
+      } finally {
+        inProgress--;
+      }
+    },
+    stats: () => ({ cache: cache.stats(), inProgress, origin: { ...origin } }),
     async close() {
       await cache.close();
       // QUIT lets replies in flight arrive. With Redis unreachable it cannot be sent (it would fail

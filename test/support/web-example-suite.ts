@@ -84,6 +84,28 @@ export function webExampleSuite(name: 'express' | 'fastify'): void {
       }
     });
 
+    it('one of two clients sharing a rebuild disconnects: the query goes on and the other client gets the report', async () => {
+      const server = await start('shared', ABANDONED_QUERY_MS);
+      try {
+        const id = 'shared';
+        const before = await server.stats();
+        const leaving = request(server.url(`/reports/${id}`));
+        const left = new Promise<Error>((resolve) => leaving.once('error', resolve));
+        leaving.end();
+        const staying = fetch(server.url(`/reports/${id}`));
+        // Both requests are in the handler and the query runs: the second joined the first's rebuild.
+        await until(() => server.stats(), (s) => s.cache.loaderRuns === before.cache.loaderRuns + 1 && s.inProgress === 2);
+        leaving.destroy();
+        await left;
+        const answer = await staying;
+        expect([answer.status, await answer.json()]).toEqual([200, expectedReport(id)]);
+        // The loader must follow its ctx.signal (every caller gone), not the first caller's request.
+        expect((await server.stats()).origin).toEqual({ completed: before.origin.completed + 1, cancelled: before.origin.cancelled, failures: 0 });
+      } finally {
+        await server.stop();
+      }
+    });
+
     it('with Redis gone, requests are still answered (degraded: the query runs here), the server stays up, and SIGTERM still exits with code 0', async () => {
       const own = await startRedisServer();
       const server = await ExampleServer.start(name, { redisUrl: own.url, prefix: `${name}-outage`, slowQueryMs: 50 });
