@@ -27,6 +27,19 @@ async function until<T>(read: () => Promise<T>, done: (v: T) => boolean): Promis
 
 const sum = (all: ServiceStats[], pick: (s: ServiceStats) => number): number => all.reduce((n, s) => n + pick(s), 0);
 
+/** A request whose client will go away: `leave()` destroys its socket and resolves with the client-side error. */
+function leavingRequest(url: string): { leave(): Promise<Error> } {
+  const req = request(url);
+  const failed = new Promise<Error>((resolve) => req.once('error', resolve));
+  req.end();
+  return {
+    leave() {
+      req.destroy();
+      return failed;
+    },
+  };
+}
+
 export function webExampleSuite(name: 'express' | 'fastify'): void {
   describe(`examples/${name}.ts`, () => {
     let redis: RedisServer;
@@ -63,13 +76,10 @@ export function webExampleSuite(name: 'express' | 'fastify'): void {
       try {
         const id = 'abandoned';
         const before = await server.stats();
-        const req = request(server.url(`/reports/${id}`));
-        const failed = new Promise<Error>((resolve) => req.once('error', resolve));
-        req.end();
+        const client = leavingRequest(server.url(`/reports/${id}`));
         // The query is running once the cache counted its loader; then the client goes away.
         await until(() => server.stats(), (s) => s.cache.loaderRuns === before.cache.loaderRuns + 1);
-        req.destroy();
-        expect((await failed).message).toMatch(/socket hang up|aborted/);
+        expect((await client.leave()).message).toMatch(/socket hang up|aborted/);
         // The query ended one way or the other: it must have been cancelled by the request's signal.
         const after = await until(() => server.stats(), (s) => s.origin.completed + s.origin.cancelled > before.origin.completed + before.origin.cancelled);
         expect(after.origin).toEqual({ completed: before.origin.completed, cancelled: before.origin.cancelled + 1, failures: 0 });
@@ -89,14 +99,11 @@ export function webExampleSuite(name: 'express' | 'fastify'): void {
       try {
         const id = 'shared';
         const before = await server.stats();
-        const leaving = request(server.url(`/reports/${id}`));
-        const left = new Promise<Error>((resolve) => leaving.once('error', resolve));
-        leaving.end();
+        const leaving = leavingRequest(server.url(`/reports/${id}`));
         const staying = fetch(server.url(`/reports/${id}`));
         // Both requests are in the handler and the query runs: the second joined the first's rebuild.
         await until(() => server.stats(), (s) => s.cache.loaderRuns === before.cache.loaderRuns + 1 && s.inProgress === 2);
-        leaving.destroy();
-        await left;
+        await leaving.leave();
         const answer = await staying;
         expect([answer.status, await answer.json()]).toEqual([200, expectedReport(id)]);
         // The loader must follow its ctx.signal (every caller gone), not the first caller's request.
