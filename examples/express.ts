@@ -31,7 +31,9 @@ app.get('/reports/:id', async (req: Request<{ id: string }>, res) => {
   } catch (err) {
     // Nobody is left to answer; the cache already counted no origin failure for it.
     if (clientWentAway(err)) return;
-    res.status(503).json({ error: (err as Error).message });
+    // The origin failed, timed out or is in failBackoff: say so without exposing its error.
+    console.error('report failed:', err);
+    res.status(503).json({ error: 'report unavailable, try again later' });
   }
 });
 

@@ -20,7 +20,9 @@ app.get<{ Params: { id: string } }>('/reports/:id', async (request, reply) => {
   } catch (err) {
     // Nobody is left to answer; the cache already counted no origin failure for it.
     if (clientWentAway(err)) return reply.hijack();
-    return reply.code(503).send({ error: (err as Error).message });
+    // The origin failed, timed out or is in failBackoff: say so without exposing its error.
+    console.error('report failed:', err);
+    return reply.code(503).send({ error: 'report unavailable, try again later' });
   }
 });
 
