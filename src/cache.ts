@@ -1,4 +1,5 @@
 import { EventEmitter, setMaxListeners } from 'node:events';
+import { LruDegradedMemo, NO_DEGRADED_MEMO, type DegradedMemo } from './degraded-memo.js';
 import { AbortedError, CacheClosedError, InvalidOptionError } from './errors.js';
 import type { CacheEvents } from './events.js';
 import { NoFlight, SingleFlight, type Coalescer } from './flight.js';
@@ -35,6 +36,7 @@ export class Cache extends EventEmitter<CacheEvents> {
   private readonly io: Io;
   private readonly bus: Bus;
   private readonly local: LocalTier;
+  private readonly memo: DegradedMemo;
   private readonly waiters = new Waiters();
   private readonly lockers: Record<LockMode, Locker>;
   /** Fence-only grants (no lock): set(). */
@@ -61,7 +63,9 @@ export class Cache extends EventEmitter<CacheEvents> {
     this.byTtl = typeof o.defaults.lock === 'function' ? undefined : new Map();
     // Every running loader listens to the lifetime signal (and detaches when done): not a leak.
     setMaxListeners(0, this.lifetime.signal);
-    this.io = new Io(o.redisTimeout, o.breakerThreshold, o.breakerCooldown, o.clock);
+    this.memo = o.degradedMemo > 0 ? new LruDegradedMemo(o.degradedMemo, o.clock) : NO_DEGRADED_MEMO;
+    // Redis answering again after failures ends every degraded copy (see degraded-memo.ts).
+    this.io = new Io(o.redisTimeout, o.breakerThreshold, o.breakerCooldown, o.clock, () => this.memo.clear());
     const scripts = defineScripts(options.redis);
     // The subscriber's heartbeat: a silently dead socket counts as down within 2 × redisTimeout.
     this.bus = new Bus(o.prefix, o.redisTimeout);
@@ -96,6 +100,7 @@ export class Cache extends EventEmitter<CacheEvents> {
       lockers: this.lockers,
       fenceOnly: local,
       local: this.local,
+      memo: this.memo,
       waiters: this.waiters,
       grants: this.grants,
       background: new Background(),
@@ -218,6 +223,7 @@ export class Cache extends EventEmitter<CacheEvents> {
     this.deps.store.assertStorable(key, value, call); // before any Redis traffic
     // The value is changing: this process's copy goes now, and comes back only if the fence accepts ours.
     this.local.invalidate(key);
+    this.memo.invalidate(key);
     const grant = (await this.fenceOnly.acquire(key, keys, call, { ignoreBackoff: true, operation: 'set' })) as Grant;
     let outcome: 'written' | 'empty' | 'cancelled' = 'empty';
     try {
@@ -248,6 +254,8 @@ export class Cache extends EventEmitter<CacheEvents> {
   async delete(key: string): Promise<void> {
     this.assertUsable(key);
     this.local.invalidate(key);
+    // Before anything is sent: even a delete that fails (Redis down) ends the degraded copy.
+    this.memo.invalidate(key);
     try {
       await this.deps.store.invalidate(key, entryKeys(this.options.prefix, key), this.options.defaults.lockTtl);
       this.flight.forget(key); // a call starting now must not join a rebuild begun before this delete
@@ -285,6 +293,7 @@ export class Cache extends EventEmitter<CacheEvents> {
     if (this.lockers.redlock instanceof RedlockLock) this.lockers.redlock.close();
     await this.bus.stop();
     this.local.flush();
+    this.memo.clear();
   }
 
   /** Another process's write, set or delete drops this process's copy before any waiter re-reads. */
@@ -292,6 +301,7 @@ export class Cache extends EventEmitter<CacheEvents> {
     const change = REMOTE_CHANGES[note.kind];
     if (change && note.origin !== this.bus.origin) {
       this.local.invalidate(note.key);
+      this.memo.invalidate(note.key);
       this.flight.forget(note.key);
       this.safeEmit('remoteChange', { key: note.key, kind: change });
     }

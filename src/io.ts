@@ -42,6 +42,8 @@ export class Io {
     private readonly threshold: number,
     private readonly cooldownMs: number,
     private readonly clock: Clock,
+    /** Called when an operation succeeds after one or more failures (Redis answers again). */
+    private readonly onRecovered: () => void = () => undefined,
   ) {}
 
   run<T>(operation: string, fn: () => Promise<T>, key?: string, compensate?: () => void): Promise<T> {
@@ -92,6 +94,7 @@ export class Io {
    * (after a Redis restart, recovery then takes the reconnect, not reconnect + cooldown).
    */
   connected(): void {
+    this.onRecovered();
     this.failures = 0;
     this.probing = false;
     this.openUntil = 0;
@@ -126,6 +129,7 @@ export class Io {
   }
 
   private succeeded(): void {
+    if (this.failures > 0) this.onRecovered();
     this.failures = 0;
     this.probing = false;
   }

@@ -127,6 +127,14 @@ export interface CacheOptions {
   breakerCooldown?: number;
   /** Callers of one key in one process beyond this get a fast `TooManyWaitersError`. Default `10000`. */
   maxWaitersPerKey?: number;
+  /**
+   * While Redis is unavailable for a key, the value its loader returned here is kept in process memory
+   * for its `ttl` and served to later degraded calls, so a process runs at most one loader per key per
+   * ttl during an outage (with L1 on or off). This caps how many keys are kept (LRU); `0` turns it off.
+   * A kept value is never served once this process deleted or set the key, heard of another process's
+   * write, or Redis answered again. Default `10000`.
+   */
+  degradedMemo?: number;
   /** Monotonic clock. Default `performance.now()`. */
   clock?: Clock;
   /** The cache-wide lock policy (same as `defaults.lock`; give one or the other). Default `'single'`. */

@@ -16,6 +16,7 @@ import {
   fractionBelowOne,
   intFrom,
   isRedisClient,
+  MAX_MS,
   lockPolicy,
   nonNegativeMs,
   numberFrom,
@@ -161,6 +162,7 @@ export const CACHE_FIELDS = {
   breakerThreshold: field(positiveCount, 5),
   breakerCooldown: field(positiveMs, 2000),
   maxWaitersPerKey: field(positiveCount, 10_000),
+  degradedMemo: field(intFrom(0, MAX_MS), 10_000),
   // Not in DEFAULTS: the default is a function, `systemClock`.
   clock: field(clock),
   // Same as `defaults.lock`; resolved into `defaults`.

@@ -191,7 +191,7 @@ describe('resolveCacheOptions', () => {
 
   const badValues: [string, unknown][] = [
     ['prefix', 42], ['redisTimeout', 1.5], ['maxKeyLength', 0], ['maxValueBytes', '1mb'], ['breakerThreshold', -1],
-    ['breakerCooldown', 2 ** 31], ['maxWaitersPerKey', null], ['allowInsecureTls', 'yes'], ['lock', 'mutex'], ['defaults', 5],
+    ['breakerCooldown', 2 ** 31], ['maxWaitersPerKey', null], ['degradedMemo', -1], ['degradedMemo', 1.5], ['allowInsecureTls', 'yes'], ['lock', 'mutex'], ['defaults', 5],
   ];
   it.each(badValues)('createCache option %s = %o: the message names the option, the value and its type', (option, value) => {
     expectNamed(invalid(() => resolveCacheOptions({ redis: fakeClient, [option]: value })), option, value);
@@ -225,7 +225,7 @@ describe('DEFAULTS', () => {
     expect(Object.isFrozen(DEFAULTS)).toBe(true);
     expect(DEFAULTS).toEqual({
       prefix: 'sg', local: false, redisTimeout: 1000, maxKeyLength: 1024, maxValueBytes: 1024 * 1024,
-      breakerThreshold: 5, breakerCooldown: 2000, maxWaitersPerKey: 10_000, allowInsecureTls: false,
+      breakerThreshold: 5, breakerCooldown: 2000, maxWaitersPerKey: 10_000, degradedMemo: 10_000, allowInsecureTls: false,
       ...DEFAULTS_OF_CALL,
       driftFactor: 0.01, retryCount: 3, retryDelay: 200, retryJitter: 100, nodeTimeout: 100, onNoQuorum: 'local',
     });
