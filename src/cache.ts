@@ -7,6 +7,7 @@ import { Io } from './io.js';
 import { entryKeys, validateKey } from './keys.js';
 import type { LoaderContext } from './loader.js';
 import { LruTier, NO_LOCAL_TIER, type LocalTier } from './local-tier.js';
+import { nodeOf } from './node-of.js';
 import { GrantRegistry } from './lock/grant.js';
 import { defineScripts } from './lock/scripts.js';
 import { RedlockLock } from './lock/redlock.js';
@@ -64,8 +65,8 @@ export class Cache extends EventEmitter<CacheEvents> {
     // Every running loader listens to the lifetime signal (and detaches when done): not a leak.
     setMaxListeners(0, this.lifetime.signal);
     this.memo = o.degradedMemo > 0 ? new LruDegradedMemo(o.degradedMemo, o.clock) : NO_DEGRADED_MEMO;
-    // Redis answering again after failures ends every degraded copy (see degraded-memo.ts).
-    this.io = new Io(o.redisTimeout, o.breakerThreshold, o.breakerCooldown, o.clock, () => this.memo.clear());
+    // Redis answering again after failures ends every degraded copy (see degraded-memo.ts); one breaker per node.
+    this.io = new Io(o.redisTimeout, o.breakerThreshold, o.breakerCooldown, o.clock, () => this.memo.clear(), nodeOf(options.redis));
     const scripts = defineScripts(options.redis);
     // The subscriber's heartbeat: a silently dead socket counts as down within 2 × redisTimeout.
     this.bus = new Bus(o.prefix, o.redisTimeout);

@@ -121,9 +121,16 @@ export interface CacheOptions {
   maxKeyLength?: number;
   /** Entries larger than this (bytes) are never decoded: treated as a miss and reported. Default `1048576` (1 MiB). */
   maxValueBytes?: number;
-  /** Consecutive Redis failures that open the circuit breaker (Redis is then skipped for `breakerCooldown`). Default `5`. */
+  /**
+   * Consecutive failures on one Redis node that open that node's circuit breaker (the node is then
+   * skipped for a cooldown). One breaker per node: per slot owner on a Cluster, per Redlock node. Default `5`.
+   */
   breakerThreshold?: number;
-  /** How long the open breaker skips Redis before one probe, in ms. Default `2000`. */
+  /**
+   * The base cooldown of an open breaker, in ms, before one probe is let through: jittered to
+   * [0.5, 1.5)× and doubled for each reopening within 4 × this of the last closing, up to 8×, so probes
+   * never stay in phase with a periodic stall. Ended early by the client's `ready` event. Default `2000`.
+   */
   breakerCooldown?: number;
   /** Callers of one key in one process beyond this get a fast `TooManyWaitersError`. Default `10000`. */
   maxWaitersPerKey?: number;
