@@ -8,7 +8,7 @@ import { entryKeys, validateKey } from './keys.js';
 import type { LoaderContext } from './loader.js';
 import { LruTier, NO_LOCAL_TIER, type LocalTier } from './local-tier.js';
 import { nodeOf } from './node-of.js';
-import { GrantRegistry } from './lock/grant.js';
+import { GrantRegistry, ReleaseRetries } from './lock/grant.js';
 import { defineScripts } from './lock/scripts.js';
 import { RedlockLock } from './lock/redlock.js';
 import { StoreLock, type LockDeps } from './lock/single.js';
@@ -38,6 +38,8 @@ export class Cache extends EventEmitter<CacheEvents> {
   private readonly bus: Bus;
   private readonly local: LocalTier;
   private readonly memo: DegradedMemo;
+  /** Releases Redis did not answer, sent again once it answers (a waiter need not wait out the lease). */
+  private readonly retries: ReleaseRetries;
   private readonly waiters = new Waiters();
   private readonly lockers: Record<LockMode, Locker>;
   /** Fence-only grants (no lock): set(). */
@@ -64,9 +66,11 @@ export class Cache extends EventEmitter<CacheEvents> {
     this.byTtl = typeof o.defaults.lock === 'function' ? undefined : new Map();
     // Every running loader listens to the lifetime signal (and detaches when done): not a leak.
     setMaxListeners(0, this.lifetime.signal);
+    this.retries = new ReleaseRetries(o.clock);
     this.memo = o.degradedMemo > 0 ? new LruDegradedMemo(o.degradedMemo, o.clock) : NO_DEGRADED_MEMO;
-    // Redis answering again after failures ends every degraded copy (see degraded-memo.ts); one breaker per node.
-    this.io = new Io(o.redisTimeout, o.breakerThreshold, o.breakerCooldown, o.clock, () => this.memo.clear(), nodeOf(options.redis));
+    // Redis answering again after failures ends every degraded copy (see degraded-memo.ts) and sends
+    // the releases it did not answer again (lock/grant.ts); one breaker per node.
+    this.io = new Io(o.redisTimeout, o.breakerThreshold, o.breakerCooldown, o.clock, this.onAnswer, nodeOf(options.redis));
     const scripts = defineScripts(options.redis);
     // The subscriber's heartbeat: a silently dead socket counts as down within 2 × redisTimeout.
     this.bus = new Bus(o.prefix, o.redisTimeout);
@@ -79,7 +83,7 @@ export class Cache extends EventEmitter<CacheEvents> {
       this.telemetry.lockLost();
       emit('lockLost', { key, error });
     };
-    const lockDeps: LockDeps = { io: this.io, scripts, bus: this.bus, clock: o.clock, onLost };
+    const lockDeps: LockDeps = { io: this.io, scripts, bus: this.bus, clock: o.clock, onLost, retries: this.retries };
     const local = new StoreLock(lockDeps, 'local', false);
     const single = new StoreLock(lockDeps, 'single', true);
     this.fenceOnly = local;
@@ -120,6 +124,12 @@ export class Cache extends EventEmitter<CacheEvents> {
     this.client = options.redis;
     this.client.on?.('ready', this.onReady);
   }
+
+  /** Redis answered (see Io): on a recovery the degraded copies go; unanswered releases are sent again. */
+  private readonly onAnswer = (recovered: boolean): void => {
+    if (recovered) this.memo.clear();
+    if (this.retries.size > 0) this.retries.flush();
+  };
 
   /** The caller's client reconnected: stop skipping Redis at once. */
   private readonly onReady = (): void => this.io.connected();
@@ -295,6 +305,7 @@ export class Cache extends EventEmitter<CacheEvents> {
     await this.bus.stop();
     this.local.flush();
     this.memo.clear();
+    this.retries.clear();
   }
 
   /** Another process's write, set or delete drops this process's copy before any waiter re-reads. */

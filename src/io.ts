@@ -43,8 +43,11 @@ export class Io {
     private readonly threshold: number,
     private readonly cooldownMs: number,
     private readonly clock: Clock,
-    /** Called when an operation succeeds after one or more failures on its node (Redis answers again). */
-    private readonly onRecovered: () => void = () => undefined,
+    /**
+     * Called after every answered operation, `recovered` true when it ends a run of failures on its
+     * node, and on the client's ready event (`recovered` true). Must be cheap: it is on the hot path.
+     */
+    private readonly onAnswer: (recovered: boolean) => void = () => undefined,
     /** The node that owns a key: one breaker each. */
     private readonly nodeOf: NodeOf = () => '',
   ) {}
@@ -78,8 +81,9 @@ export class Io {
             compensate?.();
             return;
           }
-          if (breaker.succeeded(this.clock.now())) this.onRecovered();
+          const recovered = breaker.succeeded(this.clock.now());
           resolve(value);
+          this.onAnswer(recovered);
         },
         (err: unknown) => {
           if (!this.inFlight.delete(entry)) return;
@@ -95,8 +99,8 @@ export class Io {
    * (after a Redis restart, recovery then takes the reconnect, not reconnect + cooldown).
    */
   connected(): void {
-    this.onRecovered();
     for (const breaker of this.breakers.values()) breaker.reset();
+    this.onAnswer(true);
   }
 
   private breakerOf(key: string | undefined): Breaker {

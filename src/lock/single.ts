@@ -5,7 +5,7 @@ import type { EntryKeys } from '../keys.js';
 import type { Clock, LockMode, ResolvedCall } from '../options.js';
 import type { Bus } from '../wait.js';
 import type { Scripts } from './scripts.js';
-import { announceInStore, ReleaseOnce, silentInStore } from './grant.js';
+import { announceInStore, ReleaseOnce, silentInStore, type ReleaseRetries } from './grant.js';
 import type { AcquireOptions, Grant, Locker, ReleaseOutcome, ReleaseResult } from './types.js';
 import { Watchdog, type Extension } from './watchdog.js';
 
@@ -19,6 +19,8 @@ export interface LockDeps {
   readonly bus: Bus;
   readonly clock: Clock;
   readonly onLost: (key: string, err: LockLostError) => void;
+  /** Unanswered releases, retried once Redis answers again (optional: without it a failed release waits out its lease). */
+  readonly retries?: ReleaseRetries;
 }
 
 /**
@@ -54,6 +56,7 @@ export class StoreLock implements Locker {
 
 class StoreGrant implements Grant {
   readonly signal: AbortSignal;
+  private readonly ttl: number;
   private readonly watchdog: Watchdog;
   private readonly once = new ReleaseOnce();
 
@@ -70,6 +73,7 @@ class StoreGrant implements Grant {
     private readonly backoffMs: number,
     acquiredAt: number,
   ) {
+    this.ttl = ttl;
     const extendOnce = async (): Promise<Extension> =>
       (await deps.io.run('extend', () => deps.scripts.extend(keys.lock, keys.fence, token, ttl), key)) === 1 ? 'kept' : 'lost';
     // A fence-only grant holds no lock that could lapse: a Redis stall must not abort its loader (a
@@ -88,7 +92,7 @@ class StoreGrant implements Grant {
       this.watchdog.stop();
       // After an accepted write the script freed our lock (if still ours: it does not say) and announced the value: nothing to send.
       if (silentInStore(outcome)) return 'released';
-      const freed = await announceInStore(this.deps, this.key, this.keys, this.token, outcome, this.backoffMs);
+      const freed = await announceInStore(this.deps, this.key, this.keys, this.token, outcome, this.backoffMs, this.ttl);
       if (freed === undefined) return 'unknown';
       // A fence-only grant holds no lock key: the script answered, there was nothing else to free.
       return freed === 1 || !this.exclusive ? 'released' : 'not-ours';
