@@ -15,6 +15,7 @@ import { StoreLock, type LockDeps } from './lock/single.js';
 import type { Grant, Locker } from './lock/types.js';
 import { resolveCacheOptions, resolveCallOptions, writeTtl, type CacheOptions, type CallOptions, type LockMode, type ResolvedCache, type ResolvedCall } from './options.js';
 import { Background, readEntry, Rebuild, refreshAheadOnHit, type Emit, type RebuildDeps } from './rebuild.js';
+import { withReplicaAck } from './replica-ack.js';
 import { Store } from './store.js';
 import { getOrComputeChannel, Telemetry, traced, type CacheStats, type GetOrComputeContext } from './telemetry.js';
 import { Bus, Waiters, type Note } from './wait.js';
@@ -71,7 +72,7 @@ export class Cache extends EventEmitter<CacheEvents> {
     // Redis answering again after failures ends every degraded copy (see degraded-memo.ts) and sends
     // the releases it did not answer again (lock/grant.ts); one breaker per node.
     this.io = new Io(o.redisTimeout, o.breakerThreshold, o.breakerCooldown, o.clock, this.onAnswer, nodeOf(options.redis));
-    const scripts = defineScripts(options.redis);
+    const scripts = withReplicaAck(defineScripts(options.redis), options.redis, o.replicaAck);
     // The subscriber's heartbeat: a silently dead socket counts as down within 2 × redisTimeout.
     this.bus = new Bus(o.prefix, o.redisTimeout);
     this.local = o.local ? new LruTier(o.local, o.clock, { incoherent: o.unsafe.incoherentL1 }) : NO_LOCAL_TIER;

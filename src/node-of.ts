@@ -31,3 +31,27 @@ export function clusterSlot(tag: string): number {
   }
   return crc & 0x3fff;
 }
+
+/** A connection that can run a plain command: a `Redis` client, or one node of a Cluster. */
+export interface CommandConnection {
+  call(command: string, ...args: (string | number)[]): Promise<unknown>;
+}
+
+/**
+ * The connection that runs the commands for `redisKey`: the client itself for a plain client (one
+ * connection, so a `WAIT` there counts the writes it sent before); on a Cluster, the client's
+ * connection to the master owning the key's slot (a keyless command sent through the Cluster client
+ * would go to a random node). Falls back to the client itself when the slot owner is not known yet.
+ */
+export function connectionOf(client: RedisClient, redisKey: string): CommandConnection {
+  if (client.isCluster !== true) return client as unknown as CommandConnection;
+  const cluster = client as unknown as {
+    readonly slots?: readonly (readonly string[] | undefined)[];
+    nodes(role: 'master'): { readonly options: { readonly host?: string; readonly port?: number } }[];
+  };
+  const open = redisKey.indexOf('{');
+  const close = redisKey.indexOf('}', open + 1);
+  const owner = cluster.slots?.[clusterSlot(open >= 0 && close > open + 1 ? redisKey.slice(open + 1, close) : redisKey)]?.[0];
+  const node = cluster.nodes('master').find((n) => `${n.options.host}:${n.options.port}` === owner);
+  return (node ?? client) as unknown as CommandConnection;
+}

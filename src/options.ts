@@ -16,6 +16,7 @@ export {
   type OnWaitTimeout,
   type RedlockOptions,
   type RefreshAhead,
+  type ReplicaAckOptions,
 } from './options/public.js';
 export { DEFAULTS, type ResolvedCache, type ResolvedCall, type ResolvedDefaults, type ResolvedRedlock } from './options/schema.js';
 export { resolveCacheOptions, resolveCallOptions } from './options/resolve.js';

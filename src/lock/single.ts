@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { OriginBackoffError, type LockLostError } from '../errors.js';
+import { OriginBackoffError, RedisUnavailableError, type LockLostError } from '../errors.js';
 import type { Io } from '../io.js';
 import type { EntryKeys } from '../keys.js';
 import type { Clock, LockMode, ResolvedCall } from '../options.js';
@@ -41,13 +41,15 @@ export class StoreLock implements Locker {
     const lockTtl = this.exclusive ? call.lockTtl : 0;
     const { io, scripts, bus } = this.deps;
     const started = this.deps.clock.now();
-    const [granted, fenceOrPttl] = await io.run(
-      opts.operation ?? 'acquire',
-      () => scripts.acquire(keys.lock, keys.fence, keys.backoff, token, lockTtl, call.lockTtl, opts.ignoreBackoff === true),
-      key,
-      // A timed-out acquire may still be applied (now or later): free that orphan by its token.
-      this.exclusive ? () => void scripts.release(keys.lock, keys.backoff, token, bus.channel, '', 0).catch(() => undefined) : undefined,
-    );
+    // A timed-out acquire may still be applied (now or later): free that orphan by its token.
+    const undo = this.exclusive ? () => void scripts.release(keys.lock, keys.backoff, token, bus.channel, '', 0).catch(() => undefined) : undefined;
+    const [granted, fenceOrPttl] = await io
+      .run(opts.operation ?? 'acquire', () => scripts.acquire(keys.lock, keys.fence, keys.backoff, token, lockTtl, call.lockTtl, opts.ignoreBackoff === true), key, undo)
+      .catch((error: unknown) => {
+        // A grant too few replicas acknowledged (replicaAck) is not trusted: free it now, by its token.
+        if (error instanceof RedisUnavailableError && error.failure === 'replicaAck') undo?.();
+        throw error;
+      });
     if (granted === 2) throw new OriginBackoffError(key, fenceOrPttl);
     if (granted !== 1) return null;
     return new StoreGrant(this.deps, key, keys, token, fenceOrPttl, this.mode, this.exclusive, call.lockTtl, call.failBackoff, started);

@@ -105,6 +105,14 @@ export interface RedlockOptions {
   onNoQuorum?: OnNoQuorum;
 }
 
+/** `createCache({ replicaAck })`. */
+export interface ReplicaAckOptions {
+  /** Replicas that must acknowledge each grant, accepted write and delete. Required. */
+  replicas: number;
+  /** Longest wait for their acknowledgement, in ms (`WAIT`'s timeout); below `redisTimeout`. Required. */
+  timeout: number;
+}
+
 /** `createCache` options. Unknown names are an `InvalidOptionError`, not silently ignored. */
 export interface CacheOptions {
   /** An ioredis `Redis` or `Cluster`, owned by the caller. Required. Never quit by the cache; duplicated once for pub/sub. */
@@ -148,6 +156,16 @@ export interface CacheOptions {
   lock?: LockPolicy;
   /** Redlock nodes and tuning; required for lock mode `'redlock'`. Default none. */
   redlock?: RedlockOptions;
+  /**
+   * Opt-in replication acknowledgement: after every grant, accepted write and delete, `WAIT replicas
+   * timeout` on the connection that ran it (on a Cluster, the slot's master). One that fewer replicas
+   * acknowledged in time is not trusted: a grant is released and the call runs its loader degraded (not
+   * stored), a write's value reaches its callers but is not kept in L1, `set()`/`delete()` reject with
+   * `RedisUnavailableError` (failure `'replicaAck'`). With it, the fence tokens served for a key never
+   * repeat or go backwards across a failover to a replica among those that acknowledged (see README
+   * "Guarantees"). `timeout` must be below `redisTimeout`. Default none (off: no `WAIT`, no cost).
+   */
+  replicaAck?: ReplicaAckOptions;
   /** Accept clients whose TLS options set `rejectUnauthorized: false` (certificate not verified). Default `false`: such clients are refused. */
   allowInsecureTls?: boolean;
 }

@@ -207,6 +207,18 @@ describe('resolveCacheOptions', () => {
     expectNamed(invalid(() => resolveCacheOptions({ redis: fakeClient, lock: 'local', defaults: { lock: 'none' } })), 'lock', 'local');
   });
 
+  it('replicaAck: { replicas, timeout } frozen; off unless given; bad parts, unknown parts and a timeout not below redisTimeout are named', () => {
+    expect(resolveCacheOptions({ redis: fakeClient }).replicaAck).toBeUndefined();
+    const ack = resolveCacheOptions({ redis: fakeClient, replicaAck: { replicas: 1, timeout: 100 } }).replicaAck;
+    expect(ack).toEqual({ replicas: 1, timeout: 100 });
+    expect(Object.isFrozen(ack)).toBe(true);
+    expectNamed(invalid(() => resolveCacheOptions({ redis: fakeClient, replicaAck: 1 as never })), 'replicaAck', 1);
+    expectNamed(invalid(() => resolveCacheOptions({ redis: fakeClient, replicaAck: { replicas: 0, timeout: 100 } })), 'replicaAck.replicas', 0);
+    expectNamed(invalid(() => resolveCacheOptions({ redis: fakeClient, replicaAck: { replicas: 1, timeout: '100' as never } })), 'replicaAck.timeout', '100');
+    expectNamed(invalid(() => resolveCacheOptions({ redis: fakeClient, replicaAck: { replicas: 1, timeout: 100, wait: 1 } as never })), 'replicaAck.wait', 1);
+    expectNamed(invalid(() => resolveCacheOptions({ redis: fakeClient, redisTimeout: 100, replicaAck: { replicas: 1, timeout: 100 } })), 'replicaAck.timeout', 100);
+  });
+
   it('cache defaults are frozen, fill every call default, and keep a given ttl', () => {
     const d = resolveCacheOptions({ redis: fakeClient, defaults: { ttl: 5, staleTtl: 7 } }).defaults;
     expect(Object.isFrozen(d)).toBe(true);
