@@ -169,7 +169,7 @@ export class RedlockLock implements Locker {
     let fence: number;
     // Every way out but a grant frees the nodes now and again once every vote is in (a straggler may grant late).
     const giveUp = async (): Promise<void> => {
-      await giveUp();
+      await this.releaseNodes(keys.lock, token);
       void allAnswered.then(() => this.releaseNodes(keys.lock, token));
     };
     try {
