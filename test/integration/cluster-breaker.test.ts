@@ -2,6 +2,7 @@ import { Cluster } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createCache, type Cache } from '../../src/index.js';
 import { entryKeys } from '../../src/keys.js';
+import { connectionOf, nodeOf } from '../../src/node-of.js';
 import { clusterClient as sharedClusterClient } from '../support/harness.js';
 import { startRedisCluster, type RedisClusterHandle } from '../support/redis-server.js';
 
@@ -40,6 +41,24 @@ async function ownerPorts(admin: Cluster, prefix: string, keys: readonly string[
   }
   return owners;
 }
+
+describe('nodeOf and connectionOf on a real cluster', () => {
+  it('name, and connect to, the master that owns each key\'s slot (as CLUSTER KEYSLOT + SLOTS say)', async () => {
+    const prefix = 'no';
+    const admin = clusterClient(true);
+    const keys = Array.from({ length: 20 }, (_, i) => `key${i}`);
+    const owners = await ownerPorts(admin, prefix, keys);
+    const c = clusterClient();
+    await c.ping(); // the client loads its slot table
+    const route = nodeOf(c);
+    for (const key of keys) {
+      expect(route(key)).toBe(`127.0.0.1:${owners.get(key)}`);
+      const conn = connectionOf(c, entryKeys(prefix, key).value) as unknown as { options: { port: number } };
+      expect(conn.options.port).toBe(owners.get(key));
+    }
+    expect(new Set(owners.values()).size).toBeGreaterThan(1);
+  });
+});
 
 describe('Redis Cluster, one master dead without failover', () => {
   it('keys on the live masters keep their lock (no degraded run) while the dead shard\'s keys degrade', async () => {
