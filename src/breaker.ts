@@ -44,9 +44,9 @@ export class Breaker {
     return true;
   }
 
-  /** True when this success ends a run of failures (the node answers again). */
+  /** True when this success closes the open breaker (the node answers again after an outage). */
   succeeded(now: number): boolean {
-    const recovered = this.failures > 0;
+    const recovered = this.open;
     if (this.open) this.closedAt = now;
     this.open = false;
     this.failures = 0;

@@ -10,13 +10,15 @@ import type { Clock } from './options.js';
  * Invariants (what makes serving from it sound):
  * - It is read only on the degraded path: while Redis answers for a key, the key's store entry (fenced)
  *   is the truth and the memo is never consulted.
- * - Nothing older than an invalidation is served: `invalidate(key)` (this process's delete or set —
- *   called before either is sent, so even one that fails counts —, a note from another process, or a
- *   successful store read of the key) drops the entry and voids every degraded load of the key that
- *   began before it, so a loader that was already running cannot put its older value back.
- * - `clear()` (Redis answered again after failing) drops everything and voids every running load:
- *   once Redis is back its entries are the truth, and a memo entry kept across the recovery could later
- *   be served after the store had handed this process a newer value.
+ * - Nothing older than an invalidation is served: `invalidate(key)` (this process's delete, set or
+ *   rebuild write — called before it is sent, so even one that fails counts —, a note from another
+ *   process, or a store read that found a value for the key) drops the entry and voids every degraded
+ *   load of the key that began before it, so a loader that was already running cannot put its older
+ *   value back. A read that finds no value keeps the entry: it says nothing newer.
+ * - `clear()` (a node's open breaker closed: an outage ended; or the client reconnected) drops
+ *   everything and voids every running load: once Redis is back its entries are the truth, and a
+ *   memo entry kept across the recovery could later be served after the store had handed this
+ *   process a newer value.
  * - An entry is served until `ttl` ms after its loader finished, never longer.
  */
 export interface DegradedMemo {

@@ -44,8 +44,8 @@ export class Io {
     private readonly cooldownMs: number,
     private readonly clock: Clock,
     /**
-     * Called after every answered operation, `recovered` true when it ends a run of failures on its
-     * node, and on the client's ready event (`recovered` true). Must be cheap: it is on the hot path.
+     * Called after every answered operation, `recovered` true when it closes its node's open breaker
+     * (an outage ended), and on the client's ready event (`recovered` true). Must be cheap: it is on the hot path.
      */
     private readonly onAnswer: (recovered: boolean) => void = () => undefined,
     /** The node that owns a key: one breaker each. */

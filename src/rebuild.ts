@@ -48,8 +48,9 @@ const SOFT_TIMEOUT = Symbol('soft timeout');
 export async function readEntry(d: RebuildDeps, key: string, keys: EntryKeys, sent = d.clock.now()): Promise<Found> {
   const ticket = d.local.begin(key);
   const found = await d.store.read(key, keys);
-  // Redis answers for this key again: its entry is the truth, the degraded copy goes.
-  d.memo.invalidate(key);
+  // The store holds a value for this key again: it is the truth, the degraded copy goes. A miss says
+  // nothing newer than the copy (this process's deletes and other processes' notes drop it anyway).
+  if (found.state !== 'miss') d.memo.invalidate(key);
   if (found.state === 'fresh') {
     // Redis measured PTTL somewhere between `sent` and now: count L1's copy from `sent`, so a slow reply
     // never makes L1 outlive the entry in Redis.
@@ -273,6 +274,7 @@ export class Rebuild implements Answered {
     if (this.d.lifetime.aborted) return 'cancelled'; // closed while loading: write nothing
     const { key } = this;
     const ticket = this.d.local.begin(key);
+    this.d.memo.invalidate(key); // this process's own write: an older degraded copy must not outlive it
     let outcome: ReleaseOutcome;
     let written = false;
     const ttl = writeTtl(this.call);

@@ -146,8 +146,9 @@ export interface CacheOptions {
    * While Redis is unavailable for a key, the value its loader returned here is kept in process memory
    * for its `ttl` and served to later degraded calls, so a process runs at most one loader per key per
    * ttl during an outage (with L1 on or off). This caps how many keys are kept (LRU); `0` turns it off.
-   * A kept value is never served once this process deleted or set the key, heard of another process's
-   * write, or Redis answered again. Default `10000`.
+   * A kept value is never served once this process deleted, set or rebuilt the key, heard of another
+   * process's write or delete, read a value for the key from the store, or an outage ended (see README
+   * "Guarantees"). Default `10000`.
    */
   degradedMemo?: number;
   /** Monotonic clock. Default `performance.now()`. */

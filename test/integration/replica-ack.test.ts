@@ -79,6 +79,9 @@ describe('replicaAck: grants and writes too few replicas acknowledged are not tr
     link.blackhole('down', true); // the primary's stream no longer reaches the replica
     expect(await c.getOrCompute('k', () => 'v', 60_000)).toBe('v');
     expect(locks).toEqual(['degraded']);
+    // Reads still answer (a miss) and grants are still refused: the degraded copy serves, no second run.
+    expect(await c.getOrCompute('k', () => 'v2', 60_000)).toBe('v');
+    expect(locks).toEqual(['degraded']);
     expect(await redis.exists(entryKeys('ra', 'k').lock)).toBe(0); // the untrusted grant was freed
     expect(await redis.exists(entryKeys('ra', 'k').value)).toBe(0);
     await expect(c.set('k', 'x', 60_000)).rejects.toMatchObject({ code: 'ERR_REDIS_UNAVAILABLE', failure: 'replicaAck', operation: 'set' });

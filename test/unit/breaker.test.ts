@@ -67,6 +67,12 @@ describe('Breaker', () => {
     expect(b.succeeded(1001)).toBe(false);
   });
 
+  it('a success after failures below the threshold is no recovery (the breaker never opened)', () => {
+    const b = breaker();
+    b.failed('x', 0);
+    expect(b.succeeded(1)).toBe(false);
+  });
+
   it('a failed probe opens it again with a doubled cooldown', () => {
     const b = breaker();
     open(b, 0); // opening 1: 1000
