@@ -90,7 +90,9 @@ export class LruDegradedMemo implements DegradedMemo {
   }
 
   invalidate(key: string): void {
-    // The common case (Redis healthy, nothing kept, nothing running) costs two lookups.
+    // The common case (Redis healthy: nothing kept, nothing running) costs two size checks: every
+    // store read that finds a value comes here.
+    if (this.kept.size === 0 && this.running.size === 0) return;
     this.kept.delete(key);
     const list = this.running.get(key);
     if (list) for (const ticket of list) ticket.voided = true;
