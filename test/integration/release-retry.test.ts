@@ -15,18 +15,23 @@ import { asAppUser, startRedisServer, type RedisServer } from '../support/redis-
  */
 let server: RedisServer;
 let proxy: Proxy;
+/** Redlock: three nodes, the last two reached through proxies. */
+let nodes: RedisServer[];
+let nodeProxies: Proxy[];
 const clients: Redis[] = [];
 const caches: Cache[] = [];
 
 beforeAll(async () => {
   server = await startRedisServer();
   proxy = await startProxy(server);
+  nodes = await Promise.all([0, 1, 2].map(() => startRedisServer()));
+  nodeProxies = await Promise.all(nodes.slice(1).map((n) => startProxy(n)));
 });
 afterAll(async () => {
   await Promise.all(caches.map((c) => c.close()));
   for (const c of clients) c.disconnect();
-  await proxy.close();
-  await server.stop();
+  await Promise.all([proxy, ...nodeProxies].map((p) => p.close()));
+  await Promise.all([server, ...nodes].map((s) => s.stop()));
 });
 
 function client(url: string, lossy = false): Redis {
@@ -79,5 +84,38 @@ describe('a release Redis did not answer is sent again once the connection is ba
     // The waiter is answered without waiting out the 60 s lease: it took over.
     expect(await waiting).toBe('from-waiter');
     expect(await admin.get(lockKey)).not.toBe(holderToken);
+  });
+});
+
+describe('redlock: a release fewer than a quorum of nodes answered is sent again', () => {
+  it('two of three nodes go dark during the release; once they are back and Redis answers, no node keeps the lock', { timeout: 20_000 }, async () => {
+    const direct = client(nodes[0]!.url);
+    const viaProxy = nodeProxies.map((p) => client(asAppUser(p.url), true));
+    const holder = createCache({ redis: client(server.url), prefix: 'rrl', lock: 'redlock', redlock: { nodes: [direct, ...viaProxy] } });
+    caches.push(holder);
+    const admins = nodes.map((n) => client(n.adminUrl));
+    const lockKey = entryKeys('rrl', 'k').lock;
+    const held = await heldRebuild<string>(holder, 'k', { ttl: 60_000, lockTtl: 60_000 });
+    for (const a of admins) expect(await a.exists(lockKey)).toBe(1);
+
+    for (const p of nodeProxies) p.blackhole('up', true); // their release never reaches them
+    held.open('v');
+    expect(await held.call).toBe('v');
+    expect(await admins[0]!.exists(lockKey)).toBe(0);
+    expect(await admins[1]!.exists(lockKey)).toBe(1);
+
+    const back = viaProxy.map((c) => once(c, 'ready'));
+    for (const p of nodeProxies) {
+      p.blackhole('up', false);
+      p.reset();
+    }
+    await Promise.all(back);
+    // Any answer from Redis sends the kept release again; it lands on the nodes before the 60 s lease.
+    for (;;) {
+      await holder.get('other');
+      const held = await Promise.all(admins.map((a) => a.exists(lockKey)));
+      if (held.every((n) => n === 0)) break;
+      await new Promise((r) => setTimeout(r, 50));
+    }
   });
 });
