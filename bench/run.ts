@@ -1,7 +1,7 @@
 /**
  * `npm run bench [-- --quick] [--processes P] [--callers C] [--runs R] [--duration-ms D] [--loader-ms L]
  *   [--ttl-ms T] [--rate N] [--open-duration-ms D] [--only scenario,…] [--contenders a,b,…] [--no-http]
- *   [--no-micro] [--no-heap] [--heap-runs N] [--trace DIR] [--cpu-prof DIR] [--out DIR]`
+ *   [--no-micro] [--no-heap] [--no-failover] [--heap-runs N] [--trace DIR] [--cpu-prof DIR] [--out DIR]`
  *
  * `--out DIR`: write the results there instead (e.g. a run of a few scenarios that must not replace
  * the full run's bench/results/latest.md).
@@ -27,7 +27,8 @@ import { ALL_CONTENDERS, makeContender, refreshPoint, servesStale, type Contende
 import { httpRun, type HttpFigure } from './lib/http.js';
 import { DEFAULT_IN_FLIGHT, heapGrowth, heapNote, type HeapFigure } from './lib/heap.js';
 import { lockCost, overhead, tracingCost, type LatencyFigure } from './lib/micro.js';
-import { writeReport, type ScenarioRow } from './lib/report.js';
+import { failoverMarkdown, writeReport, type FailoverFigures, type ScenarioRow } from './lib/report.js';
+import { replicaAckCost, stallRatio, type StallSizes } from './lib/failover.js';
 import { idealRebuilds, idealRefreshes, lease, maxConcurrentOverall, maxConcurrentPerKey, median, percentile, runsPerKeyPerTtl, scenarios, type ScenarioSpec } from './lib/scenarios.js';
 import type { RunReport, RunRequest } from './worker.js';
 
@@ -50,6 +51,7 @@ const { values: args } = parseArgs({
     'no-http': { type: 'boolean', default: false },
     'no-micro': { type: 'boolean', default: false },
     'no-heap': { type: 'boolean', default: false },
+    'no-failover': { type: 'boolean', default: false },
     'heap-runs': { type: 'string' },
   },
 });
@@ -288,6 +290,17 @@ if (!args['no-heap']) {
   heap = await heapGrowth(store.url, { total: heapTotal, runs: heapRuns, log: (l) => console.log(l) });
 }
 
+// Issue #13: the degraded-mode loader ratio under periodic stalls (memo on and off) and replicaAck's
+// cost, each on servers of their own (the stall must not slow the other scenarios).
+let failover: FailoverFigures | undefined;
+if (!args['no-failover']) {
+  const stallSizes: StallSizes = { processes: 4, callers: quick ? 25 : 50, keys: 20, durationMs: quick ? 7000 : 15_000, ttlMs: 1000, loaderMs: 100 };
+  const stall = [];
+  for (let r = 0; r < RUNS; r++) for (const memo of [true, false]) stall.push(await stallRatio(stallSizes, memo));
+  failover = { sizes: stallSizes, stall, replicaAck: await replicaAckCost(quick ? 300 : 2000, RUNS) };
+  console.log(failoverMarkdown(failover).join('\n'));
+}
+
 // ------------------------------------------------------------------ output
 
 const env = {
@@ -305,7 +318,7 @@ const env = {
   sizes,
   ...(heap.length > 0 ? { heapNote: heapNote(heapTotal, heapRuns, DEFAULT_IN_FLIGHT) } : {}),
 };
-const files = writeReport({ env, rows, http, overhead: overheadFigures, tracing: tracingFigures, lockCost: lockFigures, heap, latencySamples }, args.out ?? (quick ? 'bench/results/quick' : 'bench/results'));
+const files = writeReport({ env, rows, http, overhead: overheadFigures, tracing: tracingFigures, lockCost: lockFigures, heap, failover, latencySamples }, args.out ?? (quick ? 'bench/results/quick' : 'bench/results'));
 console.log(`\nwrote ${files.join(', ')}`);
 for (const f of flushers) f.disconnect();
 await Promise.all(nodes.map((n) => n.stop()));

@@ -1,4 +1,5 @@
 import { EventEmitter, setMaxListeners } from 'node:events';
+import { LruDegradedMemo, NO_DEGRADED_MEMO, type DegradedMemo } from './degraded-memo.js';
 import { AbortedError, CacheClosedError, InvalidOptionError } from './errors.js';
 import type { CacheEvents } from './events.js';
 import { NoFlight, SingleFlight, type Coalescer } from './flight.js';
@@ -6,13 +7,15 @@ import { Io } from './io.js';
 import { entryKeys, validateKey } from './keys.js';
 import type { LoaderContext } from './loader.js';
 import { LruTier, NO_LOCAL_TIER, type LocalTier } from './local-tier.js';
-import { GrantRegistry } from './lock/grant.js';
+import { nodeOf } from './node-of.js';
+import { GrantRegistry, ReleaseRetries } from './lock/grant.js';
 import { defineScripts } from './lock/scripts.js';
 import { RedlockLock } from './lock/redlock.js';
 import { StoreLock, type LockDeps } from './lock/single.js';
 import type { Grant, Locker } from './lock/types.js';
 import { resolveCacheOptions, resolveCallOptions, writeTtl, type CacheOptions, type CallOptions, type LockMode, type ResolvedCache, type ResolvedCall } from './options.js';
 import { Background, readEntry, Rebuild, refreshAheadOnHit, type Emit, type RebuildDeps } from './rebuild.js';
+import { withReplicaAck } from './replica-ack.js';
 import { Store } from './store.js';
 import { getOrComputeChannel, Telemetry, traced, type CacheStats, type GetOrComputeContext } from './telemetry.js';
 import { Bus, Waiters, type Note } from './wait.js';
@@ -35,6 +38,9 @@ export class Cache extends EventEmitter<CacheEvents> {
   private readonly io: Io;
   private readonly bus: Bus;
   private readonly local: LocalTier;
+  private readonly memo: DegradedMemo;
+  /** Releases Redis did not answer, sent again once it answers (a waiter need not wait out the lease). */
+  private readonly retries: ReleaseRetries;
   private readonly waiters = new Waiters();
   private readonly lockers: Record<LockMode, Locker>;
   /** Fence-only grants (no lock): set(). */
@@ -61,8 +67,12 @@ export class Cache extends EventEmitter<CacheEvents> {
     this.byTtl = typeof o.defaults.lock === 'function' ? undefined : new Map();
     // Every running loader listens to the lifetime signal (and detaches when done): not a leak.
     setMaxListeners(0, this.lifetime.signal);
-    this.io = new Io(o.redisTimeout, o.breakerThreshold, o.breakerCooldown, o.clock);
-    const scripts = defineScripts(options.redis);
+    this.retries = new ReleaseRetries(o.clock);
+    this.memo = o.degradedMemo > 0 ? new LruDegradedMemo(o.degradedMemo, o.clock) : NO_DEGRADED_MEMO;
+    // Redis answering again after failures ends every degraded copy (see degraded-memo.ts) and sends
+    // the releases it did not answer again (lock/grant.ts); one breaker per node.
+    this.io = new Io(o.redisTimeout, o.breakerThreshold, o.breakerCooldown, o.clock, this.onAnswer, nodeOf(options.redis));
+    const scripts = withReplicaAck(defineScripts(options.redis), options.redis, o.replicaAck);
     // The subscriber's heartbeat: a silently dead socket counts as down within 2 × redisTimeout.
     this.bus = new Bus(o.prefix, o.redisTimeout);
     this.local = o.local ? new LruTier(o.local, o.clock, { incoherent: o.unsafe.incoherentL1 }) : NO_LOCAL_TIER;
@@ -74,7 +84,7 @@ export class Cache extends EventEmitter<CacheEvents> {
       this.telemetry.lockLost();
       emit('lockLost', { key, error });
     };
-    const lockDeps: LockDeps = { io: this.io, scripts, bus: this.bus, clock: o.clock, onLost };
+    const lockDeps: LockDeps = { io: this.io, scripts, bus: this.bus, clock: o.clock, onLost, retries: this.retries };
     const local = new StoreLock(lockDeps, 'local', false);
     const single = new StoreLock(lockDeps, 'single', true);
     this.fenceOnly = local;
@@ -96,6 +106,7 @@ export class Cache extends EventEmitter<CacheEvents> {
       lockers: this.lockers,
       fenceOnly: local,
       local: this.local,
+      memo: this.memo,
       waiters: this.waiters,
       grants: this.grants,
       background: new Background(),
@@ -114,6 +125,12 @@ export class Cache extends EventEmitter<CacheEvents> {
     this.client = options.redis;
     this.client.on?.('ready', this.onReady);
   }
+
+  /** Redis answered (see Io): on a recovery the degraded copies go; unanswered releases are sent again. */
+  private readonly onAnswer = (recovered: boolean): void => {
+    if (recovered) this.memo.clear();
+    if (this.retries.size > 0) this.retries.flush();
+  };
 
   /** The caller's client reconnected: stop skipping Redis at once. */
   private readonly onReady = (): void => this.io.connected();
@@ -218,6 +235,7 @@ export class Cache extends EventEmitter<CacheEvents> {
     this.deps.store.assertStorable(key, value, call); // before any Redis traffic
     // The value is changing: this process's copy goes now, and comes back only if the fence accepts ours.
     this.local.invalidate(key);
+    this.memo.invalidate(key);
     const grant = (await this.fenceOnly.acquire(key, keys, call, { ignoreBackoff: true, operation: 'set' })) as Grant;
     let outcome: 'written' | 'empty' | 'cancelled' = 'empty';
     try {
@@ -248,6 +266,8 @@ export class Cache extends EventEmitter<CacheEvents> {
   async delete(key: string): Promise<void> {
     this.assertUsable(key);
     this.local.invalidate(key);
+    // Before anything is sent: even a delete that fails (Redis down) ends the degraded copy.
+    this.memo.invalidate(key);
     try {
       await this.deps.store.invalidate(key, entryKeys(this.options.prefix, key), this.options.defaults.lockTtl);
       this.flight.forget(key); // a call starting now must not join a rebuild begun before this delete
@@ -285,6 +305,8 @@ export class Cache extends EventEmitter<CacheEvents> {
     if (this.lockers.redlock instanceof RedlockLock) this.lockers.redlock.close();
     await this.bus.stop();
     this.local.flush();
+    this.memo.clear();
+    this.retries.clear();
   }
 
   /** Another process's write, set or delete drops this process's copy before any waiter re-reads. */
@@ -292,6 +314,7 @@ export class Cache extends EventEmitter<CacheEvents> {
     const change = REMOTE_CHANGES[note.kind];
     if (change && note.origin !== this.bus.origin) {
       this.local.invalidate(note.key);
+      this.memo.invalidate(note.key);
       this.flight.forget(note.key);
       this.safeEmit('remoteChange', { key: note.key, kind: change });
     }

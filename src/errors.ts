@@ -98,9 +98,11 @@ export class AbortedError extends StampedeGuardError {
  *   timeout     no reply within `redisTimeout` (the command may still run later);
  *   reply       Redis answered with an error (OOM, READONLY, MISCONF, a script error…): not a timeout;
  *   connection  the client could not send it (connection closed, retries exhausted, offline queue off);
- *   breaker     not sent: the circuit breaker is open after consecutive failures.
+ *   breaker     not sent: the circuit breaker is open after consecutive failures;
+ *   replicaAck  applied on the primary, but fewer replicas than `replicaAck.replicas` acknowledged it
+ *               within `replicaAck.timeout`: not trusted (a failover could lose it).
  */
-export type RedisFailure = 'timeout' | 'reply' | 'connection' | 'breaker';
+export type RedisFailure = 'timeout' | 'reply' | 'connection' | 'breaker' | 'replicaAck';
 
 /** The cause `Io` gives a timed-out operation (so the error can tell a timeout from an error reply). */
 export class RedisTimeout extends Error {
@@ -118,6 +120,14 @@ export class BreakerOpen extends Error {
   }
 }
 
+/** The cause of an operation the primary applied but too few replicas acknowledged in time (`WAIT`). */
+export class ReplicaAckShort extends Error {
+  constructor(readonly acked: number, readonly wanted: number, readonly ms: number) {
+    super(`${acked} of ${wanted} replicas acknowledged within ${ms} ms`);
+    this.name = 'ReplicaAckShort';
+  }
+}
+
 /** Redis's own error text for a message: first line, bounded. */
 export function redisText(err: unknown): string {
   const text = err instanceof Error ? err.message : String(err);
@@ -128,6 +138,7 @@ export function redisText(err: unknown): string {
 function failureOf(cause: unknown): RedisFailure {
   if (cause instanceof RedisTimeout) return 'timeout';
   if (cause instanceof BreakerOpen) return 'breaker';
+  if (cause instanceof ReplicaAckShort) return 'replicaAck';
   // ioredis (4–5) reports every error reply, scripts' included, as a ReplyError (from redis-errors).
   if (cause instanceof Error && cause.name === 'ReplyError') return 'reply';
   return 'connection';
@@ -144,6 +155,8 @@ function unavailableMessage(operation: string, failure: RedisFailure, cause: unk
       return `${what} was not sent: ${redisText(cause)}; it is retried after "breakerCooldown" or when the client reconnects.`;
     case 'connection':
       return `${what} failed: ${redisText(cause)} (not sent or no connection); check the client's connection options.`;
+    case 'replicaAck':
+      return `${what} is not trusted: ${redisText(cause)}; check the replicas, or raise "replicaAck.timeout".`;
   }
 }
 

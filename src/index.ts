@@ -16,6 +16,7 @@ export {
   type OnNoQuorum,
   type OnWaitTimeout,
   type RedlockOptions,
+  type ReplicaAckOptions,
   type RefreshAhead,
 } from './options.js';
 export {

@@ -1,10 +1,15 @@
+import { Breaker } from './breaker.js';
 import { BreakerOpen, CacheClosedError, RedisPermissionError, RedisTimeout, RedisUnavailableError, redisText } from './errors.js';
+import type { NodeOf } from './node-of.js';
 import type { Clock } from './options.js';
 
 /**
  * Every Redis operation goes through `Io.run`: it is bounded by `redisTimeout` (ioredis may keep a
  * command in its offline queue far longer), and a circuit breaker stops sending commands after
- * `threshold` consecutive failures, so an outage costs callers nothing but the degraded path.
+ * `threshold` consecutive failures, so an outage costs callers nothing but the degraded path. The
+ * breaker is kept per node (`nodeOf`: per slot owner on a Cluster, one for a plain client): a dead
+ * shard opens its own breaker only, and keys on the healthy shards keep their lock. Its policy
+ * (jittered, growing cooldown; one half-open probe; closings judged over a window) is breaker.ts.
  *
  * Invariant: a timed-out command may still run on the server later (it sat in ioredis' offline queue,
  * or its reply was lost). Callers whose command creates state (a lock) pass `compensate`, which runs
@@ -20,14 +25,10 @@ interface InFlight {
 }
 
 export class Io {
-  private failures = 0;
   /** After close(): every operation rejects with CacheClosedError at once. */
   private closed = false;
-  /** While now < openUntil the breaker is open; after it, exactly one probe is let through. */
-  private openUntil = 0;
-  private probing = false;
-  /** The last failure's text, quoted when the open breaker refuses an operation. */
-  private lastFailure = '';
+  /** One breaker per node, created on first use (a Cluster has few masters; bounded by BREAKER_NODES). */
+  private readonly breakers = new Map<string, Breaker>();
   /**
    * Operations awaiting a reply. Invariant: an entry is removed exactly once — by its reply or by the
    * sweeper — and whoever removes it settles the caller's promise. One sweeping interval per Io
@@ -42,22 +43,27 @@ export class Io {
     private readonly threshold: number,
     private readonly cooldownMs: number,
     private readonly clock: Clock,
+    /**
+     * Called after every answered operation, `recovered` true when it closes its node's open breaker
+     * (an outage ended), and on the client's ready event (`recovered` true). Must be cheap: it is on the hot path.
+     */
+    private readonly onAnswer: (recovered: boolean) => void = () => undefined,
+    /** The node that owns a key: one breaker each. */
+    private readonly nodeOf: NodeOf = () => '',
   ) {}
 
   run<T>(operation: string, fn: () => Promise<T>, key?: string, compensate?: () => void): Promise<T> {
     if (this.closed) return Promise.reject(new CacheClosedError(key));
-    if (this.failures >= this.threshold) {
-      if (this.clock.now() < this.openUntil || this.probing) {
-        return Promise.reject(new RedisUnavailableError(operation, new BreakerOpen(this.failures, this.lastFailure), key));
-      }
-      this.probing = true;
+    const breaker = this.breakerOf(key);
+    if (!breaker.admit(this.clock.now())) {
+      return Promise.reject(new RedisUnavailableError(operation, new BreakerOpen(breaker.failures, breaker.lastFailure), key));
     }
     return new Promise<T>((resolve, reject) => {
       const entry: InFlight = {
         deadline: this.clock.now() + this.timeoutMs,
         expire: () => {
           const timeout = new RedisTimeout(this.timeoutMs);
-          this.failed(timeout);
+          breaker.failed(redisText(timeout), this.clock.now());
           compensate?.();
           reject(new RedisUnavailableError(operation, timeout, key));
         },
@@ -75,12 +81,13 @@ export class Io {
             compensate?.();
             return;
           }
-          this.succeeded();
+          const recovered = breaker.succeeded(this.clock.now());
           resolve(value);
+          this.onAnswer(recovered);
         },
         (err: unknown) => {
           if (!this.inFlight.delete(entry)) return;
-          this.failed(err);
+          breaker.failed(redisText(err), this.clock.now());
           reject(classify(operation, err, key));
         },
       );
@@ -92,9 +99,21 @@ export class Io {
    * (after a Redis restart, recovery then takes the reconnect, not reconnect + cooldown).
    */
   connected(): void {
-    this.failures = 0;
-    this.probing = false;
-    this.openUntil = 0;
+    for (const breaker of this.breakers.values()) breaker.reset();
+    this.onAnswer(true);
+  }
+
+  private breakerOf(key: string | undefined): Breaker {
+    const node = this.nodeOf(key);
+    let breaker = this.breakers.get(node);
+    if (!breaker) {
+      // Node names come from the client's slot table: few, but a long-lived cache across many
+      // reshards could see more; forgetting a closed one's history costs nothing.
+      if (this.breakers.size >= BREAKER_NODES) this.breakers.clear();
+      breaker = new Breaker(this.threshold, this.cooldownMs);
+      this.breakers.set(node, breaker);
+    }
+    return breaker;
   }
 
   /** Stops the sweeper; operations still in flight settle at once with CacheClosedError (not a Redis failure), and so does every later one. */
@@ -125,18 +144,10 @@ export class Io {
     this.sweeper.unref();
   }
 
-  private succeeded(): void {
-    this.failures = 0;
-    this.probing = false;
-  }
-
-  private failed(err: unknown): void {
-    this.lastFailure = redisText(err);
-    this.failures++;
-    this.probing = false;
-    if (this.failures >= this.threshold) this.openUntil = this.clock.now() + this.cooldownMs;
-  }
 }
+
+/** At most this many nodes' breakers are kept (a Cluster has at most a few hundred masters). */
+const BREAKER_NODES = 1024;
 
 function classify(operation: string, err: unknown, key: string | undefined): RedisUnavailableError {
   if (err instanceof RedisUnavailableError) return err;

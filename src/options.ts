@@ -16,7 +16,8 @@ export {
   type OnWaitTimeout,
   type RedlockOptions,
   type RefreshAhead,
+  type ReplicaAckOptions,
 } from './options/public.js';
 export { DEFAULTS, type ResolvedCache, type ResolvedCall, type ResolvedDefaults, type ResolvedRedlock } from './options/schema.js';
 export { resolveCacheOptions, resolveCallOptions } from './options/resolve.js';
-export { graceWindow, loaderTimeout, lockModeFor, physicalTtl, pollDelay, watchdogInterval, writeTtl } from './options/effective.js';
+export { BREAKER_MAX_GROWTH, breakerCooldown, breakerJudgementWindow, breakerOpenings, graceWindow, loaderTimeout, lockModeFor, physicalTtl, pollDelay, watchdogInterval, writeTtl } from './options/effective.js';

@@ -1,11 +1,12 @@
 import { freshRemaining, refreshDue, staleRemaining, type EntryFacts } from './entry.js';
 import { CacheClosedError, OriginBackoffError, RedisUnavailableError, UnstorableValueError, WaitTimeoutError } from './errors.js';
+import type { DegradedMemo } from './degraded-memo.js';
 import type { CacheEvents } from './events.js';
 import type { EntryKeys } from './keys.js';
 import type { GrantRegistry } from './lock/grant.js';
 import type { Grant, Locker, ReleaseOutcome } from './lock/types.js';
 import type { Stop } from './flight.js';
-import { runLoader, type Loader } from './loader.js';
+import { runLoader, type Loader, type LoadResult } from './loader.js';
 import type { LocalTier } from './local-tier.js';
 import { loaderTimeout, pollDelay, writeTtl, type Clock, type LockMode, type ResolvedCall } from './options.js';
 import type { Found, Store } from './store.js';
@@ -22,6 +23,8 @@ export interface RebuildDeps {
   /** Fence-only grants (no lock): computing after `waitTimeout`. */
   readonly fenceOnly: Locker;
   readonly local: LocalTier;
+  /** Degraded results kept for their ttl while Redis is unavailable (or a no-op). */
+  readonly memo: DegradedMemo;
   readonly waiters: Waiters;
   readonly grants: GrantRegistry;
   readonly background: Background;
@@ -46,6 +49,9 @@ const SOFT_TIMEOUT = Symbol('soft timeout');
 export async function readEntry(d: RebuildDeps, key: string, keys: EntryKeys, sent = d.clock.now()): Promise<Found> {
   const ticket = d.local.begin(key);
   const found = await d.store.read(key, keys);
+  // The store holds a value for this key again: it is the truth, the degraded copy goes. A miss says
+  // nothing newer than the copy (this process's deletes and other processes' notes drop it anyway).
+  if (found.state !== 'miss') d.memo.invalidate(key);
   if (found.state === 'fresh') {
     // Redis measured PTTL somewhere between `sent` and now: count L1's copy from `sent`, so a slow reply
     // never makes L1 outlive the entry in Redis.
@@ -274,6 +280,7 @@ export class Rebuild implements Answered {
     if (this.d.lifetime.aborted) return 'cancelled'; // closed while loading: write nothing
     const { key } = this;
     const ticket = this.d.local.begin(key);
+    this.d.memo.invalidate(key); // this process's own write: an older degraded copy must not outlive it
     let outcome: ReleaseOutcome;
     let written = false;
     const ttl = writeTtl(this.call);
@@ -322,29 +329,44 @@ export class Rebuild implements Answered {
     throw error;
   }
 
-  /** Redis failed: run the loader here (still one per key per process through the flight); no store write. */
+  /**
+   * Redis failed: serve the value this process computed degraded within the last ttl (the memo), or run
+   * the loader here (still one per key per process through the flight) and keep its value; no store write.
+   */
   private async degraded(operation: string, error: unknown): Promise<unknown> {
-    const { key } = this;
+    const { key, d } = this;
     if (error instanceof CacheClosedError) throw error; // close(), not a Redis failure
-    this.d.emit('degraded', { key, operation, error });
+    d.emit('degraded', { key, operation, error });
     this.assertRunning();
-    const ticket = this.d.local.begin(key);
-    this.d.telemetry.loaderRun();
     this.current = 'degraded';
-    const result = await runLoader(this.loader, {
-      key,
-      fencingToken: undefined,
-      staleValue: undefined,
-      signals: [this.signal, this.d.lifetime],
-      hardTimeout: this.call.hardTimeout,
-      clock: this.d.clock,
-    });
+    const kept = d.memo.get(key);
+    if (kept) return kept.value;
+    const ticket = d.local.begin(key);
+    const memoTicket = d.memo.begin(key);
+    d.telemetry.loaderRun();
+    let result: LoadResult;
+    try {
+      result = await runLoader(this.loader, {
+        key,
+        fencingToken: undefined,
+        staleValue: undefined,
+        signals: [this.signal, d.lifetime],
+        hardTimeout: this.call.hardTimeout,
+        clock: d.clock,
+      });
+    } finally {
+      // Done running; fill() below follows synchronously (no invalidation can slip in) and still checks the ticket.
+      d.memo.abandon(memoTicket);
+    }
     if (result.kind !== 'value') {
-      if (result.kind === 'failed') this.d.emit('loaderError', { key, error: result.error });
+      if (result.kind === 'failed') d.emit('loaderError', { key, error: result.error });
       throw result.error;
     }
-    if (result.value !== undefined) this.d.local.fill(ticket, key, result.value, this.call.ttl);
-    this.d.emit('computed', { key, lock: 'degraded', fence: undefined, loadMs: result.loadMs, written: false });
+    if (result.value !== undefined) {
+      d.local.fill(ticket, key, result.value, this.call.ttl);
+      d.memo.fill(memoTicket, result.value, this.call.ttl);
+    }
+    d.emit('computed', { key, lock: 'degraded', fence: undefined, loadMs: result.loadMs, written: false });
     return result.value;
   }
 

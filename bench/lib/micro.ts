@@ -26,7 +26,7 @@ export interface LatencyFigure {
 }
 
 /** `batch` > 1 times that many operations per sample (each sample is their mean): for sub-microsecond operations the clock's own cost would otherwise dominate. */
-async function measure(name: string, ops: number, op: () => unknown, batch = 1): Promise<LatencyFigure> {
+export async function measure(name: string, ops: number, op: () => unknown, batch = 1): Promise<LatencyFigure> {
   const samples: number[] = [];
   for (let i = 0; i < Math.min(200, ops); i++) await op(); // warm-up
   for (let i = 0; i < ops; i += batch) {
@@ -39,7 +39,7 @@ async function measure(name: string, ops: number, op: () => unknown, batch = 1):
 }
 
 /** Median over `runs` of each figure's p50 and p99. */
-function medianOf(runs: LatencyFigure[][]): LatencyFigure[] {
+export function medianOf(runs: LatencyFigure[][]): LatencyFigure[] {
   return (runs[0] ?? []).map((f, i) => ({
     name: f.name,
     p50us: median(runs.map((r) => (r[i] as LatencyFigure).p50us)),

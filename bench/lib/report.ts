@@ -1,5 +1,6 @@
 /** Writes the benchmark's JSON, a markdown table and two SVG charts (drawn here, no chart library). */
 import { mkdirSync, writeFileSync } from 'node:fs';
+import { STALL, type StallFigure, type StallSizes } from './failover.js';
 import { heapMarkdown, type HeapFigure, type HeapSample } from './heap.js';
 import type { HttpFigure } from './http.js';
 import type { LatencyFigure } from './micro.js';
@@ -45,6 +46,8 @@ export interface Report {
   tracing?: LatencyFigure[];
   /** Absent in results files written before the heap measurement existed. */
   heap?: HeapFigure[];
+  /** Issue #13's figures (periodic stalls, replicaAck); absent in older results files and with --no-failover. */
+  failover?: FailoverFigures;
   latencySamples: Record<string, Record<string, number[]>>;
 }
 
@@ -97,6 +100,7 @@ export function markdown(r: Report): string {
   micro('Tracing channel', r.tracing ?? []);
   micro('Lock cost', r.lockCost);
   out.push(...heapMarkdown(r.heap ?? [], String(r.env.heapNote)));
+  if (r.failover) out.push('', ...failoverMarkdown(r.failover));
   return `${out.join('\n')}\n`;
 }
 
@@ -268,4 +272,26 @@ export function writeReport(r: Report, dir = 'bench/results'): string[] {
     files.push(`${dir}/latency-${s}.svg`);
   }
   return files;
+}
+
+export interface FailoverFigures {
+  readonly sizes: StallSizes;
+  /** One figure per run and degradedMemo setting. */
+  readonly stall: readonly StallFigure[];
+  readonly replicaAck: readonly LatencyFigure[];
+}
+
+/** The failover section: loader ratio under periodic stalls (each run), and replicaAck's cost per rebuild. */
+export function failoverMarkdown(f: FailoverFigures): string[] {
+  const s = f.sizes;
+  const out = [
+    `**Slow Redis** (\`DEBUG SLEEP ${STALL.sleepSec}\` every ${STALL.periodMs / 1000} s; ${s.processes} processes × ${s.callers} callers, ${s.keys} keys, ttl ${s.ttlMs} ms, loader ${s.loaderMs} ms, ${s.durationMs / 1000} s, lock single, L1 off; one row per run):`,
+    '',
+    '| degradedMemo | loader runs | of them degraded | ideal | ratio | calls | failed |',
+    '|---|---:|---:|---:|---:|---:|---:|',
+  ];
+  for (const r of f.stall) out.push(`| ${r.degradedMemo ? 'on' : 'off (0)'} | ${r.loaderRuns} | ${r.degradedRuns} | ${r.ideal} | ${f2(r.ratio)} | ${r.calls} | ${r.failed} |`);
+  out.push('', '**replicaAck cost** (primary + 1 replica in sync, sequential rebuilds, µs):', '', '| operation | p50 µs | p99 µs |', '|---|---:|---:|');
+  for (const m of f.replicaAck) out.push(`| ${m.name} | ${f1(m.p50us)} | ${f1(m.p99us)} |`);
+  return out;
 }

@@ -37,13 +37,63 @@ export function silentInStore(outcome: ReleaseOutcome): boolean {
  * failure backoff, announce the outcome. Resolves the script's answer (1 freed, 0 not ours), or
  * undefined when Redis did not answer. Never throws.
  */
-export async function announceInStore(deps: LockDeps, key: string, keys: EntryKeys, token: string, outcome: ReleaseOutcome, failBackoffMs: number): Promise<number | undefined> {
+export async function announceInStore(deps: LockDeps, key: string, keys: EntryKeys, token: string, outcome: ReleaseOutcome, failBackoffMs: number, lockTtl = 0): Promise<number | undefined> {
   const { io, scripts, bus } = deps;
   const { note, backoff } = ANNOUNCE[outcome];
   const message = note === undefined ? '' : bus.message(note, key);
-  return io
-    .run('release', () => scripts.release(keys.lock, keys.backoff, token, bus.channel, message, backoff ? failBackoffMs : 0), key)
-    .catch(() => undefined);
+  const send = (backoffMs: number): Promise<number> => io.run('release', () => scripts.release(keys.lock, keys.backoff, token, bus.channel, message, backoffMs), key);
+  return send(backoff ? failBackoffMs : 0).catch(() => {
+    // Unanswered (connection error, timeout, open breaker): our lock may still be held. Release it
+    // again, by token, once Redis answers; the note then wakes the waiters, who take over at once
+    // instead of waiting out the lease. The backoff is not sent again (its window counts from the failure).
+    if (token !== '' && deps.retries) deps.retries.add(`${keys.lock}\n${token}`, deps.clock.now() + lockTtl, () => send(0));
+    return undefined;
+  });
+}
+
+/** How many unanswered releases are kept for a retry; the oldest is dropped first (its lock then lapses by its lease). */
+const MAX_RETRIES = 10_000;
+
+/**
+ * Releases Redis did not answer, sent again (by token: never another holder's lock) whenever Redis
+ * answers an operation again or the client reconnects (`flush`). Invariants: a retry is kept until it
+ * is answered or its lock's lease has certainly lapsed (`until`: the lease counted from the failed
+ * release, later than any extension could have pushed it); at most one send per retry is in flight.
+ */
+export class ReleaseRetries {
+  private readonly pending = new Map<string, { readonly until: number; readonly send: () => Promise<unknown>; sending: boolean }>();
+
+  constructor(private readonly clock: { now(): number }) {}
+
+  get size(): number {
+    return this.pending.size;
+  }
+
+  add(id: string, until: number, send: () => Promise<unknown>): void {
+    if (this.pending.size >= MAX_RETRIES) this.pending.delete(this.pending.keys().next().value as string);
+    this.pending.set(id, { until, send, sending: false });
+  }
+
+  /** Sends every kept release again; an answered one is done, an unanswered one waits for the next flush. */
+  flush(): void {
+    const now = this.clock.now();
+    for (const [id, retry] of this.pending) {
+      if (now >= retry.until) {
+        this.pending.delete(id);
+        continue;
+      }
+      if (retry.sending) continue;
+      retry.sending = true;
+      retry.send().then(
+        () => this.pending.delete(id),
+        () => void (retry.sending = false),
+      );
+    }
+  }
+
+  clear(): void {
+    this.pending.clear();
+  }
 }
 
 /**

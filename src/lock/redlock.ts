@@ -169,7 +169,7 @@ export class RedlockLock implements Locker {
     let fence: number;
     // Every way out but a grant frees the nodes now and again once every vote is in (a straggler may grant late).
     const giveUp = async (): Promise<void> => {
-      await giveUp();
+      await this.releaseNodes(keys.lock, token);
       void allAnswered.then(() => this.releaseNodes(keys.lock, token));
     };
     try {
@@ -261,7 +261,7 @@ class RedlockGrant implements Grant {
     private readonly keys: EntryKeys,
     readonly token: string,
     readonly fence: number,
-    ttl: number,
+    private readonly ttl: number,
     private readonly backoffMs: number,
     validUntil: number,
     /** Settles when every node answered the acquisition (a straggler may grant its vote late). */
@@ -290,6 +290,14 @@ class RedlockGrant implements Grant {
       void this.allAnswered.then(() => this.lock.releaseNodes(this.keys.lock, this.token));
       // The store holds no Redlock key: token '' frees nothing, it only announces (and sets the backoff).
       if (!silentInStore(outcome)) await announceInStore(this.deps, this.key, this.keys, '', outcome, this.backoffMs);
+      // Fewer than a quorum answered: our lock may still hold a quorum. Release again once Redis answers
+      // (lock/grant.ts ReleaseRetries), then wake the waiters, instead of leaving them the whole lease.
+      if (result === 'unknown') {
+        this.deps.retries?.add(`${this.keys.lock}\n${this.token}`, this.deps.clock.now() + this.ttl, async () => {
+          if ((await this.lock.releaseNodes(this.keys.lock, this.token)) === 'unknown') throw new Error('no quorum answered the release');
+          await announceInStore(this.deps, this.key, this.keys, '', 'cancelled', 0);
+        });
+      }
       return result;
     });
   }

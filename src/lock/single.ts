@@ -1,11 +1,11 @@
 import { randomBytes } from 'node:crypto';
-import { OriginBackoffError, type LockLostError } from '../errors.js';
+import { OriginBackoffError, RedisUnavailableError, type LockLostError } from '../errors.js';
 import type { Io } from '../io.js';
 import type { EntryKeys } from '../keys.js';
 import type { Clock, LockMode, ResolvedCall } from '../options.js';
 import type { Bus } from '../wait.js';
 import type { Scripts } from './scripts.js';
-import { announceInStore, ReleaseOnce, silentInStore } from './grant.js';
+import { announceInStore, ReleaseOnce, silentInStore, type ReleaseRetries } from './grant.js';
 import type { AcquireOptions, Grant, Locker, ReleaseOutcome, ReleaseResult } from './types.js';
 import { Watchdog, type Extension } from './watchdog.js';
 
@@ -19,6 +19,8 @@ export interface LockDeps {
   readonly bus: Bus;
   readonly clock: Clock;
   readonly onLost: (key: string, err: LockLostError) => void;
+  /** Unanswered releases, retried once Redis answers again (optional: without it a failed release waits out its lease). */
+  readonly retries?: ReleaseRetries;
 }
 
 /**
@@ -39,13 +41,15 @@ export class StoreLock implements Locker {
     const lockTtl = this.exclusive ? call.lockTtl : 0;
     const { io, scripts, bus } = this.deps;
     const started = this.deps.clock.now();
-    const [granted, fenceOrPttl] = await io.run(
-      opts.operation ?? 'acquire',
-      () => scripts.acquire(keys.lock, keys.fence, keys.backoff, token, lockTtl, call.lockTtl, opts.ignoreBackoff === true),
-      key,
-      // A timed-out acquire may still be applied (now or later): free that orphan by its token.
-      this.exclusive ? () => void scripts.release(keys.lock, keys.backoff, token, bus.channel, '', 0).catch(() => undefined) : undefined,
-    );
+    // A timed-out acquire may still be applied (now or later): free that orphan by its token.
+    const undo = this.exclusive ? () => void scripts.release(keys.lock, keys.backoff, token, bus.channel, '', 0).catch(() => undefined) : undefined;
+    const [granted, fenceOrPttl] = await io
+      .run(opts.operation ?? 'acquire', () => scripts.acquire(keys.lock, keys.fence, keys.backoff, token, lockTtl, call.lockTtl, opts.ignoreBackoff === true), key, undo)
+      .catch((error: unknown) => {
+        // A grant too few replicas acknowledged (replicaAck) is not trusted: free it now, by its token.
+        if (error instanceof RedisUnavailableError && error.failure === 'replicaAck') undo?.();
+        throw error;
+      });
     if (granted === 2) throw new OriginBackoffError(key, fenceOrPttl);
     if (granted !== 1) return null;
     return new StoreGrant(this.deps, key, keys, token, fenceOrPttl, this.mode, this.exclusive, call.lockTtl, call.failBackoff, started);
@@ -54,6 +58,7 @@ export class StoreLock implements Locker {
 
 class StoreGrant implements Grant {
   readonly signal: AbortSignal;
+  private readonly ttl: number;
   private readonly watchdog: Watchdog;
   private readonly once = new ReleaseOnce();
 
@@ -70,6 +75,7 @@ class StoreGrant implements Grant {
     private readonly backoffMs: number,
     acquiredAt: number,
   ) {
+    this.ttl = ttl;
     const extendOnce = async (): Promise<Extension> =>
       (await deps.io.run('extend', () => deps.scripts.extend(keys.lock, keys.fence, token, ttl), key)) === 1 ? 'kept' : 'lost';
     // A fence-only grant holds no lock that could lapse: a Redis stall must not abort its loader (a
@@ -88,7 +94,7 @@ class StoreGrant implements Grant {
       this.watchdog.stop();
       // After an accepted write the script freed our lock (if still ours: it does not say) and announced the value: nothing to send.
       if (silentInStore(outcome)) return 'released';
-      const freed = await announceInStore(this.deps, this.key, this.keys, this.token, outcome, this.backoffMs);
+      const freed = await announceInStore(this.deps, this.key, this.keys, this.token, outcome, this.backoffMs, this.ttl);
       if (freed === undefined) return 'unknown';
       // A fence-only grant holds no lock key: the script answered, there was nothing else to free.
       return freed === 1 || !this.exclusive ? 'released' : 'not-ours';

@@ -49,3 +49,27 @@ export function pollDelay(pollInterval: number, remainingMs: number, rand: numbe
 export function writeTtl(call: { readonly ttl: number; readonly ttlJitter: number }, rand: () => number = Math.random): number {
   return call.ttlJitter === 0 ? call.ttl : jitteredTtl(call.ttl, call.ttlJitter, rand());
 }
+
+/** How far the breaker's cooldown may grow over `breakerCooldown`: 8 × (×1.5 at most with jitter). */
+export const BREAKER_MAX_GROWTH = 8;
+
+/**
+ * The open breaker's cooldown after its `openings`-th opening in a row (1 = the first): `base` doubled
+ * per repeated opening up to `BREAKER_MAX_GROWTH × base`, then jittered to [0.5, 1.5)×, so probes of
+ * many processes (and of one process across openings) never stay in phase with a periodic stall.
+ * `rand` is in [0, 1).
+ */
+export function breakerCooldown(base: number, openings: number, rand: number): number {
+  const grown = Math.min(base * 2 ** Math.max(0, openings - 1), base * BREAKER_MAX_GROWTH);
+  return Math.max(1, Math.round(grown * (0.5 + rand)));
+}
+
+/** How long the breaker must stay closed after a closing before an opening counts as a first one again. */
+export function breakerJudgementWindow(base: number): number {
+  return 4 * base;
+}
+
+/** The opening count for a new opening `closedForMs` after the last closing: it grows within the judgement window, else starts at 1. */
+export function breakerOpenings(previous: number, closedForMs: number, base: number): number {
+  return closedForMs < breakerJudgementWindow(base) ? previous + 1 : 1;
+}

@@ -105,6 +105,14 @@ export interface RedlockOptions {
   onNoQuorum?: OnNoQuorum;
 }
 
+/** `createCache({ replicaAck })`. */
+export interface ReplicaAckOptions {
+  /** Replicas that must acknowledge each grant, accepted write and delete. Required. */
+  replicas: number;
+  /** Longest wait for their acknowledgement, in ms (`WAIT`'s timeout); below `redisTimeout`. Required. */
+  timeout: number;
+}
+
 /** `createCache` options. Unknown names are an `InvalidOptionError`, not silently ignored. */
 export interface CacheOptions {
   /** An ioredis `Redis` or `Cluster`, owned by the caller. Required. Never quit by the cache; duplicated once for pub/sub. */
@@ -121,18 +129,44 @@ export interface CacheOptions {
   maxKeyLength?: number;
   /** Entries larger than this (bytes) are never decoded: treated as a miss and reported. Default `1048576` (1 MiB). */
   maxValueBytes?: number;
-  /** Consecutive Redis failures that open the circuit breaker (Redis is then skipped for `breakerCooldown`). Default `5`. */
+  /**
+   * Consecutive failures on one Redis node that open that node's circuit breaker (the node is then
+   * skipped for a cooldown). One breaker per node: per slot owner on a Cluster, per Redlock node. Default `5`.
+   */
   breakerThreshold?: number;
-  /** How long the open breaker skips Redis before one probe, in ms. Default `2000`. */
+  /**
+   * The base cooldown of an open breaker, in ms, before one probe is let through: jittered to
+   * [0.5, 1.5)× and doubled for each reopening within 4 × this of the last closing, up to 8×, so probes
+   * never stay in phase with a periodic stall. Ended early by the client's `ready` event. Default `2000`.
+   */
   breakerCooldown?: number;
   /** Callers of one key in one process beyond this get a fast `TooManyWaitersError`. Default `10000`. */
   maxWaitersPerKey?: number;
+  /**
+   * While Redis is unavailable for a key, the value its loader returned here is kept in process memory
+   * for its `ttl` and served to later degraded calls, so a process runs at most one loader per key per
+   * ttl during an outage (with L1 on or off). This caps how many keys are kept (LRU); `0` turns it off.
+   * A kept value is never served once this process deleted, set or rebuilt the key, heard of another
+   * process's write or delete, read a value for the key from the store, or an outage ended (see README
+   * "Guarantees"). Default `10000`.
+   */
+  degradedMemo?: number;
   /** Monotonic clock. Default `performance.now()`. */
   clock?: Clock;
   /** The cache-wide lock policy (same as `defaults.lock`; give one or the other). Default `'single'`. */
   lock?: LockPolicy;
   /** Redlock nodes and tuning; required for lock mode `'redlock'`. Default none. */
   redlock?: RedlockOptions;
+  /**
+   * Opt-in replication acknowledgement: after every grant, accepted write and delete, `WAIT replicas
+   * timeout` on the connection that ran it (on a Cluster, the slot's master). One that fewer replicas
+   * acknowledged in time is not trusted: a grant is released and the call runs its loader degraded (not
+   * stored), a write's value reaches its callers but is not kept in L1, `set()`/`delete()` reject with
+   * `RedisUnavailableError` (failure `'replicaAck'`). With it, the fence tokens served for a key never
+   * repeat or go backwards across a failover to a replica among those that acknowledged (see README
+   * "Guarantees"). `timeout` must be below `redisTimeout`. Default none (off: no `WAIT`, no cost).
+   */
+  replicaAck?: ReplicaAckOptions;
   /** Accept clients whose TLS options set `rejectUnauthorized: false` (certificate not verified). Default `false`: such clients are refused. */
   allowInsecureTls?: boolean;
 }

@@ -51,9 +51,13 @@ export function resolveCacheOptions(input: CacheOptions): ResolvedCache {
   if (typeof input !== 'object' || input === null) throw new InvalidOptionError('options', input, 'an object with at least { redis }');
   const { defaults: given = {}, lock, clock, ...rest } = parseFields(CACHE_FIELDS, input, '', 'createCache ');
   checkTls(rest.redis, rest.redlock?.nodes ?? [], rest.allowInsecureTls);
+  // WAIT runs inside the operation it confirms, which redisTimeout bounds.
+  if (rest.replicaAck && rest.replicaAck.timeout >= rest.redisTimeout) {
+    throw new InvalidOptionError('replicaAck.timeout', rest.replicaAck.timeout, `a number of ms below redisTimeout (${rest.redisTimeout})`);
+  }
   if (lock !== undefined && given.lock !== undefined) throw new InvalidOptionError('lock', lock, 'either lock or defaults.lock, not both');
   const defaults: ResolvedDefaults = Object.freeze({ ...CALL_DEFAULTS, ...given, ...(lock === undefined ? {} : { lock }) });
-  return Object.freeze({ ...rest, defaults, clock: clock ?? systemClock, unsafe: resolveUnsafe(input) });
+  return Object.freeze({ ...rest, replicaAck: rest.replicaAck, defaults, clock: clock ?? systemClock, unsafe: resolveUnsafe(input) });
 }
 
 /**

@@ -16,6 +16,7 @@ import {
   fractionBelowOne,
   intFrom,
   isRedisClient,
+  MAX_MS,
   lockPolicy,
   nonNegativeMs,
   numberFrom,
@@ -32,7 +33,7 @@ import {
   type Parsed,
   type PerCallOnly,
 } from './fields.js';
-import type { CacheOptions, CallOptions, Clock, LocalTierOptions, LockMode, OnNoQuorum, OnWaitTimeout, RedlockOptions } from './public.js';
+import type { CacheOptions, CallOptions, Clock, LocalTierOptions, LockMode, OnNoQuorum, OnWaitTimeout, RedlockOptions, ReplicaAckOptions } from './public.js';
 
 // Builds a field. Not exported, so its `const` type parameters (which keep DEFAULTS' literal types,
 // `'single'`, `1000`) stay out of the published .d.ts: that still parses with TypeScript 4.9.
@@ -150,6 +151,14 @@ const localTier: Parse<LocalTierOptions | false> = (v, name) => {
   return Object.freeze({ max });
 };
 
+const replicaAck: Parse<ReplicaAckOptions> = (v, name) => {
+  if (typeof v !== 'object' || v === null) throw new InvalidOptionError(name, v, '{ replicas: <positive integer>, timeout: <ms> }');
+  const { replicas, timeout, ...extra } = v as { replicas?: unknown; timeout?: unknown };
+  const unknown = Object.keys(extra)[0];
+  if (unknown !== undefined) throw new InvalidOptionError(`${name}.${unknown}`, (extra as Record<string, unknown>)[unknown], 'no such option (replicaAck takes replicas and timeout)');
+  return Object.freeze({ replicas: positiveCount(replicas, `${name}.replicas`), timeout: positiveMs(timeout, `${name}.timeout`) });
+};
+
 export const CACHE_FIELDS = {
   redis: field(redisClient, { required: true }),
   prefix: field(prefix, 'sg'),
@@ -161,18 +170,22 @@ export const CACHE_FIELDS = {
   breakerThreshold: field(positiveCount, 5),
   breakerCooldown: field(positiveMs, 2000),
   maxWaitersPerKey: field(positiveCount, 10_000),
+  degradedMemo: field(intFrom(0, MAX_MS), 10_000),
   // Not in DEFAULTS: the default is a function, `systemClock`.
   clock: field(clock),
   // Same as `defaults.lock`; resolved into `defaults`.
   lock: field(lockPolicy),
   redlock: field(redlock),
   allowInsecureTls: field(boolean, false),
+  // No default: off unless given.
+  replicaAck: field(replicaAck),
 } satisfies { readonly [K in keyof CacheOptions]-?: Field<unknown> };
 
 type CacheFields = typeof CACHE_FIELDS;
 export type ResolvedCache = Readonly<
-  { [K in Exclude<keyof CacheFields, 'defaults' | 'lock' | 'clock' | 'redlock'>]: Parsed<CacheFields[K]> } & {
+  { [K in Exclude<keyof CacheFields, 'defaults' | 'lock' | 'clock' | 'redlock' | 'replicaAck'>]: Parsed<CacheFields[K]> } & {
     defaults: ResolvedDefaults;
+    replicaAck: ReplicaAckOptions | undefined;
     clock: Clock;
     redlock: ResolvedRedlock | undefined;
     /** Test-only negative controls, from `options[UNSAFE]`; all false unless a test turns one on. */

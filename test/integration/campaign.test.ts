@@ -35,7 +35,7 @@ const WORKER = fileURLToPath(new URL('../support/campaign-worker.ts', import.met
 const now = (): number => performance.timeOrigin + performance.now();
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-type Fault = 'pause-holder' | 'kill-worker' | 'pause-redis' | 'restart-redis' | 'script-flush' | 'kill-pubsub' | 'del-fence-lock' | 'evict';
+type Fault = 'pause-holder' | 'kill-worker' | 'pause-redis' | 'restart-redis' | 'script-flush' | 'kill-pubsub' | 'del-fence-lock' | 'evict' | 'flap';
 
 interface CampaignConfig {
   name: string;
@@ -64,6 +64,10 @@ interface CampaignConfig {
    * left to the random mix landing a delete inside the pause).
    */
   deleteWhileFrozen?: boolean;
+  /** Redis slow, not down (issue #13 §4): `DEBUG SLEEP 1.5` every 3 s for the whole campaign. */
+  periodicStall?: boolean;
+  /** Further createCache options for every worker (JSON), e.g. `{ degradedMemo: 0 }`. */
+  cacheOptions?: { degradedMemo?: number };
 }
 
 /** Deterministic PRNG (mulberry32): a failing seed replays the same schedule. */
@@ -146,6 +150,7 @@ async function campaign(c: CampaignConfig) {
         SG_THINK_MS: '40',
         SG_UNSAFE: JSON.stringify(c.unsafe ?? {}),
         SG_L1: c.l1 ? '1' : '0',
+        SG_CACHE_OPTIONS: JSON.stringify(c.cacheOptions ?? {}),
         SG_MIX: JSON.stringify(c.mix ?? {}),
         SG_CALL_OPTIONS: JSON.stringify({
           ttl,
@@ -204,6 +209,15 @@ async function campaign(c: CampaignConfig) {
     heals.push(now());
     injected['boot-down'] = 1;
   }
+
+  // The stall runs on a connection of its own: DEBUG SLEEP blocks the server and its sender's replies.
+  const staller = new Redis(server.adminUrl, { maxRetriesPerRequest: 1 });
+  staller.on('error', () => undefined);
+  const stall = (): void => {
+    injected['periodic-stall'] = (injected['periodic-stall'] ?? 0) + 1;
+    void staller.call('DEBUG', 'SLEEP', '1.5').then(() => heals.push(now()), () => undefined);
+  };
+  const stalls = c.periodicStall ? (stall(), setInterval(stall, 3000)) : undefined;
 
   const all = [...workers];
   while (now() < until - 1500) {
@@ -270,17 +284,24 @@ async function campaign(c: CampaignConfig) {
       }
     } else if (fault === 'evict') {
       evicted += await evictUnderPressure(admin);
+    } else if (fault === 'flap') {
+      // Connection flaps: every normal client connection (the workers' and their subscribers' too) drops at once.
+      await admin.call('CLIENT', 'KILL', 'TYPE', 'normal', 'SKIPME', 'yes').catch(() => undefined);
+      await admin.call('CLIENT', 'KILL', 'TYPE', 'pubsub').catch(() => undefined);
+      heals.push(now());
     } else {
       await admin.script('FLUSH').catch(() => undefined);
     }
   }
 
+  clearInterval(stalls);
   const histories = (await Promise.all(all.map((w) => w.history))).filter((h) => h !== undefined);
   // No lock outlives its TTL: once every worker has closed and one lockTtl has passed, none is left.
   await sleep(TIMING.lockTtl + 100);
   const leftoverLocks = (await admin.keys(`${prefix}:*:l:*`)).length;
   await writer.close();
   writerClient.disconnect();
+  staller.disconnect();
   admin.disconnect();
   await server.stop();
 
@@ -319,7 +340,7 @@ async function campaign(c: CampaignConfig) {
     'first violations': violations.slice(0, 5).map((v) => `${v.property}: ${v.detail}`),
   };
   console.log(`campaign figures\n${JSON.stringify(figures, null, 2)}`);
-  return { violations, reads, bounded, superseded, aborts, unhandled, leftoverLocks, leaks, settles };
+  return { violations, reads, bounded, superseded, aborts, unhandled, leftoverLocks, leaks, settles, perWindow: quantiles(loadersPerWindow(runs, ttl)) };
 }
 
 function countBy(xs: string[]): Record<string, number> {
@@ -420,6 +441,26 @@ describe('fault campaign', () => {
     // subscriber kills, must be flushed; with the flush and generations switched off they are not.
     const r = await campaign({ name: 'negative-incoherent-l1', seed: 4242, seconds: 8, workers: 3, callers: 20, keys: 3, faults: ['kill-pubsub'], aof: false, l1: true, unsafe: { incoherentL1: true }, mix: COHERENCE_MIX, ttl: L1_TTL, bootDown: true });
     expect(r.superseded.violations.length).toBeGreaterThan(0);
+  }, 120_000);
+
+  /**
+   * Issue #13 §4: a Redis that answers half of the time (1.5 s stalls every 3 s) plus connection flaps
+   * (every client killed), ttl 1 s. The property of the degraded memo: while Redis is degraded a process
+   * runs at most one loader per key per ttl, so a ttl window sees at most one run per process, plus
+   * the fleet's one rebuild under the lock when Redis answered inside that window: P + 1 (an efficiency
+   * property, judged on the p99 of the distribution; seen: p99 = max = 5 with the memo, 32 without).
+   */
+  it('slow Redis (periodic stalls) and connection flaps: hard properties hold; loader runs per key per ttl window stay within processes + 1 (p99)', async () => {
+    const r = await campaign({ name: 'slow-redis', seed: 1313, seconds: 12, workers: 4, callers: 20, keys: 5, faults: ['flap'], aof: false, ttl: 1000, periodicStall: true });
+    expect(r.violations).toEqual([]);
+    expect(r.unhandled).toEqual([]);
+    expect(r.leftoverLocks).toBe(0);
+    expect(r.perWindow.p99).toBeLessThanOrEqual(4 + 1);
+  }, 120_000);
+
+  it('negative control: with the degraded memo off, the same slow Redis runs more loaders per key per ttl window than processes + 1', async () => {
+    const r = await campaign({ name: 'negative-no-memo', seed: 1313, seconds: 12, workers: 4, callers: 20, keys: 5, faults: ['flap'], aof: false, ttl: 1000, periodicStall: true, cacheOptions: { degradedMemo: 0 } });
+    expect(r.perWindow.p99).toBeGreaterThan(4 + 1);
   }, 120_000);
 
   it('soak: 4 workers × 100 callers for 30 s, L1 on, sets, deletes and aborts under seeded random faults, hard properties hold', async () => {

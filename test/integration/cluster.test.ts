@@ -2,8 +2,8 @@ import { Cluster } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createCache, type Cache, type CacheOptions } from '../../src/index.js';
 import { entryKeys } from '../../src/keys.js';
-import { deferred, heldRebuild, missedCall, nextEvent } from '../support/harness.js';
-import { ACL_USER, AS_ACL_USER, startRedisCluster, type RedisClusterHandle } from '../support/redis-server.js';
+import { clusterClient as sharedClusterClient, deferred, heldRebuild, missedCall, nextEvent } from '../support/harness.js';
+import { startRedisCluster, type RedisClusterHandle } from '../support/redis-server.js';
 
 let cluster: RedisClusterHandle;
 const clients: Cluster[] = [];
@@ -18,13 +18,8 @@ afterAll(async () => {
   await cluster.stop();
 });
 
-/** A cluster client as the cache's user (the least-privilege ACL user in ACL mode), or as admin. */
 function clusterClient(admin = false): Cluster {
-  const auth = AS_ACL_USER && !admin ? ACL_USER : {};
-  const c = new Cluster(cluster.startup, { redisOptions: { maxRetriesPerRequest: 1, ...auth } });
-  c.on('error', () => undefined);
-  clients.push(c);
-  return c;
+  return sharedClusterClient(cluster, clients, admin);
 }
 
 function cache(prefix: string, extra: Partial<CacheOptions> = {}): Cache {

@@ -31,6 +31,8 @@ const cache = createCache({
   prefix: env.SG_PREFIX,
   redisTimeout: Number(env.SG_REDIS_TIMEOUT),
   local: env.SG_L1 === '1' ? { max: 1000 } : false,
+  // Further createCache options of one campaign (JSON: e.g. degradedMemo).
+  ...(JSON.parse(env.SG_CACHE_OPTIONS ?? '{}') as Partial<CacheOptions>),
   [UNSAFE]: unsafe,
 } as CacheOptions);
 

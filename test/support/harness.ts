@@ -1,10 +1,10 @@
 /** Per-file Redis and clients for integration tests; everything started here is stopped in afterAll. */
 import { once } from 'node:events';
-import { Redis, type RedisOptions } from 'ioredis';
+import { Cluster, Redis, type RedisOptions } from 'ioredis';
 import { afterAll, beforeAll } from 'vitest';
 import { createCache, type Cache, type CacheEvents, type CacheOptions, type CallOptions } from '../../src/index.js';
 import { entryKeys, type EntryKeys } from '../../src/keys.js';
-import { provideRedis, type ProvidedRedis } from './redis-server.js';
+import { ACL_USER, AS_ACL_USER, provideRedis, type ProvidedRedis, type RedisClusterHandle } from './redis-server.js';
 
 export interface Harness {
   readonly url: string;
@@ -162,4 +162,16 @@ export function refreshOutcomes(cache: Cache): CacheEvents['refresh'][0]['outcom
   const seen: CacheEvents['refresh'][0]['outcome'][] = [];
   cache.on('refresh', (e) => seen.push(e.outcome));
   return seen;
+}
+
+/**
+ * A cluster client as the cache's user (the least-privilege ACL user in ACL mode), or as admin; its
+ * connection errors are swallowed (the caller's to log). Pushed onto `clients` for afterAll.
+ */
+export function clusterClient(cluster: RedisClusterHandle, clients: Cluster[], admin = false): Cluster {
+  const auth = AS_ACL_USER && !admin ? ACL_USER : {};
+  const c = new Cluster(cluster.startup, { redisOptions: { maxRetriesPerRequest: 1, ...auth } });
+  c.on('error', () => undefined);
+  clients.push(c);
+  return c;
 }

@@ -200,10 +200,10 @@ export interface RedisClusterHandle {
   stop(): Promise<void>;
 }
 
-/** A real 3-master Redis Cluster (no replicas) on free ports, created with `redis-cli --cluster create`. */
-export async function startRedisCluster(masters = 3): Promise<RedisClusterHandle> {
+/** A real 3-master Redis Cluster (no replicas) on free ports, created with `redis-cli --cluster create`. `nodeTimeoutMs`: how long a dead master goes unnoticed (a long one: no failure detection during the test). */
+export async function startRedisCluster(masters = 3, nodeTimeoutMs = 5000): Promise<RedisClusterHandle> {
   const nodes = await Promise.all(
-    Array.from({ length: masters }, () => startRedisServer(['--cluster-enabled', 'yes', '--cluster-config-file', 'nodes.conf', '--cluster-node-timeout', '5000'])),
+    Array.from({ length: masters }, () => startRedisServer(['--cluster-enabled', 'yes', '--cluster-config-file', 'nodes.conf', '--cluster-node-timeout', String(nodeTimeoutMs)])),
   );
   const addrs = nodes.map((n) => `${n.host}:${n.port}`);
   const created = spawnSync('redis-cli', ['--cluster', 'create', ...addrs, '--cluster-replicas', '0', '--cluster-yes'], { encoding: 'utf8' });

@@ -27,6 +27,14 @@ describe('the schema and the public option types list the same options', () => {
     expectTypeOf<CacheOptions>().not.toHaveProperty('unsafeUnfencedWrites');
   });
 
+  it('replicaAck: { replicas, timeout }, both required numbers; the resolved value is the same shape', () => {
+    expectTypeOf<NonNullable<CacheOptions['replicaAck']>>().toEqualTypeOf<api.ReplicaAckOptions>();
+    expectTypeOf<api.ReplicaAckOptions>().toEqualTypeOf<{ replicas: number; timeout: number }>();
+    expectTypeOf<Parsed<(typeof CACHE_FIELDS)['replicaAck']>>().toEqualTypeOf<api.ReplicaAckOptions>();
+    // @ts-expect-error timeout is required
+    expectTypeOf(() => createCache({ redis, replicaAck: { replicas: 1 } })).toBeFunction();
+  });
+
   it('redlock options: same names', () => {
     expectTypeOf<keyof typeof REDLOCK_FIELDS>().toEqualTypeOf<keyof RedlockOptions>();
   });

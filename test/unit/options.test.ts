@@ -191,7 +191,7 @@ describe('resolveCacheOptions', () => {
 
   const badValues: [string, unknown][] = [
     ['prefix', 42], ['redisTimeout', 1.5], ['maxKeyLength', 0], ['maxValueBytes', '1mb'], ['breakerThreshold', -1],
-    ['breakerCooldown', 2 ** 31], ['maxWaitersPerKey', null], ['allowInsecureTls', 'yes'], ['lock', 'mutex'], ['defaults', 5],
+    ['breakerCooldown', 2 ** 31], ['maxWaitersPerKey', null], ['degradedMemo', -1], ['degradedMemo', 1.5], ['allowInsecureTls', 'yes'], ['lock', 'mutex'], ['defaults', 5],
   ];
   it.each(badValues)('createCache option %s = %o: the message names the option, the value and its type', (option, value) => {
     expectNamed(invalid(() => resolveCacheOptions({ redis: fakeClient, [option]: value })), option, value);
@@ -205,6 +205,18 @@ describe('resolveCacheOptions', () => {
     expect(resolveCacheOptions({ redis: fakeClient, lock: 'local' }).defaults.lock).toBe('local');
     expect(resolveCacheOptions({ redis: fakeClient, defaults: { lock: 'none' } }).defaults.lock).toBe('none');
     expectNamed(invalid(() => resolveCacheOptions({ redis: fakeClient, lock: 'local', defaults: { lock: 'none' } })), 'lock', 'local');
+  });
+
+  it('replicaAck: { replicas, timeout } frozen; off unless given; bad parts, unknown parts and a timeout not below redisTimeout are named', () => {
+    expect(resolveCacheOptions({ redis: fakeClient }).replicaAck).toBeUndefined();
+    const ack = resolveCacheOptions({ redis: fakeClient, replicaAck: { replicas: 1, timeout: 100 } }).replicaAck;
+    expect(ack).toEqual({ replicas: 1, timeout: 100 });
+    expect(Object.isFrozen(ack)).toBe(true);
+    expectNamed(invalid(() => resolveCacheOptions({ redis: fakeClient, replicaAck: 1 as never })), 'replicaAck', 1);
+    expectNamed(invalid(() => resolveCacheOptions({ redis: fakeClient, replicaAck: { replicas: 0, timeout: 100 } })), 'replicaAck.replicas', 0);
+    expectNamed(invalid(() => resolveCacheOptions({ redis: fakeClient, replicaAck: { replicas: 1, timeout: '100' as never } })), 'replicaAck.timeout', '100');
+    expectNamed(invalid(() => resolveCacheOptions({ redis: fakeClient, replicaAck: { replicas: 1, timeout: 100, wait: 1 } as never })), 'replicaAck.wait', 1);
+    expectNamed(invalid(() => resolveCacheOptions({ redis: fakeClient, redisTimeout: 100, replicaAck: { replicas: 1, timeout: 100 } })), 'replicaAck.timeout', 100);
   });
 
   it('cache defaults are frozen, fill every call default, and keep a given ttl', () => {
@@ -225,7 +237,7 @@ describe('DEFAULTS', () => {
     expect(Object.isFrozen(DEFAULTS)).toBe(true);
     expect(DEFAULTS).toEqual({
       prefix: 'sg', local: false, redisTimeout: 1000, maxKeyLength: 1024, maxValueBytes: 1024 * 1024,
-      breakerThreshold: 5, breakerCooldown: 2000, maxWaitersPerKey: 10_000, allowInsecureTls: false,
+      breakerThreshold: 5, breakerCooldown: 2000, maxWaitersPerKey: 10_000, degradedMemo: 10_000, allowInsecureTls: false,
       ...DEFAULTS_OF_CALL,
       driftFactor: 0.01, retryCount: 3, retryDelay: 200, retryJitter: 100, nodeTimeout: 100, onNoQuorum: 'local',
     });

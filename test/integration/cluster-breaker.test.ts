@@ -1,0 +1,104 @@
+import { Cluster } from 'ioredis';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createCache, type Cache } from '../../src/index.js';
+import { entryKeys } from '../../src/keys.js';
+import { connectionOf, nodeOf } from '../../src/node-of.js';
+import { clusterClient as sharedClusterClient } from '../support/harness.js';
+import { startRedisCluster, type RedisClusterHandle } from '../support/redis-server.js';
+
+/**
+ * Issue #13 §2 on a real 3-master Cluster: one master SIGKILLed, no failover (node timeout 60 s, so
+ * the cluster never notices during the test). The circuit breaker is kept per slot owner: the dead
+ * shard's failures open its own breaker only, and keys on the two live masters keep their lock — not
+ * one degraded (unfenced, unlocked) loader run there.
+ */
+let cluster: RedisClusterHandle;
+const clients: Cluster[] = [];
+const caches: Cache[] = [];
+
+beforeAll(async () => {
+  cluster = await startRedisCluster(3, 60_000);
+});
+afterAll(async () => {
+  await Promise.all(caches.map((c) => c.close()));
+  for (const c of clients) c.disconnect();
+  await cluster.stop();
+});
+
+function clusterClient(admin = false): Cluster {
+  return sharedClusterClient(cluster, clients, admin);
+}
+
+/** The port of the master owning each user key's entry, asked of the cluster itself (CLUSTER KEYSLOT + SLOTS). */
+async function ownerPorts(admin: Cluster, prefix: string, keys: readonly string[]): Promise<Map<string, number>> {
+  const ranges = await admin.cluster('SLOTS');
+  const owners = new Map<string, number>();
+  for (const key of keys) {
+    const slot = await admin.cluster('KEYSLOT', entryKeys(prefix, key).value);
+    const owner = ranges.find(([from, to]) => slot >= from && slot <= to)?.[2];
+    if (!owner) throw new Error(`slot ${slot} unassigned`);
+    owners.set(key, owner[1]);
+  }
+  return owners;
+}
+
+describe('nodeOf and connectionOf on a real cluster', () => {
+  it('name, and connect to, the master that owns each key\'s slot (as CLUSTER KEYSLOT + SLOTS say)', async () => {
+    const prefix = 'no';
+    const admin = clusterClient(true);
+    const keys = Array.from({ length: 20 }, (_, i) => `key${i}`);
+    const owners = await ownerPorts(admin, prefix, keys);
+    const c = clusterClient();
+    await c.ping(); // the client loads its slot table
+    const route = nodeOf(c);
+    for (const key of keys) {
+      expect(route(key)).toBe(`127.0.0.1:${owners.get(key)}`);
+      const conn = connectionOf(c, entryKeys(prefix, key).value) as unknown as { options: { port: number } };
+      expect(conn.options.port).toBe(owners.get(key));
+    }
+    expect(new Set(owners.values()).size).toBeGreaterThan(1);
+  });
+});
+
+describe('Redis Cluster, one master dead without failover', () => {
+  it('keys on the live masters keep their lock (no degraded run) while the dead shard\'s keys degrade', async () => {
+    const prefix = 'cb';
+    const admin = clusterClient(true);
+    const all = Array.from({ length: 30 }, (_, i) => `key${i}`);
+    const owners = await ownerPorts(admin, prefix, all);
+    const dead = cluster.nodes[0]!;
+    const onDead = all.filter((k) => owners.get(k) === dead.port);
+    const onLive = all.filter((k) => owners.get(k) !== dead.port);
+    expect(onDead.length).toBeGreaterThan(0);
+    expect(onLive.length).toBeGreaterThan(0);
+
+    // A cooldown longer than the test: the dead shard's breaker, once open, stays open.
+    const cache = createCache({ redis: clusterClient(), prefix, redisTimeout: 200, breakerThreshold: 3, breakerCooldown: 60_000 });
+    caches.push(cache);
+    const locks = new Map<string, string[]>();
+    cache.on('computed', (e) => {
+      const list = locks.get(e.key) ?? [];
+      list.push(String(e.lock));
+      locks.set(e.key, list);
+    });
+    const loader = (ctx: { key: string }) => `v-${ctx.key}`;
+    // The client learns the slot table before the kill.
+    await Promise.all(all.map((k) => cache.getOrCompute(k, loader, 50)));
+    locks.clear();
+
+    await dead.kill();
+    for (let round = 0; round < 8; round++) {
+      // Every contender starts before any is awaited; the short ttl makes every round a rebuild.
+      const results = await Promise.allSettled(all.map((k) => cache.getOrCompute(k, loader, 50)));
+      expect(results.filter((r) => r.status === 'rejected')).toEqual([]);
+      await new Promise((r) => setTimeout(r, 60));
+    }
+    const liveLocks = onLive.flatMap((k) => locks.get(k) ?? []);
+    const deadLocks = onDead.flatMap((k) => locks.get(k) ?? []);
+    // The dead shard degrades (the property is reachable) …
+    expect(deadLocks.filter((l) => l === 'degraded').length).toBeGreaterThan(0);
+    // … and the live shards never do: every one of their rebuilds ran under the store lock.
+    for (const k of onLive) expect(locks.get(k)?.length ?? 0).toBeGreaterThan(0);
+    expect(liveLocks.filter((l) => l !== 'single')).toEqual([]);
+  });
+});

@@ -1,0 +1,129 @@
+import { Redis } from 'ioredis';
+import { afterEach, describe, expect, it } from 'vitest';
+import { createCache, type Cache, type CacheOptions } from '../../src/index.js';
+import { entryKeys } from '../../src/keys.js';
+import { startProxy, type Proxy } from '../support/proxy.js';
+import { startRedisServer, type RedisServer } from '../support/redis-server.js';
+
+/**
+ * Issue #13 §1 on real servers: a primary and a replica that replicates THROUGH the proxy, so the
+ * replication stream can be cut (a SIGSTOPped replica would read the kernel-buffered bytes on resume
+ * and catch up: RELIABILITY.md gap 4). The clients are the default user: WAIT is not among the
+ * least-privilege commands unless replicaAck is on.
+ */
+let servers: RedisServer[] = [];
+let proxies: Proxy[] = [];
+let clients: Redis[] = [];
+let caches: Cache[] = [];
+
+afterEach(async () => {
+  await Promise.all(caches.map((c) => c.close()));
+  for (const c of clients) c.disconnect();
+  await Promise.all(proxies.map((p) => p.close()));
+  await Promise.all(servers.map((s) => s.stop()));
+  servers = [];
+  proxies = [];
+  clients = [];
+  caches = [];
+});
+
+function client(server: RedisServer): Redis {
+  const c = new Redis(server.adminUrl, { maxRetriesPerRequest: 1 });
+  c.on('error', () => undefined);
+  clients.push(c);
+  return c;
+}
+
+function cache(redis: Redis, extra: Partial<CacheOptions> = {}): Cache {
+  const c = createCache({ redis, prefix: 'ra', redisTimeout: 1000, breakerThreshold: 1000, ...extra });
+  caches.push(c);
+  return c;
+}
+
+/** A primary and a replica replicating through a proxy; resolves once the replica is in sync. */
+async function pair() {
+  const primary = await startRedisServer(['--repl-diskless-sync-delay', '0']);
+  servers.push(primary);
+  const link = await startProxy(primary);
+  proxies.push(link);
+  const replica = await startRedisServer(['--replicaof', '127.0.0.1', String(link.port)]);
+  servers.push(replica);
+  const admin = client(replica);
+  for (;;) {
+    const info = await admin.info('replication');
+    if (info.includes('master_link_status:up')) break;
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  return { primary, replica, link };
+}
+
+const ACK = { replicas: 1, timeout: 100 };
+
+describe('replicaAck: grants and writes too few replicas acknowledged are not trusted', () => {
+  it('replica in sync: grants and writes are acknowledged; the rebuild runs under the lock and is stored', async () => {
+    const { primary } = await pair();
+    const c = cache(client(primary), { replicaAck: ACK });
+    const locks: string[] = [];
+    c.on('computed', (e) => locks.push(`${String(e.lock)}:${String(e.written)}`));
+    expect(await c.getOrCompute('k', () => 'v', 60_000)).toBe('v');
+    expect(locks).toEqual(['single:true']);
+    expect(await c.get('k')).toBe('v');
+  });
+
+  it('replication cut: the grant is released and the call runs degraded (not stored); set() and delete() reject with failure replicaAck', async () => {
+    const { primary, link } = await pair();
+    const redis = client(primary);
+    const c = cache(redis, { replicaAck: ACK });
+    const locks: string[] = [];
+    c.on('computed', (e) => locks.push(String(e.lock)));
+    link.blackhole('down', true); // the primary's stream no longer reaches the replica
+    expect(await c.getOrCompute('k', () => 'v', 60_000)).toBe('v');
+    expect(locks).toEqual(['degraded']);
+    // Reads still answer (a miss) and grants are still refused: the degraded copy serves, no second run.
+    expect(await c.getOrCompute('k', () => 'v2', 60_000)).toBe('v');
+    expect(locks).toEqual(['degraded']);
+    expect(await redis.exists(entryKeys('ra', 'k').lock)).toBe(0); // the untrusted grant was freed
+    expect(await redis.exists(entryKeys('ra', 'k').value)).toBe(0);
+    await expect(c.set('k', 'x', 60_000)).rejects.toMatchObject({ code: 'ERR_REDIS_UNAVAILABLE', failure: 'replicaAck', operation: 'set' });
+    await expect(c.delete('k')).rejects.toMatchObject({ code: 'ERR_REDIS_UNAVAILABLE', failure: 'replicaAck', operation: 'delete' });
+  });
+
+  /**
+   * The failover of issue #13 §1: rebuilds while the replica is in sync, then while the replication
+   * stream is cut, then the primary is SIGKILLed and the lagging replica promoted; rebuilds go on
+   * there. Every value is the token its loader was handed: with replicaAck the tokens served never
+   * repeat or go backwards; without it (the negative control) the promoted replica hands out again
+   * tokens already served.
+   */
+  async function failover(ack: boolean): Promise<number[]> {
+    const { primary, replica, link } = await pair();
+    const before = cache(client(primary), ack ? { replicaAck: ACK } : {});
+    const served: number[] = [];
+    const rebuild = async (c: Cache): Promise<void> => {
+      const token = await c.getOrCompute<number | undefined>('k', (ctx) => ctx.fencingToken, { ttl: 1, lockTtl: 5000 });
+      if (token !== undefined) served.push(token); // a degraded value carries no token
+      await new Promise((r) => setTimeout(r, 5));
+    };
+    for (let i = 0; i < 5; i++) await rebuild(before);
+    link.blackhole('down', true);
+    for (let i = 0; i < 5; i++) await rebuild(before);
+    await primary.kill();
+    const promoted = client(replica);
+    await promoted.replicaof('NO', 'ONE');
+    // The promoted primary has no replica left: the cache there runs without replicaAck.
+    const after = cache(promoted);
+    for (let i = 0; i < 5; i++) await rebuild(after);
+    return served;
+  }
+
+  it('failover to a lagging replica: the tokens served for a key never repeat or go backwards', async () => {
+    const served = await failover(true);
+    expect(served.length).toBeGreaterThanOrEqual(10); // before the cut and after the promotion
+    for (let i = 1; i < served.length; i++) expect(served[i]).toBeGreaterThan(served[i - 1]!);
+  });
+
+  it('negative control: without replicaAck the promoted replica serves tokens already served', async () => {
+    const served = await failover(false);
+    expect(new Set(served).size).toBeLessThan(served.length);
+  });
+});

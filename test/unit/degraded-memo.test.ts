@@ -1,0 +1,85 @@
+import { describe, expect, it } from 'vitest';
+import { LruDegradedMemo, NO_DEGRADED_MEMO } from '../../src/degraded-memo.js';
+
+/** An injected monotonic clock: pure logic, no timers. */
+function memo(max = 10) {
+  let now = 0;
+  const m = new LruDegradedMemo(max, { now: () => now });
+  return { m, advance: (ms: number) => void (now += ms) };
+}
+
+describe('LruDegradedMemo', () => {
+  it('a degraded value is served for its ttl and not a millisecond longer', () => {
+    const { m, advance } = memo();
+    m.fill(m.begin('k'), 'v', 1000);
+    advance(999);
+    expect(m.get('k')?.value).toBe('v');
+    advance(1);
+    expect(m.get('k')).toBeUndefined();
+  });
+
+  it('a load that began before an invalidation of its key never fills (a delete while the loader ran)', () => {
+    const { m } = memo();
+    const ticket = m.begin('k');
+    m.invalidate('k');
+    m.fill(ticket, 'old', 1000);
+    expect(m.get('k')).toBeUndefined();
+  });
+
+  it('a load that began after the invalidation fills; an invalidation of another key does not void it', () => {
+    const { m } = memo();
+    m.invalidate('k');
+    const ticket = m.begin('k');
+    m.invalidate('other');
+    m.fill(ticket, 'new', 1000);
+    expect(m.get('k')?.value).toBe('new');
+  });
+
+  it('invalidate drops the kept value', () => {
+    const { m } = memo();
+    m.fill(m.begin('k'), 'v', 1000);
+    m.invalidate('k');
+    expect(m.get('k')).toBeUndefined();
+  });
+
+  it('clear() (Redis answers again) drops every value and voids every load in progress', () => {
+    const { m } = memo();
+    m.fill(m.begin('a'), 'va', 1000);
+    const running = m.begin('b');
+    m.clear();
+    m.fill(running, 'vb', 1000);
+    expect(m.get('a')).toBeUndefined();
+    expect(m.get('b')).toBeUndefined();
+  });
+
+  it('an abandoned load leaves nothing behind: a later invalidation has no ticket to void, a later load fills', () => {
+    const { m } = memo();
+    m.abandon(m.begin('k'));
+    m.invalidate('k');
+    m.fill(m.begin('k'), 'v', 1000);
+    expect(m.get('k')?.value).toBe('v');
+  });
+
+  it('is bounded: past max keys the least recently used goes', () => {
+    const { m } = memo(2);
+    m.fill(m.begin('a'), 1, 1000);
+    m.fill(m.begin('b'), 2, 1000);
+    m.get('a');
+    m.fill(m.begin('c'), 3, 1000);
+    expect(m.get('b')).toBeUndefined();
+    expect(m.get('a')?.value).toBe(1);
+    expect(m.get('c')?.value).toBe(3);
+  });
+
+  it('a ttl of 0 keeps nothing', () => {
+    const { m } = memo();
+    m.fill(m.begin('k'), 'v', 0);
+    expect(m.get('k')).toBeUndefined();
+  });
+
+  it('NO_DEGRADED_MEMO keeps nothing', () => {
+    const m = NO_DEGRADED_MEMO;
+    m.fill(m.begin('k'), 'v', 1000);
+    expect(m.get('k')).toBeUndefined();
+  });
+});
