@@ -1,4 +1,5 @@
 import { EventEmitter, setMaxListeners } from 'node:events';
+import { refreshPolicyFor } from './entry.js';
 import { AbortedError, CacheClosedError, InvalidOptionError } from './errors.js';
 import type { CacheEvents } from './events.js';
 import { NoFlight, SingleFlight, type Coalescer } from './flight.js';
@@ -41,6 +42,8 @@ export class Cache extends EventEmitter<CacheEvents> {
   private readonly fenceOnly: StoreLock;
   private readonly coalescers: Record<LockMode, Coalescer>;
   private readonly flight: SingleFlight;
+  /** The flights of `forceFresh` calls, apart from normal ones: they coalesce only with each other. */
+  private readonly freshFlight: SingleFlight;
   /** Grants held right now; close() releases them (and any acquired while it runs) without waiting for loaders. */
   private readonly grants = new GrantRegistry();
   /** Aborts every loader's ctx.signal on close(); after it, no loader starts and nothing is written. */
@@ -91,6 +94,7 @@ export class Cache extends EventEmitter<CacheEvents> {
     const flight = new SingleFlight(o.maxWaitersPerKey, this.lifetime.signal);
     this.coalescers = { none: new NoFlight(this.lifetime.signal), local: flight, single: flight, redlock: flight };
     this.flight = flight;
+    this.freshFlight = new SingleFlight(o.maxWaitersPerKey, this.lifetime.signal);
     this.deps = {
       store,
       lockers: this.lockers,
@@ -165,8 +169,9 @@ export class Cache extends EventEmitter<CacheEvents> {
     if (trace) trace.lock = call.lock;
     if (typeof loader !== 'function') throw new InvalidOptionError('loader', loader, 'a function (ctx) => value | Promise<value>', key);
     if (call.signal?.aborted) throw new AbortedError(key, call.signal.reason);
-    const l1 = this.local.get(key);
     const untyped = loader as (ctx: LoaderContext) => unknown;
+    if (call.forceFresh === true) return this.forced(key, untyped, call, trace) as Promise<T>;
+    const l1 = this.local.get(key);
     if (l1?.stale) {
       this.telemetry.localStale();
       if (trace) trace.outcome = 'stale';
@@ -177,18 +182,27 @@ export class Cache extends EventEmitter<CacheEvents> {
       this.telemetry.localHit();
       if (trace) trace.outcome = 'localHit';
       this.safeEmit('hit', { key, tier: 'local' });
-      if (call.refreshAhead !== 0 && l1.facts) refreshAheadOnHit(this.deps, key, () => entryKeys(this.options.prefix, key), untyped, call, { value: l1.value, freshUntil: l1.freshUntil, facts: l1.facts });
+      if (l1.facts && refreshPolicyFor(call.refreshAhead, l1.facts) !== 0) refreshAheadOnHit(this.deps, key, () => entryKeys(this.options.prefix, key), untyped, call, { value: l1.value, freshUntil: l1.freshUntil, facts: l1.facts });
       return l1.value as T;
     }
+    return this.trip(this.coalescers[call.lock], key, untyped, call, trace) as Promise<T>;
+  }
+
+  /** `forceFresh`: L1 is skipped, and the trip is coalesced only with other forceFresh calls (a normal trip may answer from the cache). */
+  private forced(key: string, loader: (ctx: LoaderContext) => unknown, call: ResolvedCall, trace: GetOrComputeContext | undefined): Promise<unknown> {
+    return this.trip(call.lock === 'none' ? this.coalescers.none : this.freshFlight, key, loader, call, trace);
+  }
+
+  private async trip(coalescer: Coalescer, key: string, untyped: (ctx: LoaderContext) => unknown, call: ResolvedCall, trace: GetOrComputeContext | undefined): Promise<unknown> {
     const keys = entryKeys(this.options.prefix, key);
     let led = false; // this caller's work ran the trip (else it joined another caller's flight)
-    const answered = await this.coalescers[call.lock].run(key, call.signal, (signal) => {
+    const answered = await coalescer.run(key, call.signal, (signal) => {
       led = true;
       return new Rebuild(this.deps, key, keys, untyped, call, signal).answer();
     });
     const outcome = this.telemetry.caller(answered, led);
     if (trace) trace.outcome = outcome;
-    return answered.value as T;
+    return answered.value;
   }
 
   /** The fresh value, or `undefined`. Never runs a loader; a Redis failure is reported as `degraded` and reads as a miss. */
@@ -237,7 +251,7 @@ export class Cache extends EventEmitter<CacheEvents> {
         this.telemetry.writeRejected();
         this.safeEmit('writeRejected', { key, fence: grant.fence });
       }
-      this.flight.forget(key); // a call starting now must not join a rebuild begun before this set
+      this.forget(key); // a call starting now must not join a rebuild begun before this set
     } finally {
       this.grants.drop(grant);
       await grant.release(outcome);
@@ -250,7 +264,7 @@ export class Cache extends EventEmitter<CacheEvents> {
     this.local.invalidate(key);
     try {
       await this.deps.store.invalidate(key, entryKeys(this.options.prefix, key), this.options.defaults.lockTtl);
-      this.flight.forget(key); // a call starting now must not join a rebuild begun before this delete
+      this.forget(key); // a call starting now must not join a rebuild begun before this delete
     } finally {
       this.local.deleted(key);
     }
@@ -292,10 +306,16 @@ export class Cache extends EventEmitter<CacheEvents> {
     const change = REMOTE_CHANGES[note.kind];
     if (change && note.origin !== this.bus.origin) {
       this.local.invalidate(note.key);
-      this.flight.forget(note.key);
+      this.forget(note.key);
       this.safeEmit('remoteChange', { key: note.key, kind: change });
     }
     this.waiters.wake(note.key, note.kind);
+  }
+
+  /** The key changed: calls starting now join no flight (normal or forceFresh) begun before the change. */
+  private forget(key: string): void {
+    this.flight.forget(key);
+    this.freshFlight.forget(key);
   }
 
   // ------------------------------------------------------------------ guards

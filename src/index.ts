@@ -10,6 +10,7 @@ export {
   type CacheOptions,
   type CallOptions,
   type Clock,
+  type EntryOptions,
   type LocalTierOptions,
   type LockMode,
   type LockPolicy,

@@ -5,6 +5,7 @@
 import { InvalidOptionError } from '../errors.js';
 import { jitteredTtl } from '../entry.js';
 import { LOCK_MODES, type LockMode, type LockPolicy } from './public.js';
+import type { EntryOverrides, ResolvedCall } from './schema.js';
 
 /** The mode a policy picks for a key; a policy function returning garbage is a typed error. */
 export function lockModeFor(policy: LockPolicy, key: string): LockMode {
@@ -48,4 +49,13 @@ export function pollDelay(pollInterval: number, remainingMs: number, rand: numbe
 /** This write's ttl: `ttl` itself without `ttlJitter` (no random draw), else drawn from `ttl × (1 − ttlJitter … 1)`. `rand` is in [0, 1). */
 export function writeTtl(call: { readonly ttl: number; readonly ttlJitter: number }, rand: () => number = Math.random): number {
   return call.ttlJitter === 0 ? call.ttl : jitteredTtl(call.ttl, call.ttlJitter, rand());
+}
+
+/**
+ * The options one entry is written with: the call's, with what its loader set through
+ * `ctx.setOptions` in their place. Only that entry is affected; without overrides it is `call` itself.
+ */
+export function entryCall(call: ResolvedCall, overrides: EntryOverrides | undefined): ResolvedCall {
+  if (overrides === undefined) return call;
+  return Object.freeze({ ...call, ...overrides });
 }
