@@ -1,4 +1,5 @@
 import { EventEmitter, setMaxListeners } from 'node:events';
+import { Batch } from './batch.js';
 import { refreshPolicyFor } from './entry.js';
 import { AbortedError, CacheClosedError, InvalidOptionError } from './errors.js';
 import type { CacheEvents } from './events.js';
@@ -13,7 +14,7 @@ import { RedlockLock } from './lock/redlock.js';
 import { StoreLock, type LockDeps } from './lock/single.js';
 import type { Grant, Locker } from './lock/types.js';
 import { resolveCacheOptions, resolveCallOptions, writeTtl, type CacheOptions, type CallOptions, type LockMode, type ResolvedCache, type ResolvedCall } from './options.js';
-import { Background, readEntry, Rebuild, refreshAheadOnHit, type Emit, type RebuildDeps } from './rebuild.js';
+import { Background, entryRead, readEntry, Rebuild, refreshAheadOnHit, type Emit, type RebuildDeps } from './rebuild.js';
 import { Store } from './store.js';
 import { getOrComputeChannel, Telemetry, traced, type CacheStats, type GetOrComputeContext } from './telemetry.js';
 import { Bus, Waiters, type Note } from './wait.js';
@@ -55,6 +56,8 @@ export class Cache extends EventEmitter<CacheEvents> {
   /** Resolved options per bare ttl; undefined when the lock policy is a function of the key. */
   private readonly byTtl: Map<number, ResolvedCall> | undefined;
   private readonly client: CacheOptions['redis'];
+  /** Many keys in one round trip per hash slot (getMany, deleteMany). */
+  private readonly batch: Batch;
   private readonly telemetry = new Telemetry();
 
   constructor(options: CacheOptions) {
@@ -116,6 +119,7 @@ export class Cache extends EventEmitter<CacheEvents> {
       onError: (error) => emit('degraded', { key: undefined, operation: 'subscribe', error }),
     });
     this.client = options.redis;
+    this.batch = new Batch(options.redis, this.io);
     this.client.on?.('ready', this.onReady);
   }
 
@@ -217,6 +221,73 @@ export class Cache extends EventEmitter<CacheEvents> {
       if (error instanceof CacheClosedError) throw error;
       this.safeEmit('degraded', { key, operation: 'read', error });
       return undefined;
+    }
+  }
+
+  /**
+   * Does a fresh value exist for `key` (in L1 or Redis)? Expired values (stale or kept for fail-safe)
+   * do not count. Like get(): never runs a loader, and a Redis failure reads as `false` (a `degraded` event).
+   */
+  async has(key: string): Promise<boolean> {
+    return (await this.get(key)) !== undefined;
+  }
+
+  /**
+   * The fresh values of `keys`, aligned with them (`undefined` for a miss), like get() for each: L1
+   * first, then one pipelined round trip per hash slot for the rest (one in all on a single Redis).
+   * A Redis failure reads as a miss for the keys it hit (a `degraded` event per key).
+   */
+  async getMany<T = unknown>(keys: readonly string[]): Promise<(T | undefined)[]> {
+    this.assertKeys(keys);
+    const values = new Array<T | undefined>(keys.length);
+    const remote: number[] = [];
+    keys.forEach((key, i) => {
+      const l1 = this.local.get(key);
+      if (l1 && !l1.stale) values[i] = l1.value as T;
+      else remote.push(i);
+    });
+    if (remote.length === 0) return values;
+    const names = remote.map((i) => keys[i] as string);
+    const tickets = names.map((key) => this.local.begin(key));
+    const sent = this.options.clock.now();
+    const { maxValueBytes, prefix } = this.options;
+    const replies = await this.batch.run('read', names, (scripts, j) => void scripts.read(entryKeys(prefix, names[j] as string).value, maxValueBytes));
+    replies.forEach((reply, j) => {
+      const key = names[j] as string;
+      if (!reply.ok) {
+        if (reply.error instanceof CacheClosedError) throw reply.error;
+        this.safeEmit('degraded', { key, operation: 'read', error: reply.error });
+        return;
+      }
+      const found = entryRead(this.deps, key, tickets[j] as number, sent, this.deps.store.found(key, reply.value as [number, Buffer | number] | null));
+      if (found.state === 'fresh') values[remote[j] as number] = found.value as T;
+    });
+    return values;
+  }
+
+  /**
+   * delete() for each of `keys`, pipelined (one round trip per hash slot): each key's fence is raised
+   * (no rebuild in flight can bring it back) and every process drops it from its L1. Rejects with the
+   * first key's RedisUnavailableError when Redis failed for some keys; the others are deleted.
+   */
+  async deleteMany(keys: readonly string[]): Promise<void> {
+    this.assertKeys(keys);
+    for (const key of keys) this.local.invalidate(key);
+    const { prefix } = this.options;
+    const lockTtl = this.options.defaults.lockTtl;
+    try {
+      const replies = await this.batch.run('delete', keys, (scripts, i) => {
+        const key = keys[i] as string;
+        const k = entryKeys(prefix, key);
+        void scripts.invalidate(k.value, k.fence, lockTtl, this.bus.channel, this.bus.message('d', key));
+      });
+      const failed = replies.find((r) => !r.ok);
+      keys.forEach((key, i) => {
+        if (replies[i]?.ok) this.forget(key); // calls starting now join no rebuild begun before the delete
+      });
+      if (failed && !failed.ok) throw failed.error;
+    } finally {
+      for (const key of keys) this.local.deleted(key);
     }
   }
 
@@ -331,6 +402,13 @@ export class Cache extends EventEmitter<CacheEvents> {
     if (call.lock === 'redlock' && !this.options.redlock) throw new InvalidOptionError('lock', 'redlock', 'redlock nodes configured: createCache({ redlock: { nodes } })', key);
     if (typeof ttlOrOptions === 'number' && this.byTtl && this.byTtl.size < 256) this.byTtl.set(ttlOrOptions, call);
     return call;
+  }
+
+  /** A batch's keys: an array of valid keys, checked before any Redis traffic. */
+  private assertKeys(keys: unknown): asserts keys is readonly string[] {
+    if (!Array.isArray(keys)) throw new InvalidOptionError('keys', keys, 'an array of cache keys');
+    for (const key of keys as unknown[]) this.assertUsable(key);
+    if (this.closed) throw new CacheClosedError();
   }
 
   private assertUsable(key: unknown): asserts key is string {

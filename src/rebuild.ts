@@ -5,7 +5,7 @@ import type { EntryKeys } from './keys.js';
 import type { GrantRegistry } from './lock/grant.js';
 import type { Grant, Locker, ReleaseOutcome } from './lock/types.js';
 import { runLoader, type Loader } from './loader.js';
-import type { LocalTier } from './local-tier.js';
+import type { LocalTier, Ticket } from './local-tier.js';
 import { entryCall, loaderTimeout, pollDelay, writeTtl, type Clock, type EntryOverrides, type LockMode, type ResolvedCall } from './options.js';
 import type { Found, Store } from './store.js';
 import type { Answered, Outcome, Telemetry } from './telemetry.js';
@@ -44,7 +44,11 @@ const SOFT_TIMEOUT = Symbol('soft timeout');
  */
 export async function readEntry(d: RebuildDeps, key: string, keys: EntryKeys, sent = d.clock.now()): Promise<Found> {
   const ticket = d.local.begin(key);
-  const found = await d.store.read(key, keys);
+  return entryRead(d, key, ticket, sent, await d.store.read(key, keys));
+}
+
+/** What a read found, once it arrived: fills L1 (if `ticket`, taken before the read was sent, still holds) and reports a hit. */
+export function entryRead(d: RebuildDeps, key: string, ticket: Ticket, sent: number, found: Found): Found {
   if (found.state === 'fresh') {
     // Redis measured PTTL somewhere between `sent` and now: count L1's copy from `sent`, so a slow reply
     // never makes L1 outlive the entry in Redis.

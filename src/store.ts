@@ -35,7 +35,11 @@ export class Store {
 
   /** One round trip: bytes and PTTL together; oversized bytes never leave Redis. */
   async read(key: string, keys: EntryKeys): Promise<Found> {
-    const raw = await this.io.run('read', () => this.scripts.read(keys.value, this.maxValueBytes), key);
+    return this.found(key, await this.io.run('read', () => this.scripts.read(keys.value, this.maxValueBytes), key));
+  }
+
+  /** The read script's raw answer for `key` as an entry (a miss when absent, oversized or undecodable). Never throws. */
+  found(key: string, raw: [number, Buffer | number] | null): Found {
     if (raw === null) return MISS;
     const [pttl, body] = raw;
     if (typeof body === 'number') {
