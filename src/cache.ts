@@ -1,7 +1,8 @@
+import { randomBytes } from 'node:crypto';
 import { EventEmitter, setMaxListeners } from 'node:events';
 import { Batch } from './batch.js';
 import { refreshPolicyFor } from './entry.js';
-import { AbortedError, CacheClosedError, InvalidOptionError } from './errors.js';
+import { AbortedError, CacheClosedError, InvalidKeyError, InvalidOptionError } from './errors.js';
 import type { CacheEvents } from './events.js';
 import { NoFlight, SingleFlight, type Coalescer } from './flight.js';
 import { Io } from './io.js';
@@ -17,6 +18,7 @@ import { resolveCacheOptions, resolveCallOptions, writeTtl, type CacheOptions, t
 import { Background, entryRead, readEntry, Rebuild, refreshAheadOnHit, type Emit, type RebuildDeps } from './rebuild.js';
 import { Store } from './store.js';
 import { getOrComputeChannel, Telemetry, traced, type CacheStats, type GetOrComputeContext } from './telemetry.js';
+import { clearNoteKey, Generations, Namespace, parseClearNote, RESERVED_KEY_START, validateNamespace, type NamespaceHost } from './namespace.js';
 import { Bus, Waiters, type Note } from './wait.js';
 
 export type { Loader, LoaderContext } from './loader.js';
@@ -58,6 +60,11 @@ export class Cache extends EventEmitter<CacheEvents> {
   private readonly client: CacheOptions['redis'];
   /** Many keys in one round trip per hash slot (getMany, deleteMany). */
   private readonly batch: Batch;
+  /** Every namespace path's generation (cached while subscribed). */
+  private readonly generations: Generations;
+  /** True only on the namespaces' internal view of this cache (`host`): keys starting with `\0` are theirs. */
+  private readonly reservedKeys: boolean = false;
+  private namespaceHost: NamespaceHost | undefined;
   private readonly telemetry = new Telemetry();
 
   constructor(options: CacheOptions) {
@@ -111,11 +118,18 @@ export class Cache extends EventEmitter<CacheEvents> {
       emit,
       telemetry: this.telemetry,
     };
-    // L1 is trusted only while subscribed: notes sent while away are lost (see local-tier.ts).
+    this.generations = new Generations(options.redis, this.io, o.prefix);
+    // L1 and cached namespace generations are trusted only while subscribed: notes sent while away are lost (see local-tier.ts).
     this.bus.start(options.redis, {
       onNote: (note) => this.onNote(note),
-      onUp: () => this.local.resume(),
-      onDown: () => this.local.suspend(),
+      onUp: () => {
+        this.generations.resume();
+        this.local.resume();
+      },
+      onDown: () => {
+        this.generations.suspend();
+        this.local.suspend();
+      },
       onError: (error) => emit('degraded', { key: undefined, operation: 'subscribe', error }),
     });
     this.client = options.redis;
@@ -222,6 +236,33 @@ export class Cache extends EventEmitter<CacheEvents> {
       this.safeEmit('degraded', { key, operation: 'read', error });
       return undefined;
     }
+  }
+
+  /**
+   * A view of this cache with its own key space: same connections, subscription, L1 and options, the
+   * same operations, and `clear()` (O(1), every process). `name`: 1–128 letters, digits, `_ - . :`.
+   * Namespaces nest (`cache.namespace('users').namespace('admins')`); clearing one clears its nested ones.
+   */
+  namespace(name: string): Namespace {
+    validateNamespace(name);
+    if (this.closed) throw new CacheClosedError();
+    return new Namespace(this.host(), [name]);
+  }
+
+  /** What namespaces use: this cache's operations with the reserved keys allowed, and the generations. */
+  private host(): NamespaceHost {
+    this.namespaceHost ??= {
+      ops: Object.create(this, { reservedKeys: { value: true } }) as Cache,
+      generations: this.generations,
+      validateKey: (key: unknown): asserts key is string => this.assertUsable(key),
+      clear: (path) => {
+        if (this.closed) return Promise.reject(new CacheClosedError());
+        const id = randomBytes(9).toString('base64url');
+        // A subscriber that has not acknowledged within 2 × redisTimeout is one the heartbeat counts as down by then.
+        return this.generations.clear(path, id, this.bus.channel, this.bus.message('c', clearNoteKey(path, id)), 2 * this.options.redisTimeout, this.options.clock);
+      },
+    };
+    return this.namespaceHost;
   }
 
   /**
@@ -374,6 +415,11 @@ export class Cache extends EventEmitter<CacheEvents> {
 
   /** Another process's write, set or delete drops this process's copy before any waiter re-reads. */
   private onNote(note: Note): void {
+    if (note.kind === 'c') {
+      const clear = parseClearNote(note.key);
+      if (clear) this.generations.ack(clear.path, clear.id);
+      return;
+    }
     const change = REMOTE_CHANGES[note.kind];
     if (change && note.origin !== this.bus.origin) {
       this.local.invalidate(note.key);
@@ -413,6 +459,7 @@ export class Cache extends EventEmitter<CacheEvents> {
 
   private assertUsable(key: unknown): asserts key is string {
     validateKey(key, this.options.maxKeyLength);
+    if (!this.reservedKeys && key.startsWith(RESERVED_KEY_START)) throw new InvalidKeyError(key, 'keys starting with U+0000 are reserved for namespaces (cache.namespace())');
     if (this.closed) throw new CacheClosedError(key);
   }
 }
