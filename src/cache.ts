@@ -18,6 +18,7 @@ import { resolveCacheOptions, resolveCallOptions, writeTtl, type CacheOptions, t
 import { Background, entryRead, readEntry, Rebuild, refreshAheadOnHit, type Emit, type RebuildDeps } from './rebuild.js';
 import { Store } from './store.js';
 import { getOrComputeChannel, Telemetry, traced, type CacheStats, type GetOrComputeContext } from './telemetry.js';
+import { computeMany, type BatchLoader } from './many.js';
 import { clearNoteKey, Generations, Namespace, parseClearNote, RESERVED_KEY_START, validateNamespace, type NamespaceHost } from './namespace.js';
 import { Bus, Waiters, type Note } from './wait.js';
 
@@ -263,6 +264,29 @@ export class Cache extends EventEmitter<CacheEvents> {
       },
     };
     return this.namespaceHost;
+  }
+
+  /**
+   * Many keys at once, coordinated key by key across processes: one pipelined read per hash slot; the
+   * misses' locks taken together; keys whose lock another process holds are waited for (not reloaded);
+   * the keys this process won go to ONE `loadMany(missing, ctx)` call returning a Map (a key left out =
+   * not found, not cached; an `Error` value fails that key alone); each key is written fenced on its
+   * own, with its own stale, refresh-ahead and fail-safe handling. Resolves the values aligned with
+   * `keys`; rejects with the first failed key's error once every key settled (the others are cached).
+   */
+  async getOrComputeMany<T>(keys: readonly string[], loadMany: BatchLoader<T>, ttlOrOptions?: number | CallOptions): Promise<(T | undefined)[]> {
+    this.assertKeys(keys);
+    if (typeof loadMany !== 'function') throw new InvalidOptionError('loadMany', loadMany, 'a function (missing, ctx) => Map<key, value>');
+    const signal = typeof ttlOrOptions === 'object' ? ttlOrOptions.signal : undefined;
+    const single = ttlOrOptions;
+    return (await computeMany({
+      deps: this.deps,
+      batch: this.batch,
+      prefix: this.options.prefix,
+      maxValueBytes: this.options.maxValueBytes,
+      resolveCall: (key) => this.resolveCall(key, ttlOrOptions),
+      one: (key, loader) => this.getOrCompute(key, loader, single),
+    }, keys, loadMany, signal)) as (T | undefined)[];
   }
 
   /**

@@ -1,6 +1,7 @@
 import { InvalidOptionError } from './errors.js';
 import type { Io } from './io.js';
 import type { LoaderContext } from './loader.js';
+import type { BatchLoader } from './many.js';
 import type { CallOptions } from './options.js';
 import type { RedisClient } from './redis-types.js';
 
@@ -192,6 +193,7 @@ export interface KeyedOps {
   has(key: string): Promise<boolean>;
   getMany<T = unknown>(keys: readonly string[]): Promise<(T | undefined)[]>;
   deleteMany(keys: readonly string[]): Promise<void>;
+  getOrComputeMany<T>(keys: readonly string[], loadMany: BatchLoader<T>, ttlOrOptions?: number | CallOptions): Promise<(T | undefined)[]>;
 }
 
 /** What a namespace needs of its cache besides the operations. */
@@ -273,6 +275,20 @@ export class Namespace {
 
   async deleteMany(keys: readonly string[]): Promise<void> {
     return this.host.ops.deleteMany(await this.internalMany(keys));
+  }
+
+  /** `cache.getOrComputeMany` in this namespace: `loadMany` sees and returns the caller's keys. */
+  async getOrComputeMany<T>(keys: readonly string[], loadMany: BatchLoader<T>, ttlOrOptions?: number | CallOptions): Promise<(T | undefined)[]> {
+    const internal = await this.internalMany(keys);
+    const toUser = new Map(internal.map((k, i) => [k, keys[i] as string]));
+    const toInternal = new Map(internal.map((k, i) => [keys[i] as string, k]));
+    const translated: BatchLoader<T> = async (missing, ctx) => {
+      const tokens = new Map([...ctx.fencingTokens].map(([k, t]) => [toUser.get(k) as string, t]));
+      const found = await loadMany(missing.map((k) => toUser.get(k) as string), { signal: ctx.signal, fencingTokens: tokens });
+      if (!(found instanceof Map)) return found;
+      return new Map([...found].flatMap(([k, v]) => (toInternal.has(k) ? [[toInternal.get(k) as string, v] as const] : [])));
+    };
+    return this.host.ops.getOrComputeMany(internal, translated, ttlOrOptions);
   }
 
   /**

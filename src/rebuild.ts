@@ -91,6 +91,12 @@ export class Rebuild implements Answered {
     private readonly signal: AbortSignal,
   ) {}
 
+  /** An expired value at hand (found by a batch read) becomes this trip's fail-safe fallback. */
+  keep(found: Found): this {
+    if (found.state === 'kept') this.fallback = found;
+    return this;
+  }
+
   /** Runs the trip and resolves with itself: the value and how it was obtained, for every caller of the flight. */
   async answer(): Promise<Answered> {
     this.value = await this.run();
@@ -240,7 +246,7 @@ export class Rebuild implements Answered {
    * whether the work is already done (then nothing is loaded); by default an exclusive grant's
    * re-read finding a fresh value is — except for `forceFresh`, which never re-reads.
    */
-  async rebuild(grant: Grant, staleValue: unknown, doneIf?: (again: Found | undefined) => boolean): Promise<unknown> {
+  async rebuild(grant: Grant, staleValue: unknown, doneIf?: (again: Found | undefined) => boolean, reread?: Promise<Found | undefined>): Promise<unknown> {
     const done = doneIf ?? (grant.exclusive && this.call.forceFresh !== true ? isFresh : undefined);
     let outcome: ReleaseOutcome = 'empty';
     try {
@@ -249,7 +255,8 @@ export class Rebuild implements Answered {
         throw new CacheClosedError(this.key);
       }
       if (done) {
-        const again = await readEntry(this.d, this.key, this.keys).catch(() => undefined);
+        // `reread`: the re-read under the grant, already sent with other keys' (getOrComputeMany).
+        const again = await (reread ?? readEntry(this.d, this.key, this.keys)).catch(() => undefined);
         if (done(again)) {
           // Someone wrote between our miss and our grant: another process's load answers us ('waited'),
           // or this process's own set()/write (a plain hit).

@@ -2,30 +2,14 @@
  * has(), getMany() and deleteMany() (issue #11, part 2) on a real Redis. Two caches on two clients with
  * one prefix stand for two processes.
  */
-import type { Redis } from 'ioredis';
 import { describe, expect, it } from 'vitest';
 import { createCache, InvalidKeyError, InvalidOptionError } from '../../src/index.js';
 import { heldRebuild, keysOf, nextEvent, prefixOf, useRedis } from '../support/harness.js';
+import { countPipelines } from '../support/pipelines.js';
 
 const h = useRedis();
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-/** Counts the pipelines a client executes (each is one round trip to its node). */
-function countPipelines(client: Redis): { readonly count: number } {
-  let count = 0;
-  const original = client.pipeline.bind(client);
-  client.pipeline = ((...args: Parameters<Redis['pipeline']>) => {
-    const p = original(...args);
-    const exec = p.exec.bind(p);
-    p.exec = ((...a: Parameters<typeof p.exec>) => (count++, exec(...a)));
-    return p;
-  });
-  return {
-    get count() {
-      return count;
-    },
-  };
-}
 
 describe('has', () => {
   it('is true only while a fresh value exists: not for a missing, stale, kept or deleted entry', async () => {
