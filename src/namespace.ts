@@ -10,7 +10,7 @@ import type { RedisClient } from './redis-types.js';
  *
  * A key `k` of the namespace path `users/admins` is stored under the internal cache key
  *   `\0` depth `\0` `users` `\0` g(users) `\0` `admins` `\0` g(users/admins) `\0` k
- * where g(p) is the current generation of path p, a counter in Redis at `<prefix>:ns:<p>`.
+ * where g(p) is the current generation of path p, a counter in Redis at `<prefix>:ns:{<p>}`.
  * Invariants:
  * - injective: user keys of the cache itself may not start with `\0` (InvalidKeyError), segment names
  *   contain no `\0`, the depth fixes how many (name, generation) pairs precede the key, and the key is
@@ -95,8 +95,9 @@ export class Generations {
     private readonly prefix: string,
   ) {}
 
+  /** The generation counter. `{path}`: it and the clear's acknowledgement counter share a Cluster slot (one MULTI). */
   private redisKey(path: PathId): string {
-    return `${this.prefix}:ns:${path}`;
+    return `${this.prefix}:ns:{${path}}`;
   }
 
   /** The current generation of every prefix of `segments` (`users`, `users/admins`, …), in order. */
@@ -154,7 +155,7 @@ export class Generations {
   }
 
   private ackKey(path: PathId, id: string): string {
-    return `${this.prefix}:ns-ack:${path}:${id}`;
+    return `${this.prefix}:ns:{${path}}:ack:${id}`;
   }
 
   /** A clear of `path` (here or elsewhere): forget its generation. */
