@@ -170,6 +170,9 @@ export class Rebuild implements Answered {
     return this.lockOrWait();
   }
 
+  /** forceFresh's re-read under the grant: done only if another load wrote after this call's read. */
+  private readonly newerFresh = (again: Found | undefined): boolean => again?.state === 'fresh' && this.acceptable(again);
+
   /** A value a waiter may answer with: any, unless `forceFresh` bypassed an entry; then only a newer one. */
   private acceptable(found: Found): boolean {
     return found.state !== 'miss' && (this.bypassed === undefined || found.fence > this.bypassed);
@@ -244,10 +247,11 @@ export class Rebuild implements Answered {
    * We hold `grant`: re-read (someone may have just written), run the loader, write fenced, and release
    * in this one `finally` with the outcome — whatever throws in between. `done` says from the re-read
    * whether the work is already done (then nothing is loaded); by default an exclusive grant's
-   * re-read finding a fresh value is — except for `forceFresh`, which never re-reads.
+   * re-read finding a fresh value is; for `forceFresh`, only a fresh value newer than the entry it
+   * bypassed (another process's load that finished between this call's last read and its grant).
    */
   async rebuild(grant: Grant, staleValue: unknown, doneIf?: (again: Found | undefined) => boolean, reread?: Promise<Found | undefined>): Promise<unknown> {
-    const done = doneIf ?? (grant.exclusive && this.call.forceFresh !== true ? isFresh : undefined);
+    const done = doneIf ?? (grant.exclusive ? (this.call.forceFresh === true ? this.newerFresh : isFresh) : undefined);
     let outcome: ReleaseOutcome = 'empty';
     try {
       if (!this.d.grants.hold(grant) || this.d.lifetime.aborted) {

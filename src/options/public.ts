@@ -78,7 +78,7 @@ export interface CallOptions {
   ttlJitter?: number;
   /**
    * Run the loader now, whatever the cache holds: L1 and a fresh or stale value in Redis are not served,
-   * and the re-read under the lock is skipped. Still coalesced (concurrent `forceFresh` calls on the key
+   * and the re-read under the lock accepts only an entry newer than the one bypassed. Still coalesced (concurrent `forceFresh` calls on the key
    * in one process share one load), locked and fenced like any rebuild. If another process holds the
    * key's lock, the call waits for it and takes only a value written after this call's own read (a
    * newer fence), never the entry it bypassed. Per call only. Default none (`false`).
