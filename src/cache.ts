@@ -1,6 +1,9 @@
+import { randomBytes } from 'node:crypto';
 import { EventEmitter, setMaxListeners } from 'node:events';
+import { Batch } from './batch.js';
 import { LruDegradedMemo, NO_DEGRADED_MEMO, type DegradedMemo } from './degraded-memo.js';
-import { AbortedError, CacheClosedError, InvalidOptionError } from './errors.js';
+import { refreshPolicyFor } from './entry.js';
+import { AbortedError, CacheClosedError, InvalidKeyError, InvalidOptionError } from './errors.js';
 import type { CacheEvents } from './events.js';
 import { NoFlight, SingleFlight, type Coalescer } from './flight.js';
 import { Io } from './io.js';
@@ -14,10 +17,12 @@ import { RedlockLock } from './lock/redlock.js';
 import { StoreLock, type LockDeps } from './lock/single.js';
 import type { Grant, Locker } from './lock/types.js';
 import { resolveCacheOptions, resolveCallOptions, writeTtl, type CacheOptions, type CallOptions, type LockMode, type ResolvedCache, type ResolvedCall } from './options.js';
-import { Background, readEntry, Rebuild, refreshAheadOnHit, type Emit, type RebuildDeps } from './rebuild.js';
+import { Background, entryRead, readEntry, Rebuild, refreshAheadOnHit, type Emit, type RebuildDeps } from './rebuild.js';
 import { withReplicaAck } from './replica-ack.js';
 import { Store } from './store.js';
 import { getOrComputeChannel, Telemetry, traced, type CacheStats, type GetOrComputeContext } from './telemetry.js';
+import { computeMany, type BatchLoader } from './many.js';
+import { clearNoteKey, Generations, Namespace, parseClearNote, RESERVED_KEY_START, validateNamespace, type NamespaceHost } from './namespace.js';
 import { Bus, Waiters, type Note } from './wait.js';
 
 export type { Loader, LoaderContext } from './loader.js';
@@ -47,6 +52,8 @@ export class Cache extends EventEmitter<CacheEvents> {
   private readonly fenceOnly: StoreLock;
   private readonly coalescers: Record<LockMode, Coalescer>;
   private readonly flight: SingleFlight;
+  /** The flights of `forceFresh` calls, apart from normal ones: they coalesce only with each other. */
+  private readonly freshFlight: SingleFlight;
   /** Grants held right now; close() releases them (and any acquired while it runs) without waiting for loaders. */
   private readonly grants = new GrantRegistry();
   /** Aborts every loader's ctx.signal on close(); after it, no loader starts and nothing is written. */
@@ -58,6 +65,13 @@ export class Cache extends EventEmitter<CacheEvents> {
   /** Resolved options per bare ttl; undefined when the lock policy is a function of the key. */
   private readonly byTtl: Map<number, ResolvedCall> | undefined;
   private readonly client: CacheOptions['redis'];
+  /** Many keys in one round trip per hash slot (getMany, deleteMany). */
+  private readonly batch: Batch;
+  /** Every namespace path's generation (cached while subscribed). */
+  private readonly generations: Generations;
+  /** True only on the namespaces' internal view of this cache (`host`): keys starting with `\0` are theirs. */
+  private readonly reservedKeys: boolean = false;
+  private namespaceHost: NamespaceHost | undefined;
   private readonly telemetry = new Telemetry();
 
   constructor(options: CacheOptions) {
@@ -101,6 +115,7 @@ export class Cache extends EventEmitter<CacheEvents> {
     const flight = new SingleFlight(o.maxWaitersPerKey, this.lifetime.signal);
     this.coalescers = { none: new NoFlight(this.lifetime.signal), local: flight, single: flight, redlock: flight };
     this.flight = flight;
+    this.freshFlight = new SingleFlight(o.maxWaitersPerKey, this.lifetime.signal);
     this.deps = {
       store,
       lockers: this.lockers,
@@ -115,14 +130,22 @@ export class Cache extends EventEmitter<CacheEvents> {
       emit,
       telemetry: this.telemetry,
     };
-    // L1 is trusted only while subscribed: notes sent while away are lost (see local-tier.ts).
+    this.generations = new Generations(options.redis, this.io, o.prefix);
+    // L1 and cached namespace generations are trusted only while subscribed: notes sent while away are lost (see local-tier.ts).
     this.bus.start(options.redis, {
       onNote: (note) => this.onNote(note),
-      onUp: () => this.local.resume(),
-      onDown: () => this.local.suspend(),
+      onUp: () => {
+        this.generations.resume();
+        this.local.resume();
+      },
+      onDown: () => {
+        this.generations.suspend();
+        this.local.suspend();
+      },
       onError: (error) => emit('degraded', { key: undefined, operation: 'subscribe', error }),
     });
     this.client = options.redis;
+    this.batch = new Batch(options.redis, this.io);
     this.client.on?.('ready', this.onReady);
   }
 
@@ -182,8 +205,9 @@ export class Cache extends EventEmitter<CacheEvents> {
     if (trace) trace.lock = call.lock;
     if (typeof loader !== 'function') throw new InvalidOptionError('loader', loader, 'a function (ctx) => value | Promise<value>', key);
     if (call.signal?.aborted) throw new AbortedError(key, call.signal.reason);
-    const l1 = this.local.get(key);
     const untyped = loader as (ctx: LoaderContext) => unknown;
+    if (call.forceFresh === true) return this.forced(key, untyped, call, trace) as Promise<T>;
+    const l1 = this.local.get(key);
     if (l1?.stale) {
       this.telemetry.localStale();
       if (trace) trace.outcome = 'stale';
@@ -194,18 +218,27 @@ export class Cache extends EventEmitter<CacheEvents> {
       this.telemetry.localHit();
       if (trace) trace.outcome = 'localHit';
       this.safeEmit('hit', { key, tier: 'local' });
-      if (call.refreshAhead !== 0 && l1.facts) refreshAheadOnHit(this.deps, key, () => entryKeys(this.options.prefix, key), untyped, call, { value: l1.value, freshUntil: l1.freshUntil, facts: l1.facts });
+      if (l1.facts && refreshPolicyFor(call.refreshAhead, l1.facts) !== 0) refreshAheadOnHit(this.deps, key, () => entryKeys(this.options.prefix, key), untyped, call, { value: l1.value, freshUntil: l1.freshUntil, facts: l1.facts });
       return l1.value as T;
     }
+    return this.trip(this.coalescers[call.lock], key, untyped, call, trace) as Promise<T>;
+  }
+
+  /** `forceFresh`: L1 is skipped, and the trip is coalesced only with other forceFresh calls (a normal trip may answer from the cache). */
+  private forced(key: string, loader: (ctx: LoaderContext) => unknown, call: ResolvedCall, trace: GetOrComputeContext | undefined): Promise<unknown> {
+    return this.trip(call.lock === 'none' ? this.coalescers.none : this.freshFlight, key, loader, call, trace);
+  }
+
+  private async trip(coalescer: Coalescer, key: string, untyped: (ctx: LoaderContext) => unknown, call: ResolvedCall, trace: GetOrComputeContext | undefined): Promise<unknown> {
     const keys = entryKeys(this.options.prefix, key);
     let led = false; // this caller's work ran the trip (else it joined another caller's flight)
-    const answered = await this.coalescers[call.lock].run(key, call.signal, (stop) => {
+    const answered = await coalescer.run(key, call.signal, (stop) => {
       led = true;
       return new Rebuild(this.deps, key, keys, untyped, call, stop).answer();
     });
     const outcome = this.telemetry.caller(answered, led);
     if (trace) trace.outcome = outcome;
-    return answered.value as T;
+    return answered.value;
   }
 
   /** The fresh value, or `undefined`. Never runs a loader; a Redis failure is reported as `degraded` and reads as a miss. */
@@ -220,6 +253,123 @@ export class Cache extends EventEmitter<CacheEvents> {
       if (error instanceof CacheClosedError) throw error;
       this.safeEmit('degraded', { key, operation: 'read', error });
       return undefined;
+    }
+  }
+
+  /**
+   * A view of this cache with its own key space: same connections, subscription, L1 and options, the
+   * same operations, and `clear()` (O(1), every process). `name`: 1–128 letters, digits, `_ - . :`.
+   * Namespaces nest (`cache.namespace('users').namespace('admins')`); clearing one clears its nested ones.
+   */
+  namespace(name: string): Namespace {
+    validateNamespace(name);
+    if (this.closed) throw new CacheClosedError();
+    return new Namespace(this.host(), [name]);
+  }
+
+  /** What namespaces use: this cache's operations with the reserved keys allowed, and the generations. */
+  private host(): NamespaceHost {
+    this.namespaceHost ??= {
+      ops: Object.create(this, { reservedKeys: { value: true } }) as Cache,
+      generations: this.generations,
+      validateKey: (key: unknown): asserts key is string => this.assertUsable(key),
+      clear: (path) => {
+        if (this.closed) return Promise.reject(new CacheClosedError());
+        const id = randomBytes(9).toString('base64url');
+        // A subscriber that has not acknowledged within 2 × redisTimeout is one the heartbeat counts as down by then.
+        return this.generations.clear(path, id, this.bus.channel, this.bus.message('c', clearNoteKey(path, id)), 2 * this.options.redisTimeout, this.options.clock);
+      },
+    };
+    return this.namespaceHost;
+  }
+
+  /**
+   * Many keys at once, coordinated key by key across processes: one pipelined read per hash slot; the
+   * misses' locks taken together; keys whose lock another process holds are waited for (not reloaded);
+   * the keys this process won go to ONE `loadMany(missing, ctx)` call returning a Map (a key left out =
+   * not found, not cached; an `Error` value fails that key alone); each key is written fenced on its
+   * own, with its own stale, refresh-ahead and fail-safe handling. Resolves the values aligned with
+   * `keys`; rejects with the first failed key's error once every key settled (the others are cached).
+   */
+  async getOrComputeMany<T>(keys: readonly string[], loadMany: BatchLoader<T>, ttlOrOptions?: number | CallOptions): Promise<(T | undefined)[]> {
+    this.assertKeys(keys);
+    if (typeof loadMany !== 'function') throw new InvalidOptionError('loadMany', loadMany, 'a function (missing, ctx) => Map<key, value>');
+    const signal = typeof ttlOrOptions === 'object' ? ttlOrOptions.signal : undefined;
+    const single = ttlOrOptions;
+    return (await computeMany({
+      deps: this.deps,
+      batch: this.batch,
+      prefix: this.options.prefix,
+      maxValueBytes: this.options.maxValueBytes,
+      resolveCall: (key) => this.resolveCall(key, ttlOrOptions),
+      one: (key, loader) => this.getOrCompute(key, loader, single),
+    }, keys, loadMany, signal)) as (T | undefined)[];
+  }
+
+  /**
+   * Does a fresh value exist for `key` (in L1 or Redis)? Expired values (stale or kept for fail-safe)
+   * do not count. Like get(): never runs a loader, and a Redis failure reads as `false` (a `degraded` event).
+   */
+  async has(key: string): Promise<boolean> {
+    return (await this.get(key)) !== undefined;
+  }
+
+  /**
+   * The fresh values of `keys`, aligned with them (`undefined` for a miss), like get() for each: L1
+   * first, then one pipelined round trip per hash slot for the rest (one in all on a single Redis).
+   * A Redis failure reads as a miss for the keys it hit (a `degraded` event per key).
+   */
+  async getMany<T = unknown>(keys: readonly string[]): Promise<(T | undefined)[]> {
+    this.assertKeys(keys);
+    const values = new Array<T | undefined>(keys.length);
+    const remote: number[] = [];
+    keys.forEach((key, i) => {
+      const l1 = this.local.get(key);
+      if (l1 && !l1.stale) values[i] = l1.value as T;
+      else remote.push(i);
+    });
+    if (remote.length === 0) return values;
+    const names = remote.map((i) => keys[i] as string);
+    const tickets = names.map((key) => this.local.begin(key));
+    const sent = this.options.clock.now();
+    const { maxValueBytes, prefix } = this.options;
+    const replies = await this.batch.run('read', names, (scripts, j) => void scripts.read(entryKeys(prefix, names[j] as string).value, maxValueBytes));
+    replies.forEach((reply, j) => {
+      const key = names[j] as string;
+      if (!reply.ok) {
+        if (reply.error instanceof CacheClosedError) throw reply.error;
+        this.safeEmit('degraded', { key, operation: 'read', error: reply.error });
+        return;
+      }
+      const found = entryRead(this.deps, key, tickets[j] as number, sent, this.deps.store.found(key, reply.value as [number, Buffer | number] | null));
+      if (found.state === 'fresh') values[remote[j] as number] = found.value as T;
+    });
+    return values;
+  }
+
+  /**
+   * delete() for each of `keys`, pipelined (one round trip per hash slot): each key's fence is raised
+   * (no rebuild in flight can bring it back) and every process drops it from its L1. Rejects with the
+   * first key's RedisUnavailableError when Redis failed for some keys; the others are deleted.
+   */
+  async deleteMany(keys: readonly string[]): Promise<void> {
+    this.assertKeys(keys);
+    for (const key of keys) this.local.invalidate(key);
+    const { prefix } = this.options;
+    const lockTtl = this.options.defaults.lockTtl;
+    try {
+      const replies = await this.batch.run('delete', keys, (scripts, i) => {
+        const key = keys[i] as string;
+        const k = entryKeys(prefix, key);
+        void scripts.invalidate(k.value, k.fence, lockTtl, this.bus.channel, this.bus.message('d', key));
+      });
+      const failed = replies.find((r) => !r.ok);
+      keys.forEach((key, i) => {
+        if (replies[i]?.ok) this.forget(key); // calls starting now join no rebuild begun before the delete
+      });
+      if (failed && !failed.ok) throw failed.error;
+    } finally {
+      for (const key of keys) this.local.deleted(key);
     }
   }
 
@@ -255,7 +405,7 @@ export class Cache extends EventEmitter<CacheEvents> {
         this.telemetry.writeRejected();
         this.safeEmit('writeRejected', { key, fence: grant.fence });
       }
-      this.flight.forget(key); // a call starting now must not join a rebuild begun before this set
+      this.forget(key); // a call starting now must not join a rebuild begun before this set
     } finally {
       this.grants.drop(grant);
       await grant.release(outcome);
@@ -270,7 +420,7 @@ export class Cache extends EventEmitter<CacheEvents> {
     this.memo.invalidate(key);
     try {
       await this.deps.store.invalidate(key, entryKeys(this.options.prefix, key), this.options.defaults.lockTtl);
-      this.flight.forget(key); // a call starting now must not join a rebuild begun before this delete
+      this.forget(key); // a call starting now must not join a rebuild begun before this delete
     } finally {
       this.local.deleted(key);
     }
@@ -311,14 +461,25 @@ export class Cache extends EventEmitter<CacheEvents> {
 
   /** Another process's write, set or delete drops this process's copy before any waiter re-reads. */
   private onNote(note: Note): void {
+    if (note.kind === 'c') {
+      const clear = parseClearNote(note.key);
+      if (clear) this.generations.ack(clear.path, clear.id);
+      return;
+    }
     const change = REMOTE_CHANGES[note.kind];
     if (change && note.origin !== this.bus.origin) {
       this.local.invalidate(note.key);
       this.memo.invalidate(note.key);
-      this.flight.forget(note.key);
+      this.forget(note.key);
       this.safeEmit('remoteChange', { key: note.key, kind: change });
     }
     this.waiters.wake(note.key, note.kind);
+  }
+
+  /** The key changed: calls starting now join no flight (normal or forceFresh) begun before the change. */
+  private forget(key: string): void {
+    this.flight.forget(key);
+    this.freshFlight.forget(key);
   }
 
   // ------------------------------------------------------------------ guards
@@ -336,8 +497,16 @@ export class Cache extends EventEmitter<CacheEvents> {
     return call;
   }
 
+  /** A batch's keys: an array of valid keys, checked before any Redis traffic. */
+  private assertKeys(keys: unknown): asserts keys is readonly string[] {
+    if (!Array.isArray(keys)) throw new InvalidOptionError('keys', keys, 'an array of cache keys');
+    for (const key of keys as unknown[]) this.assertUsable(key);
+    if (this.closed) throw new CacheClosedError();
+  }
+
   private assertUsable(key: unknown): asserts key is string {
     validateKey(key, this.options.maxKeyLength);
+    if (!this.reservedKeys && key.startsWith(RESERVED_KEY_START)) throw new InvalidKeyError(key, 'keys starting with U+0000 are reserved for namespaces (cache.namespace())');
     if (this.closed) throw new CacheClosedError(key);
   }
 }

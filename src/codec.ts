@@ -1,11 +1,12 @@
 import { Packr } from 'msgpackr';
+import type { RefreshPolicy } from './entry.js';
 import { UnstorableValueError } from './errors.js';
 
 /**
- * The wire format of an entry (version 3): a msgpack array
- *   [3, value, fence, loadMs, writtenAtMs, staleMs, graceMs, ttlMs]
- * (version 2 had no ttlMs, version 1 neither ttlMs nor graceMs — it equalled staleMs; both still decode,
- * a missing ttlMs as `undefined`.)
+ * The wire format of an entry (version 4): a msgpack array
+ *   [4, value, fence, loadMs, writtenAtMs, staleMs, graceMs, ttlMs, refreshAhead]
+ * (version 3 had no refreshAhead, version 2 no ttlMs either, version 1 neither ttlMs nor graceMs — it
+ * equalled staleMs; all still decode, a missing field as `undefined`.)
  * - fence: the grant's fencing token (a number) the value was written under;
  * - loadMs: how long the loader took; writtenAtMs: wall-clock write time (informational only —
  *   freshness is derived from the PTTL Redis reports, never from another machine's clock);
@@ -13,10 +14,13 @@ import { UnstorableValueError } from './errors.js';
  *   (max of stale and fail-safe windows), so readers split PTTL into fresh, stale and kept;
  * - ttlMs: the fresh time it was written with. With `ttlJitter` every write draws its own, and the
  *   refresh point (`refreshAhead × ttl`) is a fraction of the entry's own ttl, not the reader's.
+ * - refreshAhead: `null`, or the refresh-ahead policy the loader chose for this entry with
+ *   `ctx.setOptions({ refreshAhead })` (a fraction, or `{ beta }`): every reader then follows it
+ *   instead of its own call option, so the entry refreshes as its loader decided in every process.
  * Golden files in test/fixtures pin it; a format change gets a new version number, and the decoder
  * keeps reading every older one.
  */
-export const FORMAT_VERSION = 3;
+export const FORMAT_VERSION = 4;
 
 export interface Envelope {
   readonly value: unknown;
@@ -27,6 +31,8 @@ export interface Envelope {
   readonly graceMs: number;
   /** Absent (undefined) in entries of format v1 and v2. */
   readonly ttlMs: number | undefined;
+  /** The loader's own refresh-ahead policy for this entry (`ctx.setOptions`); undefined = the reader's option applies (and in v1–v3). */
+  readonly refreshAhead?: RefreshPolicy | undefined;
 }
 
 /**
@@ -57,7 +63,7 @@ class DisallowedTypeError extends DecodeError {
 }
 
 export function encodeEntry(e: Envelope): Buffer {
-  return packr.pack([FORMAT_VERSION, e.value, e.fence, e.loadMs, e.writtenAt, e.staleMs, e.graceMs, e.ttlMs]);
+  return packr.pack([FORMAT_VERSION, e.value, e.fence, e.loadMs, e.writtenAt, e.staleMs, e.graceMs, e.ttlMs, e.refreshAhead ?? null]);
 }
 
 /**
@@ -144,17 +150,29 @@ export function decodeEntry(bytes: Buffer): Envelope {
     throw new DecodeError('undecodable entry bytes', { cause: err });
   }
   if (!Array.isArray(raw) || raw.length < 6) throw new DecodeError('not an entry envelope');
-  const [version, value, fence, loadMs, writtenAt, staleMs, grace, ttl] = raw as unknown[];
-  if (version !== 1 && version !== 2 && version !== FORMAT_VERSION) throw new DecodeError(`unknown entry format version ${String(version)}`);
+  const [version, value, fence, loadMs, writtenAt, staleMs, grace, ttl, refresh] = raw as unknown[];
+  if (version !== 1 && version !== 2 && version !== 3 && version !== FORMAT_VERSION) throw new DecodeError(`unknown entry format version ${String(version)}`);
   const graceMs = version === 1 ? staleMs : grace;
   if (!isCount(fence) || !isCount(loadMs) || !isCount(writtenAt) || !isCount(staleMs) || !isCount(graceMs)) throw new DecodeError('malformed entry envelope fields');
   let ttlMs: number | undefined;
-  if (version === FORMAT_VERSION) {
+  if (version === 3 || version === FORMAT_VERSION) {
     if (!isCount(ttl) || ttl === 0) throw new DecodeError('malformed entry envelope ttl');
     ttlMs = ttl;
   }
+  const refreshAhead = version === FORMAT_VERSION ? decodeRefreshPolicy(refresh) : undefined;
   assertAllowedValue(value);
-  return { value, fence, loadMs, writtenAt, staleMs, graceMs, ttlMs };
+  return { value, fence, loadMs, writtenAt, staleMs, graceMs, ttlMs, refreshAhead };
+}
+
+/** v4's refreshAhead field: `null` (none), a fraction in [0, 1), or `{ beta }` with a positive finite beta. */
+function decodeRefreshPolicy(v: unknown): RefreshPolicy | undefined {
+  if (v === null) return undefined;
+  if (typeof v === 'number' && Number.isFinite(v) && v >= 0 && v < 1) return v;
+  if (typeof v === 'object' && !Array.isArray(v) && Object.keys(v).length === 1) {
+    const beta = (v as { beta?: unknown }).beta;
+    if (typeof beta === 'number' && Number.isFinite(beta) && beta > 0) return Object.freeze({ beta });
+  }
+  throw new DecodeError('malformed entry envelope refreshAhead');
 }
 
 function isCount(v: unknown): v is number {

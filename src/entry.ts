@@ -64,6 +64,13 @@ export interface EntryFacts {
   readonly ttlMs: number | undefined;
   /** How long its loader took. */
   readonly loadMs: number;
+  /** The refresh-ahead policy its loader chose (`ctx.setOptions`), which overrides the reader's; `undefined` = the reader's applies. */
+  readonly refreshAhead?: RefreshPolicy | undefined;
+}
+
+/** Which refresh-ahead policy a hit on an entry follows: the entry's own (set by its loader), else the caller's option. */
+export function refreshPolicyFor(callPolicy: RefreshPolicy, facts: EntryFacts | undefined): RefreshPolicy {
+  return facts?.refreshAhead ?? callPolicy;
 }
 
 /**

@@ -4,12 +4,15 @@
  */
 export { Cache, createCache, type Loader, type LoaderContext } from './cache.js';
 export type { CacheEvents } from './events.js';
+export type { Namespace } from './namespace.js';
+export type { BatchLoader, BatchLoaderContext } from './many.js';
 export { GET_OR_COMPUTE_CHANNEL, type CacheStats, type GetOrComputeContext, type Outcome } from './telemetry.js';
 export {
   DEFAULTS,
   type CacheOptions,
   type CallOptions,
   type Clock,
+  type EntryOptions,
   type LocalTierOptions,
   type LockMode,
   type LockPolicy,

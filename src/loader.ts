@@ -1,5 +1,5 @@
 import { LoaderTimeoutError } from './errors.js';
-import type { Clock } from './options.js';
+import { validateEntryOptions, type Clock, type EntryOptions, type EntryOverrides } from './options.js';
 
 /** What a loader receives. */
 export interface LoaderContext<T = unknown> {
@@ -14,6 +14,21 @@ export interface LoaderContext<T = unknown> {
   readonly fencingToken: number | undefined;
   /** The stale value being refreshed, when this is a background refresh. */
   readonly staleValue: T | undefined;
+  /**
+   * Sets options for the entry this load writes, from what the loader found (cache a 404 for 5 s, a
+   * product for an hour): any of `ttl`, `staleTtl`, `failSafeTtl`, `refreshAhead`, validated like the
+   * call options of those names. Only this entry is affected, and every process reads it as written.
+   * Several calls merge (the later value of a name wins). A bad value throws `InvalidOptionError` here
+   * and fails the load for its callers with it, even if the loader catches it: nothing is written.
+   */
+  setOptions(options: EntryOptions): void;
+  /**
+   * Do not cache this result: the loader's return value still answers its callers (every caller that
+   * shares this load in this process), nothing is written, and the lock is released at once, waking
+   * waiters in other processes, which then find no value and take the lock in turn (each runs its
+   * own loader, one at a time, like after a load that returned `undefined`). Overrides `setOptions`.
+   */
+  skip(): void;
 }
 
 /** A loader may return a value, a Promise, or any thenable (query builders such as Knex's). */
@@ -25,9 +40,43 @@ export type Loader<T> = (ctx: LoaderContext<T>) => T | PromiseLike<T>;
  * about the origin, so it must not count as a failure anywhere (events, fleet-wide backoff).
  */
 export type LoadResult =
-  | { readonly kind: 'value'; readonly value: unknown; readonly loadMs: number }
+  | { readonly kind: 'value'; readonly value: unknown; readonly loadMs: number; readonly entry: EntryControl }
   | { readonly kind: 'failed'; readonly error: unknown }
-  | { readonly kind: 'cancelled'; readonly error: unknown };
+  | { readonly kind: 'cancelled'; readonly error: unknown }
+  /** `ctx.setOptions` was given a bad value: the callers get this InvalidOptionError, never a fail-safe value. */
+  | { readonly kind: 'invalid'; readonly error: unknown };
+
+/** What the loader decided about its entry through its ctx. */
+export interface EntryControl {
+  /** `ctx.skip()` was called: answer the callers, write nothing. */
+  readonly skipped: boolean;
+  /** What `ctx.setOptions` set (merged), or undefined. */
+  readonly overrides: EntryOverrides | undefined;
+}
+
+/** The loader's ctx decisions, gathered while it runs; read once it returned. */
+class EntryRecorder implements EntryControl {
+  skipped = false;
+  overrides: EntryOverrides | undefined;
+  /** The first bad `setOptions` call's error: it decides the run, whatever the loader did with it. */
+  invalid: unknown;
+
+  constructor(private readonly key: string) {}
+
+  readonly setOptions = (options: EntryOptions): void => {
+    try {
+      const given = validateEntryOptions(options, this.key);
+      this.overrides = this.overrides === undefined ? given : Object.freeze({ ...this.overrides, ...given });
+    } catch (error) {
+      this.invalid ??= error;
+      throw error;
+    }
+  };
+
+  readonly skip = (): void => {
+    this.skipped = true;
+  };
+}
 
 export interface LoadRequest {
   readonly key: string;
@@ -51,9 +100,10 @@ export async function runLoader(loader: Loader<unknown>, req: LoadRequest): Prom
     linked.dispose();
     return { kind: 'cancelled', error: linked.signal.reason };
   }
+  const entry = new EntryRecorder(req.key);
   try {
     const running = Promise.resolve().then(() =>
-      loader({ key: req.key, signal: linked.signal, fencingToken: req.fencingToken, staleValue: req.staleValue }),
+      loader({ key: req.key, signal: linked.signal, fencingToken: req.fencingToken, staleValue: req.staleValue, setOptions: entry.setOptions, skip: entry.skip }),
     );
     let value: unknown;
     if (timeout) {
@@ -69,8 +119,10 @@ export async function runLoader(loader: Loader<unknown>, req: LoadRequest): Prom
     } else {
       value = await running;
     }
-    return { kind: 'value', value, loadMs: req.clock.now() - started };
+    if (entry.invalid !== undefined) return { kind: 'invalid', error: entry.invalid };
+    return { kind: 'value', value, loadMs: req.clock.now() - started, entry };
   } catch (error) {
+    if (entry.invalid !== undefined) return { kind: 'invalid', error: entry.invalid };
     const cancelled = linked.signal.aborted && !(linked.signal.reason instanceof LoaderTimeoutError);
     return { kind: cancelled ? 'cancelled' : 'failed', error };
   } finally {

@@ -9,6 +9,7 @@ export {
   type CacheOptions,
   type CallOptions,
   type Clock,
+  type EntryOptions,
   type LocalTierOptions,
   type LockMode,
   type LockPolicy,
@@ -18,6 +19,6 @@ export {
   type RefreshAhead,
   type ReplicaAckOptions,
 } from './options/public.js';
-export { DEFAULTS, type ResolvedCache, type ResolvedCall, type ResolvedDefaults, type ResolvedRedlock } from './options/schema.js';
+export { DEFAULTS, validateEntryOptions, type EntryOverrides, type ResolvedCache, type ResolvedCall, type ResolvedDefaults, type ResolvedRedlock } from './options/schema.js';
 export { resolveCacheOptions, resolveCallOptions } from './options/resolve.js';
-export { BREAKER_MAX_GROWTH, breakerCooldown, breakerJudgementWindow, breakerOpenings, graceWindow, loaderTimeout, lockModeFor, physicalTtl, pollDelay, watchdogInterval, writeTtl } from './options/effective.js';
+export { BREAKER_MAX_GROWTH, breakerCooldown, breakerJudgementWindow, breakerOpenings, entryCall, graceWindow, loaderTimeout, lockModeFor, physicalTtl, pollDelay, watchdogInterval, writeTtl } from './options/effective.js';

@@ -1,4 +1,4 @@
-import { freshRemaining, refreshDue, staleRemaining, type EntryFacts } from './entry.js';
+import { freshRemaining, refreshDue, refreshPolicyFor, staleRemaining, type EntryFacts } from './entry.js';
 import { CacheClosedError, OriginBackoffError, RedisUnavailableError, UnstorableValueError, WaitTimeoutError } from './errors.js';
 import type { DegradedMemo } from './degraded-memo.js';
 import type { CacheEvents } from './events.js';
@@ -7,8 +7,8 @@ import type { GrantRegistry } from './lock/grant.js';
 import type { Grant, Locker, ReleaseOutcome } from './lock/types.js';
 import type { Stop } from './flight.js';
 import { runLoader, type Loader, type LoadResult } from './loader.js';
-import type { LocalTier } from './local-tier.js';
-import { loaderTimeout, pollDelay, writeTtl, type Clock, type LockMode, type ResolvedCall } from './options.js';
+import type { LocalTier, Ticket } from './local-tier.js';
+import { entryCall, loaderTimeout, pollDelay, writeTtl, type Clock, type EntryOverrides, type LockMode, type ResolvedCall } from './options.js';
 import type { Found, Store } from './store.js';
 import type { Answered, Outcome, Telemetry } from './telemetry.js';
 import type { Waiters } from './wait.js';
@@ -48,7 +48,11 @@ const SOFT_TIMEOUT = Symbol('soft timeout');
  */
 export async function readEntry(d: RebuildDeps, key: string, keys: EntryKeys, sent = d.clock.now()): Promise<Found> {
   const ticket = d.local.begin(key);
-  const found = await d.store.read(key, keys);
+  return entryRead(d, key, ticket, sent, await d.store.read(key, keys));
+}
+
+/** What a read found, once it arrived: fills L1 (if `ticket`, taken before the read was sent, still holds) and reports a hit. */
+export function entryRead(d: RebuildDeps, key: string, ticket: Ticket, sent: number, found: Found): Found {
   // The store holds a value for this key again: it is the truth, the degraded copy goes. A miss says
   // nothing newer than the copy (this process's deletes and other processes' notes drop it anyway).
   if (found.state !== 'miss') d.memo.invalidate(key);
@@ -81,6 +85,8 @@ export class Rebuild implements Answered {
   value: unknown;
   /** The first store read found no usable value. */
   missed = false;
+  /** `forceFresh`: the fence of the entry this call bypassed; only a newer entry may answer its wait. */
+  private bypassed: number | undefined;
 
   constructor(
     private readonly d: RebuildDeps,
@@ -95,6 +101,12 @@ export class Rebuild implements Answered {
   /** Read only off the hit path: a flight makes its signal on first use. */
   private get signal(): AbortSignal {
     return this.stop.signal;
+  }
+
+  /** An expired value at hand (found by a batch read) becomes this trip's fail-safe fallback. */
+  keep(found: Found): this {
+    if (found.state === 'kept') this.fallback = found;
+    return this;
   }
 
   /** Runs the trip and resolves with itself: the value and how it was obtained, for every caller of the flight. */
@@ -112,8 +124,9 @@ export class Rebuild implements Answered {
     } catch (error) {
       return this.degraded('read', error);
     }
+    if (this.call.forceFresh === true) return this.forced(found);
     if (found.state === 'fresh') {
-      if (this.call.refreshAhead !== 0) {
+      if (refreshPolicyFor(this.call.refreshAhead, found) !== 0) {
         const freshUntil = sent + freshRemaining(found.pttl, found.graceMs);
         refreshAheadOnHit(this.d, this.key, () => this.keys, this.loader, this.call, { value: found.value, freshUntil, facts: found });
       }
@@ -154,6 +167,29 @@ export class Rebuild implements Answered {
     return this.lockOrWait();
   }
 
+  /**
+   * `forceFresh`: whatever the read found is not served; the lock is taken and the loader run (no
+   * re-read under the grant). A waiter accepts only an entry newer than the one bypassed (a greater
+   * fence: written after this call's read). An expired value at hand is the fail-safe fallback.
+   */
+  private forced(found: Found): Promise<unknown> {
+    this.d.emit('miss', { key: this.key });
+    this.missed = true;
+    if (found.state !== 'miss') {
+      this.bypassed = found.fence;
+      if (found.state !== 'fresh') this.fallback = found;
+    }
+    return this.lockOrWait();
+  }
+
+  /** forceFresh's re-read under the grant: done only if another load wrote after this call's read. */
+  private readonly newerFresh = (again: Found | undefined): boolean => again?.state === 'fresh' && this.acceptable(again);
+
+  /** A value a waiter may answer with: any, unless `forceFresh` bypassed an entry; then only a newer one. */
+  private acceptable(found: Found): boolean {
+    return found.state !== 'miss' && (this.bypassed === undefined || found.fence > this.bypassed);
+  }
+
   /** Take the lock and rebuild, or wait to be woken by the winner; retry the lock after each wake. */
   private async lockOrWait(): Promise<unknown> {
     const { clock, waiters } = this.d;
@@ -190,12 +226,12 @@ export class Rebuild implements Answered {
         } catch (error) {
           return await this.degraded('read', error);
         }
-        if (found.state === 'fresh' || found.state === 'stale') {
+        if ((found.state === 'fresh' || found.state === 'stale') && this.acceptable(found)) {
           this.d.emit('waited', { key: this.key, ms: clock.now() - started, outcome: found.state === 'fresh' ? 'value' : 'stale' });
           this.current = 'waited';
           return found.state === 'fresh' ? found.value : this.serveStale(found.value, 'window');
         }
-        if (found.state === 'kept') this.fallback = found;
+        if (found.state === 'kept' || (found.state === 'stale' && !this.acceptable(found))) this.fallback = found;
       }
     } finally {
       waiter.dispose();
@@ -223,9 +259,11 @@ export class Rebuild implements Answered {
    * We hold `grant`: re-read (someone may have just written), run the loader, write fenced, and release
    * in this one `finally` with the outcome — whatever throws in between. `done` says from the re-read
    * whether the work is already done (then nothing is loaded); by default an exclusive grant's
-   * re-read finding a fresh value is.
+   * re-read finding a fresh value is; for `forceFresh`, only a fresh value newer than the entry it
+   * bypassed (another process's load that finished between this call's last read and its grant).
    */
-  async rebuild(grant: Grant, staleValue: unknown, done: ((again: Found | undefined) => boolean) | undefined = grant.exclusive ? isFresh : undefined): Promise<unknown> {
+  async rebuild(grant: Grant, staleValue: unknown, doneIf?: (again: Found | undefined) => boolean, reread?: Promise<Found | undefined>): Promise<unknown> {
+    const done = doneIf ?? (grant.exclusive ? (this.call.forceFresh === true ? this.newerFresh : isFresh) : undefined);
     let outcome: ReleaseOutcome = 'empty';
     try {
       if (!this.d.grants.hold(grant) || this.d.lifetime.aborted) {
@@ -233,7 +271,8 @@ export class Rebuild implements Answered {
         throw new CacheClosedError(this.key);
       }
       if (done) {
-        const again = await readEntry(this.d, this.key, this.keys).catch(() => undefined);
+        // `reread`: the re-read under the grant, already sent with other keys' (getOrComputeMany).
+        const again = await (reread ?? readEntry(this.d, this.key, this.keys)).catch(() => undefined);
         if (done(again)) {
           // Someone wrote between our miss and our grant: another process's load answers us ('waited'),
           // or this process's own set()/write (a plain hit).
@@ -265,9 +304,11 @@ export class Rebuild implements Answered {
         this.d.emit('loaderError', { key: this.key, error: result.error });
         return this.failSafe(result.error, 'loaderError');
       }
-      // `undefined` means "do not cache": callers get it, nothing is written, waiters are told to retry.
-      if (result.value === undefined) return undefined;
-      outcome = await this.write(grant, result.value, result.loadMs);
+      // A bad ctx.setOptions is the caller's bug, not the origin's: no fail-safe value hides it, no backoff.
+      if (result.kind === 'invalid') throw result.error;
+      // `undefined` or ctx.skip() means "do not cache": callers get the value, nothing is written, waiters are told to retry.
+      if (result.value === undefined || result.entry.skipped) return result.value;
+      outcome = await this.write(grant, result.value, result.loadMs, result.entry.overrides);
       return result.value;
     } finally {
       this.d.grants.drop(grant);
@@ -276,21 +317,24 @@ export class Rebuild implements Answered {
   }
 
   /** The fenced write; never throws. Returns how the grant ends. */
-  private async write(grant: Grant, value: unknown, loadMs: number): Promise<ReleaseOutcome> {
+  private async write(grant: Grant, value: unknown, loadMs: number, overrides: EntryOverrides | undefined): Promise<ReleaseOutcome> {
     if (this.d.lifetime.aborted) return 'cancelled'; // closed while loading: write nothing
     const { key } = this;
     const ticket = this.d.local.begin(key);
     this.d.memo.invalidate(key); // this process's own write: an older degraded copy must not outlive it
     let outcome: ReleaseOutcome;
     let written = false;
-    const ttl = writeTtl(this.call);
+    // The loader's ctx.setOptions apply to this entry only.
+    const call = entryCall(this.call, overrides);
+    const refreshAhead = overrides?.refreshAhead;
+    const ttl = writeTtl(call);
     // Redis counts the ttl from when it ran the write: L1's copy starts counting when it was sent.
     const sent = this.d.clock.now();
     try {
       this.d.telemetry.ownWrite(key, grant.fence);
-      written = await this.d.store.write(key, this.keys, grant, value, this.call, loadMs, 'w', ttl);
+      written = await this.d.store.write(key, this.keys, grant, value, call, loadMs, 'w', ttl, refreshAhead);
       const freshMs = ttl - (this.d.clock.now() - sent);
-      this.d.local.written(ticket, key, value, freshMs, written, { fence: grant.fence, ttlMs: ttl, loadMs: Math.round(loadMs) });
+      this.d.local.written(ticket, key, value, freshMs, written, { fence: grant.fence, ttlMs: ttl, loadMs: Math.round(loadMs), refreshAhead });
       if (!written) {
         this.d.telemetry.writeRejected();
         this.d.emit('writeRejected', { key, fence: grant.fence });
@@ -362,9 +406,10 @@ export class Rebuild implements Answered {
       if (result.kind === 'failed') d.emit('loaderError', { key, error: result.error });
       throw result.error;
     }
-    if (result.value !== undefined) {
-      d.local.fill(ticket, key, result.value, this.call.ttl);
-      d.memo.fill(memoTicket, result.value, this.call.ttl);
+    if (result.value !== undefined && !result.entry.skipped) {
+      const { ttl } = entryCall(this.call, result.entry.overrides);
+      d.local.fill(ticket, key, result.value, ttl);
+      d.memo.fill(memoTicket, result.value, ttl);
     }
     d.emit('computed', { key, lock: 'degraded', fence: undefined, loadMs: result.loadMs, written: false });
     return result.value;
@@ -427,8 +472,8 @@ export interface Seen {
 const unitInterval = (): number => 1 - Math.random();
 
 /**
- * Refresh ahead, on a hit (Redis or L1) of a fresh entry. Callers test `call.refreshAhead !== 0`
- * first, so the option costs nothing when off; `keysOf` is called only when a refresh starts. If the entry passed its refresh point, this returns at
+ * Refresh ahead, on a hit (Redis or L1) of a fresh entry. Callers test `refreshPolicyFor(call.refreshAhead,
+ * facts) !== 0` first (the entry's own policy, set by its loader, wins), so the option costs nothing when off; `keysOf` is called only when a refresh starts. If the entry passed its refresh point, this returns at
  * once and refreshes in the background:
  * - at most one per key per process (Background) and one per key across the fleet: the rebuild's lock
  *   (a process that loses it does nothing) and, under the grant, a re-read that goes on only if the
@@ -440,7 +485,7 @@ const unitInterval = (): number => 1 - Math.random();
  */
 export function refreshAheadOnHit(d: RebuildDeps, key: string, keysOf: () => EntryKeys, loader: Loader<unknown>, call: ResolvedCall, seen: Seen): void {
   const now = d.clock.now();
-  if (!refreshDue(call.refreshAhead, seen.facts, call.ttl, seen.freshUntil - now, unitInterval)) return;
+  if (!refreshDue(refreshPolicyFor(call.refreshAhead, seen.facts), seen.facts, call.ttl, seen.freshUntil - now, unitInterval)) return;
   const { background, emit } = d;
   if (!background.mayStart(key, seen.facts.fence, now) || d.lifetime.aborted) return;
   emit('refresh', { key, outcome: 'started' });

@@ -1,5 +1,5 @@
 import { decodeEntry, encodeStorable } from './codec.js';
-import { entryState, type EntryFacts, type EntryState } from './entry.js';
+import { entryState, type EntryFacts, type EntryState, type RefreshPolicy } from './entry.js';
 import type { Io } from './io.js';
 import type { EntryKeys } from './keys.js';
 import type { Grant } from './lock/types.js';
@@ -35,7 +35,11 @@ export class Store {
 
   /** One round trip: bytes and PTTL together; oversized bytes never leave Redis. */
   async read(key: string, keys: EntryKeys): Promise<Found> {
-    const raw = await this.io.run('read', () => this.scripts.read(keys.value, this.maxValueBytes), key);
+    return this.found(key, await this.io.run('read', () => this.scripts.read(keys.value, this.maxValueBytes), key));
+  }
+
+  /** The read script's raw answer for `key` as an entry (a miss when absent, oversized or undecodable). Never throws. */
+  found(key: string, raw: [number, Buffer | number] | null): Found {
     if (raw === null) return MISS;
     const [pttl, body] = raw;
     if (typeof body === 'number') {
@@ -53,6 +57,7 @@ export class Store {
         fence: entry.fence,
         ttlMs: entry.ttlMs,
         loadMs: entry.loadMs,
+        refreshAhead: entry.refreshAhead,
       };
     } catch (err) {
       this.events.decodeError(key, err instanceof Error ? err.message : 'undecodable', err);
@@ -68,9 +73,9 @@ export class Store {
     this.encode(key, value, 0, call, 0, call.ttl);
   }
 
-  private encode(key: string, value: unknown, fence: number, call: ResolvedCall, loadMs: number, ttl: number): Buffer {
+  private encode(key: string, value: unknown, fence: number, call: ResolvedCall, loadMs: number, ttl: number, refreshAhead?: RefreshPolicy): Buffer {
     const graceMs = graceWindow(call.staleTtl, call.failSafeTtl);
-    return encodeStorable(key, { value, fence, loadMs: Math.round(loadMs), writtenAt: Date.now(), staleMs: call.staleTtl, graceMs, ttlMs: ttl }, this.maxValueBytes);
+    return encodeStorable(key, { value, fence, loadMs: Math.round(loadMs), writtenAt: Date.now(), staleMs: call.staleTtl, graceMs, ttlMs: ttl, refreshAhead }, this.maxValueBytes);
   }
 
   /**
@@ -80,9 +85,10 @@ export class Store {
    * Throws UnstorableValueError, before any Redis traffic and with the grant still held, for a value
    * that could never be read back; throws RedisUnavailableError (operation 'set' for kind 's').
    * `ttl` is this write's fresh time (`writeTtl(call)`: `call.ttl` drawn with `ttlJitter`); the entry carries it.
+   * `refreshAhead`: the loader's own policy for this entry (`ctx.setOptions`), carried for every reader; omitted = the readers' option applies.
    */
-  async write(key: string, keys: EntryKeys, grant: Grant, value: unknown, call: ResolvedCall, loadMs: number, kind: NoteKind, ttl = call.ttl): Promise<boolean> {
-    const bytes = this.encode(key, value, grant.fence, call, loadMs, ttl);
+  async write(key: string, keys: EntryKeys, grant: Grant, value: unknown, call: ResolvedCall, loadMs: number, kind: NoteKind, ttl = call.ttl, refreshAhead?: RefreshPolicy): Promise<boolean> {
+    const bytes = this.encode(key, value, grant.fence, call, loadMs, ttl, refreshAhead);
     const accepted = await this.io.run(
       kind === 's' ? 'set' : 'write',
       () => this.writeScript(

@@ -5,12 +5,13 @@ import type { RedisClient, SubscriberClient } from './redis-types.js';
 /**
  * Notification kinds on the shared channel:
  *   w written by a rebuild · s set() · d delete() · e loader failed · r released without a value ·
- *   u the loader's value could not be stored (waiters must not rebuild in turn; they reject).
+ *   u the loader's value could not be stored (waiters must not rebuild in turn; they reject) ·
+ *   c a namespace was cleared (the key is its path; see namespace.ts).
  * Every kind wakes waiters on the key (and tells them which kind woke them); w/s/d also drop other
  * processes' L1 copy.
  */
-export type NoteKind = 'w' | 's' | 'd' | 'e' | 'r' | 'u';
-const KINDS = new Set<string>(['w', 's', 'd', 'e', 'r', 'u']);
+export type NoteKind = 'w' | 's' | 'd' | 'e' | 'r' | 'u' | 'c';
+const KINDS = new Set<string>(['w', 's', 'd', 'e', 'r', 'u', 'c']);
 
 /** How a `Waiter.next()` ended: the kind of note that woke it, its poll delay, or its caller's abort (or close). */
 export type Wake = NoteKind | 'timeout' | 'aborted';

@@ -5,6 +5,7 @@
 import { InvalidOptionError } from '../errors.js';
 import { jitteredTtl } from '../entry.js';
 import { LOCK_MODES, type LockMode, type LockPolicy } from './public.js';
+import type { EntryOverrides, ResolvedCall } from './schema.js';
 
 /** The mode a policy picks for a key; a policy function returning garbage is a typed error. */
 export function lockModeFor(policy: LockPolicy, key: string): LockMode {
@@ -72,4 +73,13 @@ export function breakerJudgementWindow(base: number): number {
 /** The opening count for a new opening `closedForMs` after the last closing: it grows within the judgement window, else starts at 1. */
 export function breakerOpenings(previous: number, closedForMs: number, base: number): number {
   return closedForMs < breakerJudgementWindow(base) ? previous + 1 : 1;
+}
+
+/**
+ * The options one entry is written with: the call's, with what its loader set through
+ * `ctx.setOptions` in their place. Only that entry is affected; without overrides it is `call` itself.
+ */
+export function entryCall(call: ResolvedCall, overrides: EntryOverrides | undefined): ResolvedCall {
+  if (overrides === undefined) return call;
+  return Object.freeze({ ...call, ...overrides });
 }

@@ -76,7 +76,23 @@ export interface CallOptions {
    * and L1 follow it). Default `0` (every write gets exactly `ttl`).
    */
   ttlJitter?: number;
+  /**
+   * Run the loader now, whatever the cache holds: L1 and a fresh or stale value in Redis are not served,
+   * and the re-read under the lock accepts only an entry newer than the one bypassed. Still coalesced (concurrent `forceFresh` calls on the key
+   * in one process share one load), locked and fenced like any rebuild. If another process holds the
+   * key's lock, the call waits for it and takes only a value written after this call's own read (a
+   * newer fence), never the entry it bypassed. Per call only. Default none (`false`).
+   */
+  forceFresh?: boolean;
 }
+
+/**
+ * What a loader may set for the entry it is about to write, with `ctx.setOptions()`: validated like the
+ * call options of the same names, and applied to that one entry only (the call's options and the
+ * cache defaults are unchanged). Every process reads the entry as written: its fresh time, its stale
+ * and fail-safe windows, and its refresh-ahead policy (which overrides the reader's own option).
+ */
+export type EntryOptions = Pick<CallOptions, 'ttl' | 'staleTtl' | 'failSafeTtl' | 'refreshAhead'>;
 
 /** The optional in-process L1 tier. */
 export interface LocalTierOptions {

@@ -72,5 +72,5 @@ export function resolveCallOptions(defaults: ResolvedDefaults, input: number | C
   else throw new InvalidOptionError('ttl', input, 'a ttl in ms or an options object', key);
   const merged = { ...defaults, ...given };
   if (merged.ttl === undefined) throw new InvalidOptionError('ttl', undefined, 'a positive integer number of ms, per call or in defaults', key);
-  return Object.freeze({ ...merged, ttl: merged.ttl, lock: lockModeFor(merged.lock, key), signal: merged.signal });
+  return Object.freeze({ ...merged, ttl: merged.ttl, lock: lockModeFor(merged.lock, key), signal: merged.signal, forceFresh: merged.forceFresh });
 }

@@ -33,7 +33,7 @@ import {
   type Parsed,
   type PerCallOnly,
 } from './fields.js';
-import type { CacheOptions, CallOptions, Clock, LocalTierOptions, LockMode, OnNoQuorum, OnWaitTimeout, RedlockOptions, ReplicaAckOptions } from './public.js';
+import type { CacheOptions, CallOptions, Clock, EntryOptions, LocalTierOptions, LockMode, OnNoQuorum, OnWaitTimeout, RedlockOptions, ReplicaAckOptions } from './public.js';
 
 // Builds a field. Not exported, so its `const` type parameters (which keep DEFAULTS' literal types,
 // `'single'`, `1000`) stay out of the published .d.ts: that still parses with TypeScript 4.9.
@@ -68,6 +68,8 @@ export const CALL_FIELDS = {
   hardTimeout: field(nonNegativeMs, 0),
   refreshAhead: field(refreshAhead, 0),
   ttlJitter: field(fractionBelowOne, 0),
+  // Per call only: cache-wide, it would turn the cache off.
+  forceFresh: field(boolean, { perCallOnly: true }),
 } satisfies { readonly [K in keyof CallOptions]-?: Field<NonNullable<CallOptions[K]>> };
 
 type CallFields = typeof CALL_FIELDS;
@@ -97,6 +99,31 @@ export function validateCall(input: object, where: string, key?: string): Partia
     if (value !== undefined) out[name as keyof CallFields] = CALL_FIELDS[name as keyof CallFields].parse(value, name, key);
   }
   return out;
+}
+
+/** The call options a loader may set for its own entry (`ctx.setOptions`): the fields of the same names. */
+export const ENTRY_FIELDS = {
+  ttl: CALL_FIELDS.ttl,
+  staleTtl: CALL_FIELDS.staleTtl,
+  failSafeTtl: CALL_FIELDS.failSafeTtl,
+  refreshAhead: CALL_FIELDS.refreshAhead,
+} satisfies { readonly [K in keyof EntryOptions]-?: Field<NonNullable<EntryOptions[K]>> };
+
+/** What `ctx.setOptions` resolved to: the given entry options, validated; absent ones stay absent. */
+export type EntryOverrides = Readonly<{ [K in keyof typeof ENTRY_FIELDS]?: Parsed<(typeof ENTRY_FIELDS)[K]> }>;
+
+/**
+ * Validates `ctx.setOptions(input)`: unknown names (any call option but the four) and bad values are
+ * an InvalidOptionError naming `ctx.setOptions.<name>`, the value and its type.
+ */
+export function validateEntryOptions(input: unknown, key: string): EntryOverrides {
+  if (typeof input !== 'object' || input === null) throw new InvalidOptionError('ctx.setOptions', input, `an object of entry options (${Object.keys(ENTRY_FIELDS).join(', ')})`, key);
+  refuseUnknown(ENTRY_FIELDS, input, 'ctx.setOptions.', 'entry ', key);
+  const out: Record<string, unknown> = {};
+  for (const [name, value] of Object.entries(input)) {
+    if (value !== undefined) out[name] = ENTRY_FIELDS[name as keyof typeof ENTRY_FIELDS].parse(value, `ctx.setOptions.${name}`, key);
+  }
+  return Object.freeze(out);
 }
 
 /** `createCache({ defaults })`: per-call options, less the per-call-only ones. */

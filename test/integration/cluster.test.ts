@@ -1,7 +1,7 @@
 import { Cluster } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createCache, type Cache, type CacheOptions } from '../../src/index.js';
-import { entryKeys } from '../../src/keys.js';
+import { entryKeys, hashSlot } from '../../src/keys.js';
 import { clusterClient as sharedClusterClient, deferred, heldRebuild, missedCall, nextEvent } from '../support/harness.js';
 import { startRedisCluster, type RedisClusterHandle } from '../support/redis-server.js';
 
@@ -107,5 +107,59 @@ describe('Redis Cluster (3 masters)', () => {
     gate.resolve('new');
     await computed;
     expect(await c.get('s{')).toBe('new');
+  });
+});
+
+// ---------------------------------------------------------------- the batch API (issue #11)
+
+const BATCH_KEYS = [...Array.from({ length: 60 }, (_, i) => `k${i}`), '}', 'a{b}c', '{}'];
+
+describe('batch API on a Redis Cluster (3 masters)', () => {
+  it('hashSlot agrees with the cluster’s CLUSTER KEYSLOT for every entry key', async () => {
+    const admin = clusterClient(true);
+    for (const key of BATCH_KEYS) expect(await admin.cluster('KEYSLOT', entryKeys('cb', key).value)).toBe(hashSlot(key));
+  });
+
+  it('getMany and deleteMany over keys on every node: one pipeline per slot, no CROSSSLOT, values aligned', async () => {
+    const client = clusterClient();
+    const c = createCache({ redis: client, prefix: 'cb1' });
+    caches.push(c);
+    for (const key of BATCH_KEYS.slice(0, 40)) await c.set(key, `v:${key}`, 60_000);
+    let pipelines = 0;
+    const original = client.pipeline.bind(client);
+    client.pipeline = (...args: Parameters<Cluster['pipeline']>) => (pipelines++, original(...args));
+    const values = await c.getMany(BATCH_KEYS);
+    expect(values).toEqual(BATCH_KEYS.map((k, i) => (i < 40 ? `v:${k}` : undefined)));
+    expect(pipelines).toBe(new Set(BATCH_KEYS.map(hashSlot)).size);
+    await c.deleteMany(BATCH_KEYS.slice(0, 20));
+    expect(await c.getMany(BATCH_KEYS.slice(0, 40))).toEqual(BATCH_KEYS.slice(0, 40).map((k, i) => (i < 20 ? undefined : `v:${k}`)));
+  });
+
+  it('getOrComputeMany from two caches at once loads every key exactly once, in one loadMany call per cache', async () => {
+    const a = cache('cb2');
+    const b = cache('cb2');
+    await Promise.all([a.ready(), b.ready()]);
+    const loads = new Map<string, number>();
+    const calls: string[][] = [];
+    const loadMany = async (missing: string[]) => {
+      calls.push(missing);
+      for (const k of missing) loads.set(k, (loads.get(k) ?? 0) + 1);
+      await new Promise((r) => setTimeout(r, 100));
+      return new Map(missing.map((k) => [k, `v:${k}`]));
+    };
+    const [va, vb] = await Promise.all([a.getOrComputeMany(BATCH_KEYS, loadMany, 60_000), b.getOrComputeMany([...BATCH_KEYS].reverse(), loadMany, 60_000)]);
+    expect(va).toEqual(BATCH_KEYS.map((k) => `v:${k}`));
+    expect(vb).toEqual([...BATCH_KEYS].reverse().map((k) => `v:${k}`));
+    for (const k of BATCH_KEYS) expect(loads.get(k), k).toBe(1);
+    expect(calls.length).toBeLessThanOrEqual(2);
+  });
+
+  it('namespace clear() on a Cluster: the old entries are gone for the clearing cache at once', async () => {
+    const c = cache('cb3');
+    await c.ready();
+    const ns = c.namespace('users');
+    for (const key of BATCH_KEYS.slice(0, 10)) await ns.set(key, 1, 60_000);
+    await ns.clear();
+    expect(await ns.getMany(BATCH_KEYS.slice(0, 10))).toEqual(BATCH_KEYS.slice(0, 10).map(() => undefined));
   });
 });

@@ -24,6 +24,11 @@ describe('wire format', () => {
     expect([e.fence, e.loadMs, e.writtenAt, e.staleMs]).toEqual([1_796_000_000_000_001, 42, 1_796_000_000_000, 500]);
     expect(e.graceMs).toBe(version === 1 ? 500 : 900); // v1 had no grace field: it equalled staleMs
     expect(e.ttlMs).toBe(version < 3 ? undefined : 700); // v1 and v2 did not carry the entry's ttl
+    expect(e.refreshAhead).toEqual(version < 4 ? undefined : { beta: 1.5 }); // before v4 no entry carried its own refreshAhead
+  });
+
+  it.each([[undefined], [0], [0.75], [{ beta: 2 }]])('round-trips the entry refreshAhead %o', (refreshAhead) => {
+    expect(decodeEntry(encodeEntry({ ...envelope('v'), refreshAhead })).refreshAhead).toEqual(refreshAhead);
   });
 
   it.each(Object.entries(FIXTURE_VALUES))('round-trips %s', (_name, value) => {
@@ -34,7 +39,7 @@ describe('wire format', () => {
 describe('untrusted bytes decode to a DecodeError, never anything else', () => {
   const evil = new Packr({ structuredClone: true, moreTypes: true });
   const plain = new Packr({ useRecords: false });
-  const wrap = (value: unknown, p = evil) => p.pack([FORMAT_VERSION, value, 1, 0, 0, 0, 0, 1000]);
+  const wrap = (value: unknown, p = evil) => p.pack([FORMAT_VERSION, value, 1, 0, 0, 0, 0, 1000, null]);
 
   const cases: [string, Buffer][] = [
     ['empty', Buffer.alloc(0)],
@@ -52,6 +57,10 @@ describe('untrusted bytes decode to a DecodeError, never anything else', () => {
     ['v3 without its ttl field', plain.pack([3, 'v', 1, 0, 0, 0, 0])],
     ['v3 with ttl 0', plain.pack([3, 'v', 1, 0, 0, 0, 0, 0])],
     ['v3 with a string ttl', plain.pack([3, 'v', 1, 0, 0, 0, 0, '1000'])],
+    ['v4 without its refreshAhead field', plain.pack([4, 'v', 1, 0, 0, 0, 0, 1000])],
+    ['v4 with refreshAhead 1', plain.pack([4, 'v', 1, 0, 0, 0, 0, 1000, 1])],
+    ['v4 with refreshAhead { beta: 0 }', new Packr({ useRecords: true }).pack([4, 'v', 1, 0, 0, 0, 0, 1000, { beta: 0 }])],
+    ['v4 with refreshAhead { beta, extra }', new Packr({ useRecords: true }).pack([4, 'v', 1, 0, 0, 0, 0, 1000, { beta: 1, x: 1 }])],
     ['short envelope', plain.pack([1, 'v'])],
     ['negative fence', plain.pack([1, 'v', -1, 0, 0, 0])],
     ['RegExp value', wrap(/a+$/)],

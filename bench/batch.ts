@@ -1,0 +1,250 @@
+/**
+ * `npm run bench:batch [-- --processes P] [--callers C] [--duration-ms D] [--loader-ms L] [--clear-keys N]`
+ *
+ * Two scenarios of issue #11, on a local redis-server:
+ * 1. batch: P processes × C callers, each asking in a loop for 100 of 10,000 zipf-distributed keys
+ *    (ttl 1 s), done three ways — `getOrComputeMany`, the same 100 keys as 100 parallel `getOrCompute`
+ *    calls, and cachified's `createBatch`. Reported: origin key loads per expiry (ideal 1: a load of a
+ *    key within one ttl of another load of it anywhere in the fleet is a duplicate), loader calls,
+ *    p99 per call, Redis commands per call (server-side total_commands_processed; pipelined commands
+ *    count one each, so this is an upper bound on round trips, not round trips).
+ * 2. clear: a namespace of N keys (default 100,000) is cleared while another caller reads: time to
+ *    resolve, Redis CPU while it runs, p99 of the other traffic during it.
+ * Each process forks this file again with `--role worker`.
+ */
+import { fork, type ChildProcess } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
+import { cachified, createBatch, totalTtl, type Cache as CachifiedCache, type CacheEntry } from '@epic-web/cachified';
+import { Redis } from 'ioredis';
+import { createCache } from '../src/index.js';
+import { provideRedis } from '../test/support/redis-server.js';
+
+const { values: args } = parseArgs({
+  options: {
+    role: { type: 'string', default: 'parent' },
+    processes: { type: 'string', default: '4' },
+    callers: { type: 'string', default: '20' },
+    'duration-ms': { type: 'string', default: '6000' },
+    'loader-ms': { type: 'string', default: '20' },
+    'clear-keys': { type: 'string', default: '100000' },
+  },
+});
+
+const KEYS = 10_000;
+const PER_CALL = 100;
+const TTL_MS = 1000;
+const VARIANTS = ['getOrComputeMany', '100× getOrCompute', 'cachified createBatch'] as const;
+type Variant = (typeof VARIANTS)[number];
+
+interface WorkerReport {
+  loads: [string, number][]; // (key, epoch ms) of every origin load
+  loaderCalls: number;
+  latencies: number[];
+  errors: number;
+}
+
+/** Zipf(s = 1) over 0..n-1 by inverse CDF on precomputed cumulative weights. */
+function zipf(n: number): () => number {
+  const cdf = new Float64Array(n);
+  let sum = 0;
+  for (let i = 0; i < n; i++) cdf[i] = sum += 1 / (i + 1);
+  return () => {
+    const u = Math.random() * sum;
+    let lo = 0;
+    let hi = n - 1;
+    while (lo < hi) {
+      const mid = (lo + hi) >> 1;
+      if ((cdf[mid] as number) < u) lo = mid + 1;
+      else hi = mid;
+    }
+    return lo;
+  };
+}
+
+function pick100(draw: () => number): string[] {
+  const keys = new Set<string>();
+  while (keys.size < PER_CALL) keys.add(`k${draw()}`);
+  return [...keys];
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+// ------------------------------------------------------------------ worker
+
+async function worker(): Promise<void> {
+  const { url, prefix, variant, callers, durationMs, loaderMs, startAt } = JSON.parse(process.env.SG_BATCH as string) as {
+    url: string; prefix: string; variant: Variant; callers: number; durationMs: number; loaderMs: number; startAt: number;
+  };
+  const report: WorkerReport = { loads: [], loaderCalls: 0, latencies: [], errors: 0 };
+  const origin = async (keys: string[]) => {
+    report.loaderCalls++;
+    const at = Date.now();
+    for (const k of keys) report.loads.push([k, at]);
+    await sleep(loaderMs);
+    return keys.map((k) => ({ k, at }));
+  };
+  const redis = new Redis(url, { maxRetriesPerRequest: 1 });
+  const cache = createCache({ redis, prefix });
+  await cache.ready();
+  let ask: (keys: string[]) => Promise<unknown>;
+  if (variant === 'getOrComputeMany') {
+    ask = (keys) => cache.getOrComputeMany(keys, async (missing) => {
+      const values = await origin(missing);
+      return new Map(values.map((v) => [v.k, v]));
+    }, TTL_MS);
+  } else if (variant === '100× getOrCompute') {
+    ask = (keys) => Promise.all(keys.map((k) => cache.getOrCompute(k, async () => (await origin([k]))[0], TTL_MS)));
+  } else {
+    const adapter: CachifiedCache = {
+      async get(key) {
+        const raw = await redis.get(`${prefix}:${key}`);
+        return raw === null ? null : (JSON.parse(raw) as CacheEntry);
+      },
+      async set(key, entry) {
+        const ttl = totalTtl(entry.metadata);
+        await redis.set(`${prefix}:${key}`, JSON.stringify(entry), 'PX', Math.max(1, Math.ceil(ttl)));
+      },
+      async delete(key) {
+        await redis.del(`${prefix}:${key}`);
+      },
+    };
+    ask = (keys) => {
+      const batch = createBatch((params: string[]) => origin(params));
+      return Promise.all(keys.map((k) => cachified({ cache: adapter, key: k, ttl: TTL_MS, getFreshValue: batch.add(k) })));
+    };
+  }
+  const draw = zipf(KEYS);
+  await sleep(Math.max(0, startAt - Date.now()));
+  const until = performance.now() + durationMs;
+  await Promise.all(
+    Array.from({ length: callers }, async () => {
+      while (performance.now() < until) {
+        const t0 = performance.now();
+        try {
+          await ask(pick100(draw));
+        } catch {
+          report.errors++;
+        }
+        report.latencies.push(performance.now() - t0);
+      }
+    }),
+  );
+  await cache.close();
+  redis.disconnect();
+  process.send?.(report);
+}
+
+// ------------------------------------------------------------------ parent
+
+function percentile(sorted: number[], p: number): number {
+  return sorted.length === 0 ? Number.NaN : (sorted[Math.min(sorted.length - 1, Math.floor(p * sorted.length))] as number);
+}
+
+/** Loads per expiry: every load divided by the loads that were not within TTL_MS of an earlier load of the same key. */
+function loadsPerExpiry(loads: [string, number][]): { total: number; needed: number } {
+  const byKey = new Map<string, number[]>();
+  for (const [k, t] of loads) (byKey.get(k) ?? byKey.set(k, []).get(k))?.push(t);
+  let needed = 0;
+  for (const times of byKey.values()) {
+    times.sort((a, b) => a - b);
+    let last = Number.NEGATIVE_INFINITY;
+    for (const t of times) {
+      if (t - last >= TTL_MS) {
+        needed++;
+        last = t;
+      }
+    }
+  }
+  return { total: loads.length, needed };
+}
+
+async function commandsProcessed(admin: Redis): Promise<number> {
+  return Number(/total_commands_processed:(\d+)/.exec(await admin.info('stats'))?.[1] ?? 0);
+}
+
+async function cpuUsed(admin: Redis): Promise<number> {
+  const info = await admin.info('cpu');
+  return Number(/used_cpu_sys:([\d.]+)/.exec(info)?.[1] ?? 0) + Number(/used_cpu_user:([\d.]+)/.exec(info)?.[1] ?? 0);
+}
+
+async function batchScenario(url: string, admin: Redis): Promise<void> {
+  const P = Number(args.processes);
+  const C = Number(args.callers);
+  const durationMs = Number(args['duration-ms']);
+  console.log(`batch: ${P} processes × ${C} callers × 100 of ${KEYS} zipf keys, ttl ${TTL_MS} ms, loader ${args['loader-ms']} ms, ${durationMs} ms per variant`);
+  console.log('| variant | calls | origin key loads | loads per expiry (ideal 1) | loader calls | p50 ms | p99 ms | Redis commands per call | errors |');
+  console.log('|---|---|---|---|---|---|---|---|---|');
+  for (const [i, variant] of VARIANTS.entries()) {
+    await admin.flushall();
+    const before = await commandsProcessed(admin);
+    const startAt = Date.now() + 1500;
+    const children: ChildProcess[] = Array.from({ length: P }, () =>
+      fork(fileURLToPath(import.meta.url), ['--role', 'worker'], {
+        execArgv: ['--import', 'tsx'],
+        env: { ...process.env, SG_BATCH: JSON.stringify({ url, prefix: `bb${i}`, variant, callers: C, durationMs, loaderMs: Number(args['loader-ms']), startAt }) },
+        stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+      }),
+    );
+    const reports = await Promise.all(children.map((c) => new Promise<WorkerReport>((resolve) => c.once('message', (m: WorkerReport) => resolve(m)))));
+    const commands = (await commandsProcessed(admin)) - before;
+    const latencies = reports.flatMap((r) => r.latencies).sort((a, b) => a - b);
+    const { total, needed } = loadsPerExpiry(reports.flatMap((r) => r.loads));
+    const loaderCalls = reports.reduce((s, r) => s + r.loaderCalls, 0);
+    const errors = reports.reduce((s, r) => s + r.errors, 0);
+    console.log(`| ${variant} | ${latencies.length} | ${total} | ${(total / needed).toFixed(3)} | ${loaderCalls} | ${percentile(latencies, 0.5).toFixed(1)} | ${percentile(latencies, 0.99).toFixed(1)} | ${(commands / latencies.length).toFixed(1)} | ${errors} |`);
+  }
+}
+
+async function clearScenario(url: string, admin: Redis): Promise<void> {
+  const N = Number(args['clear-keys']);
+  await admin.flushall();
+  const client = new Redis(url, { maxRetriesPerRequest: 1 });
+  const cache = createCache({ redis: client, prefix: 'bc' });
+  await cache.ready();
+  const ns = cache.namespace('big');
+  for (let i = 0; i < N; i += 1000) {
+    const keys = Array.from({ length: Math.min(1000, N - i) }, (_, j) => `k${i + j}`);
+    await ns.getOrComputeMany(keys, async (missing) => new Map(missing.map((k) => [k, { k }])), 600_000);
+  }
+  const dbsize = await admin.dbsize();
+  // Other traffic: a reader of plain keys, its latencies sampled during the clear only.
+  await cache.set('other', 1, 600_000);
+  const during: number[] = [];
+  let clearing = true;
+  const reader = (async () => {
+    while (clearing) {
+      const t0 = performance.now();
+      await cache.get('other');
+      during.push(performance.now() - t0);
+    }
+  })();
+  await sleep(20);
+  const cpu0 = await cpuUsed(admin);
+  const t0 = performance.now();
+  await ns.clear();
+  const clearMs = performance.now() - t0;
+  const cpu1 = await cpuUsed(admin);
+  clearing = false;
+  await reader;
+  const gone = (await ns.getMany(['k0', `k${N - 1}`])).every((v) => v === undefined);
+  during.sort((a, b) => a - b);
+  console.log(`\nclear(): namespace of ${N} keys (${dbsize} Redis keys before)`);
+  console.log('| clear() resolved in | Redis CPU during it (user+sys, incl. the INFO calls) | reads of other keys during it | their p99 | old entries unreachable after |');
+  console.log('|---|---|---|---|---|');
+  console.log(`| ${clearMs.toFixed(2)} ms | ${((cpu1 - cpu0) * 1000).toFixed(1)} ms | ${during.length} | ${percentile(during, 0.99).toFixed(2)} ms | ${gone} |`);
+  await cache.close();
+  client.disconnect();
+}
+
+if (args.role === 'worker') {
+  await worker();
+} else {
+  const store = await provideRedis();
+  const admin = new Redis(store.adminUrl);
+  await batchScenario(store.url, admin);
+  await clearScenario(store.url, admin);
+  console.log(`\ncommand: npm run bench:batch -- ${process.argv.slice(2).join(' ')}`);
+  admin.disconnect();
+  await store.stop();
+}

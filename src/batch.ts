@@ -1,0 +1,78 @@
+import { RedisUnavailableError } from './errors.js';
+import type { Io } from './io.js';
+import { hashSlot } from './keys.js';
+import { defineScripts, type Scripts } from './lock/scripts.js';
+import type { RedisClient } from './redis-types.js';
+
+/**
+ * Many keys, one round trip per hash slot: the keys of a batch are grouped by slot on a Cluster (a
+ * pipeline must stay within one slot's node), or all together on a single Redis, and each group is
+ * sent as one ioredis pipeline of the same registered scripts a single-key call uses. Every group is
+ * one `Io` operation (one timeout, one breaker count); groups go out in parallel.
+ *
+ * Invariant: a reply is never reordered against another key's: each command's answer is matched by
+ * position within its own pipeline, and nothing relies on ordering between commands of one pipeline
+ * (after SCRIPT FLUSH ioredis may re-run a script after the commands queued behind it).
+ */
+
+/** What batching needs of an ioredis client beyond RedisClient: `pipeline()` (Redis and Cluster both have it). */
+interface Pipelining {
+  pipeline(): Pipeline;
+}
+
+/** An ioredis pipeline: the registered scripts as methods (queued, not sent) and `exec`. */
+interface Pipeline {
+  exec(): Promise<[Error | null, unknown][] | null>;
+}
+
+/** One key's answer in a batch: the script's reply, or why it has none. */
+export type Reply = { readonly ok: true; readonly value: unknown } | { readonly ok: false; readonly error: unknown };
+
+export class Batch {
+  constructor(
+    private readonly client: RedisClient,
+    private readonly io: Io,
+  ) {}
+
+  /**
+   * Queues `send(scripts, i)` for every index of `keys` (grouped by slot) and answers each in place.
+   * Never rejects: a group whose pipeline failed answers each of its keys with that failure (a
+   * RedisUnavailableError naming `operation`), and a command's own error reply answers its key alone.
+   */
+  async run(operation: string, keys: readonly string[], send: (scripts: Scripts, index: number) => void): Promise<Reply[]> {
+    const replies = new Array<Reply>(keys.length);
+    await Promise.all(
+      this.groups(keys).map(async (group) => {
+        const pipeline = (this.client as unknown as Pipelining).pipeline();
+        // The pipeline carries the client's registered scripts: the same callers queue on it.
+        const queued = defineScripts(pipeline as unknown as RedisClient);
+        for (const i of group) send(queued, i);
+        try {
+          const answers = await this.io.run(operation, () => pipeline.exec(), keys[group[0] as number]);
+          group.forEach((i, at) => {
+            const [error, value] = answers?.[at] ?? [new Error('no reply in the pipeline'), undefined];
+            replies[i] = error ? { ok: false, error: new RedisUnavailableError(operation, error, keys[i]) } : { ok: true, value };
+          });
+        } catch (error) {
+          for (const i of group) replies[i] = { ok: false, error };
+        }
+      }),
+    );
+    return replies;
+  }
+
+  /** Indices of `keys` by hash slot on a Cluster; one group on a single Redis. */
+  private groups(keys: readonly string[]): number[][] {
+    if (keys.length === 0) return [];
+    const all = keys.map((_, i) => i);
+    if (this.client.isCluster !== true) return [all];
+    const bySlot = new Map<number, number[]>();
+    for (const i of all) {
+      const slot = hashSlot(keys[i] as string);
+      const group = bySlot.get(slot);
+      if (group) group.push(i);
+      else bySlot.set(slot, [i]);
+    }
+    return [...bySlot.values()];
+  }
+}

@@ -1,0 +1,304 @@
+import { InvalidOptionError } from './errors.js';
+import type { Io } from './io.js';
+import type { LoaderContext } from './loader.js';
+import type { BatchLoader } from './many.js';
+import type { CallOptions } from './options.js';
+import type { RedisClient } from './redis-types.js';
+
+/**
+ * Namespaces: a view of a cache with its own key space, cleared in O(1) by a generation counter.
+ *
+ * A key `k` of the namespace path `users/admins` is stored under the internal cache key
+ *   `\0` depth `\0` `users` `\0` g(users) `\0` `admins` `\0` g(users/admins) `\0` k
+ * where g(p) is the current generation of path p, a counter in Redis at `<prefix>:ns:{<p>}`.
+ * Invariants:
+ * - injective: user keys of the cache itself may not start with `\0` (InvalidKeyError), segment names
+ *   contain no `\0`, the depth fixes how many (name, generation) pairs precede the key, and the key is
+ *   the rest — so two (path, generations, key) triples never share an internal key, nor with a plain key;
+ * - clear(p) increments g(p) (and so changes the internal key of every key of p and of every namespace
+ *   nested in it): entries written before it are never found again, in Redis or in any L1, and a rebuild
+ *   that started before it writes under the old internal key, where no later call looks. The old entries
+ *   are not deleted: each expires by its own TTL (the cost of a clear is O(1); the memory is freed
+ *   amortised, per key, by expiry);
+ * - a process trusts its cached g(p) only while its subscription holds (the clear's note drops it); while
+ *   the subscription is down (or before its first success) every operation reads g(p) from Redis, and
+ *   every (re-)subscription drops the whole cache, since notes sent while away are lost.
+ */
+
+/** How a namespace path is named in notes and Redis: its segments joined by `/` (segments contain none). */
+export type PathId = string;
+
+/** A namespace name: 1–128 characters of letters, digits and `_ - . :` (no `/`, no braces, no `\0`). */
+const NAME = /^[A-Za-z0-9_.:-]{1,128}$/;
+
+export function validateNamespace(name: unknown): asserts name is string {
+  if (typeof name !== 'string' || !NAME.test(name)) {
+    throw new InvalidOptionError('namespace', name, 'a name of 1 to 128 letters, digits, "_", "-", "." or ":"');
+  }
+}
+
+/** The internal cache key of `key` in the namespace `segments` under their current `generations`. */
+export function namespacedKey(segments: readonly string[], generations: readonly number[], key: string): string {
+  let out = `\0${segments.length}`;
+  for (let i = 0; i < segments.length; i++) out += `\0${segments[i] as string}\0${generations[i] as number}`;
+  return `${out}\0${key}`;
+}
+
+/** Keys starting with this are the namespaces' (see namespacedKey): refused as plain keys. */
+export const RESERVED_KEY_START = '\0';
+
+interface GenerationClient {
+  get(key: string): Promise<string | null>;
+  multi(): {
+    incr(key: string): unknown;
+    set(key: string, value: string, px: 'PX', ms: number): unknown;
+    pexpire(key: string, ms: number): unknown;
+    publish(channel: string, message: string): unknown;
+    exec(): Promise<[Error | null, unknown][] | null>;
+  };
+}
+
+/** How long a clear's acknowledgement counter lives in Redis. */
+const ACK_TTL_MS = 60_000;
+/** How often clear() looks at the acknowledgement counter. */
+const ACK_POLL_MS = 5;
+
+/** A clear note's key: `<path> <clear id>` (a path has no spaces). */
+export function clearNoteKey(path: PathId, id: string): string {
+  return `${path} ${id}`;
+}
+
+/** The path and clear id of a clear note's key, or undefined for a malformed one. */
+export function parseClearNote(key: string): { readonly path: PathId; readonly id: string } | undefined {
+  const at = key.lastIndexOf(' ');
+  return at <= 0 ? undefined : { path: key.slice(0, at), id: key.slice(at + 1) };
+}
+
+/**
+ * Every namespace path's current generation, as this process knows it. Cached while the subscription
+ * holds; a clear note (kind 'c') for a path drops its entry. A GET that was in flight across such a
+ * drop does not refill the cache (the same ticket rule as L1), so a late reply can never bring back an
+ * older generation.
+ */
+export class Generations {
+  /** Invariant: holds only generations read (or set by this process's clear) while trusted, with no drop of the path since. */
+  private readonly known = new Map<PathId, number>();
+  /** Per path, the seq of its latest drop; and the seq of the latest flush. */
+  private readonly droppedAt = new Map<PathId, number>();
+  private seq = 0;
+  private floor = 0;
+  private trusted = false;
+
+  constructor(
+    private readonly client: RedisClient,
+    private readonly io: Io,
+    private readonly prefix: string,
+  ) {}
+
+  /** The generation counter. `{path}`: it and the clear's acknowledgement counter share a Cluster slot (one MULTI). */
+  private redisKey(path: PathId): string {
+    return `${this.prefix}:ns:{${path}}`;
+  }
+
+  /** The current generation of every prefix of `segments` (`users`, `users/admins`, …), in order. */
+  async of(segments: readonly string[]): Promise<number[]> {
+    return Promise.all(segments.map((_, i) => this.one(segments.slice(0, i + 1).join('/'))));
+  }
+
+  private async one(path: PathId): Promise<number> {
+    const known = this.trusted ? this.known.get(path) : undefined;
+    if (known !== undefined) return known;
+    const ticket = this.seq;
+    const raw = await this.io.run('read', () => (this.client as unknown as GenerationClient).get(this.redisKey(path)), path);
+    const generation = raw === null ? 0 : Number(raw);
+    if (this.trusted && ticket >= this.floor && (this.droppedAt.get(path) ?? -1) <= ticket) this.known.set(path, generation);
+    return generation;
+  }
+
+  /**
+   * Increments the path's generation and announces it (`message`: a 'c' note naming the path and the
+   * clear `id`), in one MULTI; then waits until every subscriber that received the note acknowledged
+   * it (ack(): each dropped its cached generation first), or `ackWaitMs` passed. PUBLISH's reply says
+   * how many received it (on a Cluster: only those connected to the node that ran it).
+   * Throws RedisUnavailableError. This process's own cache is dropped for the path at once.
+   */
+  async clear(path: PathId, id: string, channel: string, message: string, ackWaitMs: number, clock: { now(): number }): Promise<void> {
+    this.drop(path);
+    const client = this.client as unknown as GenerationClient;
+    const acks = this.ackKey(path, id);
+    const receivers = await this.io.run('clear', async () => {
+      const tx = client.multi();
+      tx.set(acks, '0', 'PX', ACK_TTL_MS);
+      tx.incr(this.redisKey(path));
+      tx.publish(channel, message);
+      const replies = await tx.exec();
+      const failed = replies?.find(([error]) => error !== null);
+      if (!replies || failed) throw failed?.[0] ?? new Error('MULTI aborted');
+      return Number(replies[2]?.[1] ?? 0);
+    }, path);
+    this.drop(path); // a read that raced the INCR must not keep the old generation
+    const deadline = clock.now() + ackWaitMs;
+    while (clock.now() < deadline) {
+      const acked = Number((await this.io.run('clear', () => client.get(acks), path)) ?? 0);
+      if (acked >= receivers) return;
+      await new Promise((resolve) => setTimeout(resolve, ACK_POLL_MS));
+    }
+  }
+
+  /** Another process's (or this one's) clear note: forget the path's generation, then acknowledge. Never throws. */
+  ack(path: PathId, id: string): void {
+    this.drop(path);
+    const tx = (this.client as unknown as GenerationClient).multi();
+    tx.incr(this.ackKey(path, id));
+    tx.pexpire(this.ackKey(path, id), ACK_TTL_MS);
+    this.io.run('clear', () => tx.exec(), path).catch(() => undefined);
+  }
+
+  private ackKey(path: PathId, id: string): string {
+    return `${this.prefix}:ns:{${path}}:ack:${id}`;
+  }
+
+  /** A clear of `path` (here or elsewhere): forget its generation. */
+  drop(path: PathId): void {
+    this.known.delete(path);
+    this.droppedAt.set(path, ++this.seq);
+    // Bounded: beyond a few thousand remembered drops, forget them all and raise the floor instead.
+    if (this.droppedAt.size > 4096) this.flush();
+  }
+
+  /** Subscription down (notes may be lost): read every generation from Redis until resume(). */
+  suspend(): void {
+    this.flush();
+    this.trusted = false;
+  }
+
+  /** Subscribed again: notes sent while away are lost, so forget everything, then cache again. */
+  resume(): void {
+    this.flush();
+    this.trusted = true;
+  }
+
+  private flush(): void {
+    this.known.clear();
+    this.droppedAt.clear();
+    this.floor = ++this.seq;
+  }
+}
+
+/** What a namespace needs of its cache: the cache's own operations on internal keys (the reserved ones allowed). */
+export interface KeyedOps {
+  getOrCompute<T, S = T>(key: string, loader: (ctx: LoaderContext<S>) => T | PromiseLike<T>, ttlOrOptions?: number | CallOptions): Promise<T>;
+  get<T = unknown>(key: string): Promise<T | undefined>;
+  set<T>(key: string, value: T, ttlOrOptions?: number | CallOptions): Promise<void>;
+  delete(key: string): Promise<void>;
+  has(key: string): Promise<boolean>;
+  getMany<T = unknown>(keys: readonly string[]): Promise<(T | undefined)[]>;
+  deleteMany(keys: readonly string[]): Promise<void>;
+  getOrComputeMany<T>(keys: readonly string[], loadMany: BatchLoader<T>, ttlOrOptions?: number | CallOptions): Promise<(T | undefined)[]>;
+}
+
+/** What a namespace needs of its cache besides the operations. */
+export interface NamespaceHost {
+  readonly ops: KeyedOps;
+  readonly generations: Generations;
+  /** Checks a user key as the cache would (type, length, well-formed); throws InvalidKeyError. */
+  validateKey(key: unknown): asserts key is string;
+  /** Clears `path` everywhere: the generation bump and its note. */
+  clear(path: PathId): Promise<void>;
+}
+
+/**
+ * A view of a cache with its own key space (`cache.namespace('users')`): the same connections,
+ * subscription, L1 and options; the same operations; and `clear()`. Nested namespaces clear with their
+ * parent. Every operation first resolves the path's generations (cached; see Generations), then runs
+ * the cache's own operation on the internal key, so every guarantee of the cache holds per key.
+ */
+export class Namespace {
+  private readonly path: PathId;
+
+  /** @internal Use `cache.namespace(name)` or `namespace.namespace(name)`. */
+  constructor(
+    private readonly host: NamespaceHost,
+    private readonly segments: readonly string[],
+  ) {
+    this.path = segments.join('/');
+  }
+
+  /** The namespace's name path, `users` or `users/admins`. */
+  get name(): string {
+    return this.path;
+  }
+
+  /** A namespace nested in this one: its own key space, also cleared by this one's `clear()`. */
+  namespace(name: string): Namespace {
+    validateNamespace(name);
+    return new Namespace(this.host, [...this.segments, name]);
+  }
+
+  private async internal(key: unknown): Promise<string> {
+    this.host.validateKey(key);
+    return namespacedKey(this.segments, await this.host.generations.of(this.segments), key);
+  }
+
+  private async internalMany(keys: readonly string[]): Promise<string[]> {
+    const given: unknown = keys;
+    if (!Array.isArray(given)) throw new InvalidOptionError('keys', given, 'an array of cache keys');
+    for (const key of keys as unknown[]) this.host.validateKey(key);
+    const generations = await this.host.generations.of(this.segments);
+    return keys.map((key: string) => namespacedKey(this.segments, generations, key));
+  }
+
+  /** `cache.getOrCompute` in this namespace. */
+  async getOrCompute<T, S = T>(key: string, loader: (ctx: LoaderContext<S>) => T | PromiseLike<T>, ttlOrOptions?: number | CallOptions): Promise<T> {
+    // The loader sees the key it was asked for, not the internal one.
+    return this.host.ops.getOrCompute(await this.internal(key), (ctx: LoaderContext<S>) => loader({ ...ctx, key }), ttlOrOptions);
+  }
+
+  async get<T = unknown>(key: string): Promise<T | undefined> {
+    return this.host.ops.get<T>(await this.internal(key));
+  }
+
+  async set<T>(key: string, value: T, ttlOrOptions?: number | CallOptions): Promise<void> {
+    return this.host.ops.set(await this.internal(key), value, ttlOrOptions);
+  }
+
+  async delete(key: string): Promise<void> {
+    return this.host.ops.delete(await this.internal(key));
+  }
+
+  async has(key: string): Promise<boolean> {
+    return this.host.ops.has(await this.internal(key));
+  }
+
+  async getMany<T = unknown>(keys: readonly string[]): Promise<(T | undefined)[]> {
+    return this.host.ops.getMany<T>(await this.internalMany(keys));
+  }
+
+  async deleteMany(keys: readonly string[]): Promise<void> {
+    return this.host.ops.deleteMany(await this.internalMany(keys));
+  }
+
+  /** `cache.getOrComputeMany` in this namespace: `loadMany` sees and returns the caller's keys. */
+  async getOrComputeMany<T>(keys: readonly string[], loadMany: BatchLoader<T>, ttlOrOptions?: number | CallOptions): Promise<(T | undefined)[]> {
+    const internal = await this.internalMany(keys);
+    const toUser = new Map(internal.map((k, i) => [k, keys[i] as string]));
+    const toInternal = new Map(internal.map((k, i) => [keys[i] as string, k]));
+    const translated: BatchLoader<T> = async (missing, ctx) => {
+      const tokens = new Map([...ctx.fencingTokens].map(([k, t]) => [toUser.get(k) as string, t]));
+      const found = await loadMany(missing.map((k) => toUser.get(k) as string), { signal: ctx.signal, fencingTokens: tokens });
+      if (!(found instanceof Map)) return found;
+      return new Map([...found].flatMap(([k, v]) => (toInternal.has(k) ? [[toInternal.get(k) as string, v] as const] : [])));
+    };
+    return this.host.ops.getOrComputeMany(internal, translated, ttlOrOptions);
+  }
+
+  /**
+   * Every entry of this namespace and of the namespaces nested in it, in every process: once this
+   * resolves, no call of this process sees an entry written before it, nor does any process whose
+   * subscription holds once the clear's note reached it (see README "Namespaces" for the bounds).
+   * O(1): one INCR and one PUBLISH; the old entries expire by their TTL. Throws RedisUnavailableError.
+   */
+  clear(): Promise<void> {
+    return this.host.clear(this.path);
+  }
+}

@@ -1,0 +1,102 @@
+/**
+ * getOrComputeMany on a real Redis (issue #11, part 4): one loadMany call for the misses, held keys
+ * waited for, per-key failure, fail-safe and stale windows. Two caches on two clients with one prefix
+ * stand for two processes (the cross-process count is in many-multiprocess.test.ts).
+ */
+import { describe, expect, it } from 'vitest';
+import { createCache, InvalidOptionError, type Cache } from '../../src/index.js';
+import { heldRebuild, keysOf, prefixOf, useRedis } from '../support/harness.js';
+import { countPipelines } from '../support/pipelines.js';
+
+const h = useRedis();
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+
+function recording(values: (key: string) => unknown = (k) => `v:${k}`) {
+  const calls: string[][] = [];
+  const loadMany = async (missing: string[]) => {
+    calls.push([...missing].sort());
+    await sleep(10);
+    return new Map(missing.map((k) => [k, values(k)]).filter(([, v]) => v !== undefined) as [string, unknown][]);
+  };
+  return { calls, loadMany };
+}
+
+describe('getOrComputeMany', () => {
+  it('answers hits from one pipelined read and sends only the misses to ONE loadMany call; values are aligned with keys', async () => {
+    const client = h.client();
+    const cache = createCache({ redis: client, prefix: `many${process.pid}a` });
+    await cache.set('a', 'cached a', 60_000);
+    await cache.set('c', 'cached c', 60_000);
+    const pipelines = countPipelines(client);
+    const { calls, loadMany } = recording((k) => (k === 'gone' ? undefined : `v:${k}`));
+    const values = await cache.getOrComputeMany(['a', 'b', 'c', 'd', 'gone', 'b'], loadMany, 60_000);
+    expect(values).toEqual(['cached a', 'v:b', 'cached c', 'v:d', undefined, 'v:b']);
+    expect(calls).toEqual([['b', 'd', 'gone']]);
+    expect(pipelines.count).toBe(2); // the read of all keys, and the re-read of the keys won
+    // Written fenced per key, 'gone' not cached: the next call loads only 'gone'.
+    expect(await cache.getMany(['b', 'd', 'gone'])).toEqual(['v:b', 'v:d', undefined]);
+    const again = recording();
+    expect(await cache.getOrComputeMany(['a', 'b', 'd', 'gone'], again.loadMany, 60_000)).toEqual(['cached a', 'v:b', 'v:d', 'v:gone']);
+    expect(again.calls).toEqual([['gone']]);
+    await cache.close();
+  });
+
+  it('waits for a key whose lock another process holds instead of reloading it, and is woken by its write', async () => {
+    const a = h.cache();
+    const b = createCache({ redis: h.client(), prefix: prefixOf(a) });
+    const held = await heldRebuild<string>(a, 'busy', 60_000);
+    const { calls, loadMany } = recording();
+    const many = b.getOrComputeMany(['busy', 'free'], loadMany, { ttl: 60_000, pollInterval: 600_000, waitTimeout: 600_000, onWaitTimeout: 'throw' });
+    await sleep(100);
+    expect(calls).toEqual([['free']]);
+    held.open('from a');
+    expect(await many).toEqual(['from a', 'v:free']);
+    expect(calls).toEqual([['free']]);
+    await b.close();
+  });
+
+  it('a key mapped to an Error fails alone: the others are cached, its kept value is served (fail-safe), else the call rejects with it', async () => {
+    const cache = h.cache();
+    await cache.set('kept', 'old kept', { ttl: 20, failSafeTtl: 60_000 });
+    await sleep(60);
+    const opts = { ttl: 60_000, failSafeTtl: 60_000 };
+    const boom = new Error('origin lost this one');
+    const failing = async (missing: string[]) => new Map(missing.map((k) => [k, k === 'ok' ? 'fine' : boom]));
+    expect(await cache.getOrComputeMany(['ok', 'kept'], failing, opts)).toEqual(['fine', 'old kept']);
+    await expect(cache.getOrComputeMany(['ok2', 'bad'], async (m) => new Map(m.map((k) => [k, k === 'bad' ? boom : 'fine2'])), opts)).rejects.toBe(boom);
+    expect(await cache.getMany(['ok', 'ok2', 'bad'])).toEqual(['fine', 'fine2', undefined]);
+    expect(await h.admin.exists(keysOf(cache, 'bad').lock)).toBe(0);
+  });
+
+  it('a loadMany that throws fails only its own keys; cached keys are untouched; a non-Map result is an InvalidOptionError', async () => {
+    const cache = h.cache();
+    await cache.set('hit', 'h', 60_000);
+    const err = new Error('db down');
+    await expect(cache.getOrComputeMany(['hit', 'x', 'y'], () => Promise.reject(err), 60_000)).rejects.toBe(err);
+    expect(await cache.get('hit')).toBe('h');
+    expect(await h.admin.exists(keysOf(cache, 'x').lock, keysOf(cache, 'y').lock)).toBe(0);
+    await expect(cache.getOrComputeMany(['z'], (() => [['z', 1]]) as never, 60_000)).rejects.toBeInstanceOf(InvalidOptionError);
+    await expect(cache.getOrComputeMany(['z'], 'nope' as never, 60_000)).rejects.toMatchObject({ option: 'loadMany' });
+  });
+
+  it('serves a stale key at once and refreshes it in the background with loadMany([key])', async () => {
+    const cache = h.cache();
+    await cache.set('s', 'stale one', { ttl: 20, staleTtl: 60_000 });
+    await sleep(60);
+    const { calls, loadMany } = recording();
+    expect(await cache.getOrComputeMany(['s', 'n'], loadMany, { ttl: 60_000, staleTtl: 60_000 })).toEqual(['stale one', 'v:n']);
+    await sleep(100);
+    expect(calls.sort()).toEqual([['n'], ['s']]);
+    expect(await cache.get('s')).toBe('v:s');
+  });
+
+  it('works in a namespace: loadMany sees and returns the caller’s keys', async () => {
+    const cache: Cache = h.cache();
+    const { calls, loadMany } = recording();
+    expect(await cache.namespace('p').getOrComputeMany(['1', '2'], loadMany, 60_000)).toEqual(['v:1', 'v:2']);
+    expect(calls).toEqual([['1', '2']]);
+    expect(await cache.namespace('p').get('1')).toBe('v:1');
+    expect(await cache.get('1')).toBeUndefined();
+  });
+});

@@ -1,0 +1,133 @@
+/**
+ * Namespaces and clear() (issue #11, part 3) on a real Redis. Two caches on two clients with one prefix
+ * stand for two processes.
+ */
+import { describe, expect, it } from 'vitest';
+import { createCache, InvalidKeyError, InvalidOptionError, type Cache } from '../../src/index.js';
+import { Redis } from 'ioredis';
+import { deferred, prefixOf, useRedis } from '../support/harness.js';
+import { startProxy } from '../support/proxy.js';
+
+const h = useRedis();
+const twin = (cache: Cache): Cache => createCache({ redis: h.client(), prefix: prefixOf(cache), local: { max: 1000 } });
+
+describe('namespace', () => {
+  it('is its own key space: the same key in the cache, a namespace and a nested one are three entries', async () => {
+    const cache = h.cache();
+    const users = cache.namespace('users');
+    const admins = users.namespace('admins');
+    await cache.set('k', 'root', 60_000);
+    await users.set('k', 'users', 60_000);
+    await admins.set('k', 'admins', 60_000);
+    expect(await cache.get('k')).toBe('root');
+    expect(await users.get('k')).toBe('users');
+    expect(await admins.get('k')).toBe('admins');
+    expect(await cache.namespace('users').getMany(['k', 'x'])).toEqual(['users', undefined]);
+    expect(await users.getOrCompute('n', (ctx) => `loaded ${ctx.key}`, 60_000)).toBe('loaded n'); // ctx.key is the caller's key
+    expect(await users.has('n')).toBe(true);
+    await users.deleteMany(['k', 'n']);
+    expect(await users.has('k')).toBe(false);
+    expect(await cache.get('k')).toBe('root');
+    expect(admins.name).toBe('users/admins');
+  });
+
+  it('refuses bad names, and plain keys that could collide with a namespace’s', async () => {
+    const cache = h.cache();
+    for (const bad of ['', 'a b', 'a/b', 'x{y}', 'a\0b', 5]) expect(() => cache.namespace(bad as string)).toThrow(InvalidOptionError);
+    await expect(cache.get('\u00001\u0000users\u00000\u0000k')).rejects.toBeInstanceOf(InvalidKeyError);
+    await expect(cache.namespace('users').get('')).rejects.toBeInstanceOf(InvalidKeyError);
+  });
+});
+
+describe('clear()', () => {
+  it('once it resolves, no process returns an entry written before it, L1 included; the cache and other namespaces keep theirs', async () => {
+    const a = twin(h.cache());
+    const b = twin(a);
+    expect(await a.ready()).toBe(true);
+    expect(await b.ready()).toBe(true);
+    const keys = Array.from({ length: 50 }, (_, i) => `u${i}`);
+    for (const k of keys) await a.namespace('users').set(k, `old ${k}`, 60_000);
+    await a.namespace('users').namespace('admins').set('root', 'old admin', 60_000);
+    await a.namespace('orders').set('o1', 'order', 60_000);
+    await a.set('u0', 'plain', 60_000);
+    // b reads everything: now in b's L1 too.
+    expect(await b.namespace('users').getMany(keys)).toEqual(keys.map((k) => `old ${k}`));
+    expect(await b.namespace('users').namespace('admins').get('root')).toBe('old admin');
+    await a.namespace('users').clear();
+    // No waiting for any event: the clear resolved only after b acknowledged it.
+    expect(await b.namespace('users').getMany(keys)).toEqual(keys.map(() => undefined));
+    expect(await a.namespace('users').get('u1')).toBeUndefined();
+    expect(await b.namespace('users').namespace('admins').get('root')).toBeUndefined(); // nested namespaces clear with their parent
+    let runs = 0;
+    expect(await b.namespace('users').getOrCompute('u2', () => (runs++, 'new'), 60_000)).toBe('new');
+    expect(runs).toBe(1);
+    expect(await b.namespace('orders').get('o1')).toBe('order');
+    expect(await b.get('u0')).toBe('plain');
+    await a.close();
+    await b.close();
+  });
+
+  it('waits for a slow subscriber to take the note: right after it resolves, that process has dropped its generation', async () => {
+    const a = h.cache();
+    const proxy = await startProxy({ host: '127.0.0.1', port: Number(new URL(h.url).port) });
+    const client = h.client();
+    let subscriber: Redis | undefined;
+    client.duplicate = (() => {
+      subscriber = new Redis(proxy.url, { maxRetriesPerRequest: 1 });
+      subscriber.on('error', () => undefined);
+      return subscriber;
+    });
+    const b = createCache({ redis: client, prefix: prefixOf(a), local: { max: 100 } });
+    expect(await b.ready()).toBe(true);
+    await a.namespace('users').set('k', 'old', 60_000);
+    expect(await b.namespace('users').get('k')).toBe('old'); // in b's L1, generation cached
+    proxy.delay('down', 300); // notes now reach b 300 ms late
+    await a.namespace('users').clear();
+    expect(await b.namespace('users').get('k')).toBeUndefined();
+    await b.close();
+    subscriber?.disconnect();
+    await proxy.close();
+  });
+
+  it('a rebuild that started before it answers its callers but never lands after it', async () => {
+    const a = h.cache();
+    const b = twin(a);
+    await b.ready();
+    const gate = deferred<string>();
+    const started = deferred<void>();
+    const call = a.namespace('users').getOrCompute('slow', () => (started.resolve(), gate.promise), 60_000);
+    await started.promise;
+    await a.namespace('users').clear();
+    gate.resolve('pre-clear');
+    await expect(call).resolves.toBe('pre-clear');
+    expect(await a.namespace('users').get('slow')).toBeUndefined();
+    expect(await b.namespace('users').get('slow')).toBeUndefined();
+    await b.close();
+  });
+
+  it('a process whose subscription is down reads the generation from Redis on every call, so it never misses a clear', async () => {
+    const a = h.cache();
+    const b = twin(a);
+    expect(await b.ready()).toBe(true);
+    await a.namespace('users').set('k', 'old', 60_000);
+    expect(await b.namespace('users').get('k')).toBe('old'); // b has cached the generation
+    // b's subscriber goes away for good: the clear's note never reaches it.
+    (b as unknown as { bus: { subscriber: { disconnect(): void } } }).bus.subscriber.disconnect();
+    await new Promise((r) => setTimeout(r, 50));
+    await a.namespace('users').clear();
+    expect(await b.namespace('users').get('k')).toBeUndefined();
+    await b.close();
+  });
+
+  it('costs O(1) in Redis: the old entries are not touched (they expire by their TTL), one generation counter moves', async () => {
+    const cache = h.cache();
+    const ns = cache.namespace('big');
+    for (let i = 0; i < 300; i++) await ns.set(`k${i}`, i, 60_000);
+    const before = await h.admin.dbsize();
+    await ns.clear();
+    expect(await h.admin.get(`${prefixOf(cache)}:ns:{big}`)).toBe('1');
+    // Everything written before is still there, unreachable, until its TTL (plus the counter and the ack key).
+    expect(await h.admin.dbsize()).toBeLessThanOrEqual(before + 2);
+    expect(await ns.get('k0')).toBeUndefined();
+  });
+});
