@@ -267,15 +267,22 @@ async function campaign(c: CampaignConfig) {
       await server.restart();
       heals.push(now());
     } else if (fault === 'kill-pubsub') {
-      // Every subscriber connection drops; ioredis reconnects and resubscribes. Notes sent meanwhile
-      // are lost: the campaign itself (proc 0) deletes every key at once, so each worker's L1 copy
-      // must go by other means (a flush when the subscription is back) within the bound.
-      await admin.call('CLIENT', 'KILL', 'TYPE', 'pubsub').catch(() => undefined);
-      for (let k = 0; k < c.keys; k++) {
-        const key = `k${k}`;
-        const start = now();
-        const ok = await writer.delete(key).then(() => true, () => false);
-        parentWrites.push({ proc: 0, key, kind: 'delete', start, end: now(), ok });
+      // Every subscriber connection drops and cannot come back for a while: maxclients is first
+      // lowered to the connections that stay, so the reconnects are refused. Notes sent meanwhile are
+      // surely lost (not left to a race with a fast resubscribe): the campaign itself (proc 0)
+      // deletes every key then, so each worker's L1 copy must go by other means (not served while
+      // the subscription is down, flushed when it is back) within the bound.
+      const held = await holdSubscribersOut(admin);
+      try {
+        for (let k = 0; k < c.keys; k++) {
+          const key = `k${k}`;
+          const start = now();
+          const ok = await writer.delete(key).then(() => true, () => false);
+          parentWrites.push({ proc: 0, key, kind: 'delete', start, end: now(), ok });
+        }
+        await sleep(200);
+      } finally {
+        await held.release();
       }
     } else if (fault === 'del-fence-lock') {
       for (const kind of ['f', 'l']) {
@@ -390,6 +397,22 @@ async function evictUnderPressure(admin: Redis): Promise<number> {
     await admin.del(...names).catch(() => undefined);
   }
   return Number.isFinite(after - before) ? after - before : 0;
+}
+
+/**
+ * Kills every subscriber connection and keeps new connections out until `release()`: maxclients is
+ * lowered to the connections that stay before the kill (Redis keeps the ones it has and refuses new
+ * ones), then restored. Connections that are not subscribers (the workers' own clients, the writer)
+ * go on working meanwhile.
+ */
+async function holdSubscribersOut(admin: Redis): Promise<{ release(): Promise<void> }> {
+  const [, before] = (await admin.config('GET', 'maxclients').catch(() => ['maxclients', '10000'])) as [string, string];
+  const list = String(await admin.call('CLIENT', 'LIST').catch(() => ''));
+  const all = list.split('\n').filter((l) => l.trim() !== '');
+  const subscribers = all.filter((l) => / sub=[1-9]| psub=[1-9]| ssub=[1-9]/.test(l)).length;
+  await admin.config('SET', 'maxclients', String(Math.max(1, all.length - subscribers))).catch(() => undefined);
+  await admin.call('CLIENT', 'KILL', 'TYPE', 'pubsub').catch(() => undefined);
+  return { release: async () => void (await admin.config('SET', 'maxclients', before).catch(() => undefined)) };
 }
 
 const ALL_FAULTS: Fault[] = ['pause-holder', 'kill-worker', 'pause-redis', 'restart-redis', 'script-flush', 'kill-pubsub', 'del-fence-lock', 'evict'];
