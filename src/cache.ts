@@ -2,6 +2,7 @@ import { EventEmitter, setMaxListeners } from 'node:events';
 import { AbortedError, CacheClosedError, InvalidOptionError } from './errors.js';
 import type { CacheEvents } from './events.js';
 import { NoFlight, SingleFlight, type Coalescer } from './flight.js';
+import { portFor } from './client/detect.js';
 import { Io } from './io.js';
 import { entryKeys, validateKey } from './keys.js';
 import type { LoaderContext } from './loader.js';
@@ -51,7 +52,8 @@ export class Cache extends EventEmitter<CacheEvents> {
   private closing: Promise<void> | undefined;
   /** Resolved options per bare ttl; undefined when the lock policy is a function of the key. */
   private readonly byTtl: Map<number, ResolvedCall> | undefined;
-  private readonly client: CacheOptions['redis'];
+  /** Removes the listener on the caller's client's reconnections (close()). */
+  private readonly stopReadyListener: () => void;
   private readonly telemetry = new Telemetry();
 
   constructor(options: CacheOptions) {
@@ -62,7 +64,8 @@ export class Cache extends EventEmitter<CacheEvents> {
     // Every running loader listens to the lifetime signal (and detaches when done): not a leak.
     setMaxListeners(0, this.lifetime.signal);
     this.io = new Io(o.redisTimeout, o.breakerThreshold, o.breakerCooldown, o.clock);
-    const scripts = defineScripts(options.redis);
+    const port = portFor(o.redis);
+    const scripts = defineScripts(port);
     // The subscriber's heartbeat: a silently dead socket counts as down within 2 × redisTimeout.
     this.bus = new Bus(o.prefix, o.redisTimeout);
     this.local = o.local ? new LruTier(o.local, o.clock, { incoherent: o.unsafe.incoherentL1 }) : NO_LOCAL_TIER;
@@ -105,14 +108,13 @@ export class Cache extends EventEmitter<CacheEvents> {
       telemetry: this.telemetry,
     };
     // L1 is trusted only while subscribed: notes sent while away are lost (see local-tier.ts).
-    this.bus.start(options.redis, {
+    this.bus.start(port, {
       onNote: (note) => this.onNote(note),
       onUp: () => this.local.resume(),
       onDown: () => this.local.suspend(),
       onError: (error) => emit('degraded', { key: undefined, operation: 'subscribe', error }),
     });
-    this.client = options.redis;
-    this.client.on?.('ready', this.onReady);
+    this.stopReadyListener = port.onReady(this.onReady);
   }
 
   /** The caller's client reconnected: stop skipping Redis at once. */
@@ -280,7 +282,7 @@ export class Cache extends EventEmitter<CacheEvents> {
     // (and any grant acquired meanwhile is refused by the registry); a loader that finishes later writes nothing.
     await this.grants.close();
     this.deps.background.clear();
-    this.client.off?.('ready', this.onReady);
+    this.stopReadyListener();
     this.io.close();
     if (this.lockers.redlock instanceof RedlockLock) this.lockers.redlock.close();
     await this.bus.stop();

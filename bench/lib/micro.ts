@@ -12,6 +12,7 @@ import { createCache, type Cache } from '../../src/index.js';
 import { Io } from '../../src/io.js';
 import { entryKeys } from '../../src/keys.js';
 import { RedlockLock } from '../../src/lock/redlock.js';
+import { portFor } from '../../src/client/detect.js';
 import { defineScripts } from '../../src/lock/scripts.js';
 import { StoreLock, type LockDeps } from '../../src/lock/single.js';
 import { resolveCallOptions, resolveCacheOptions, systemClock } from '../../src/options.js';
@@ -146,7 +147,7 @@ export async function lockCost(
   const bus = new Bus('lockbench');
   const deps: LockDeps = {
     io: new Io(1000, 5, 2000, systemClock),
-    scripts: defineScripts(store),
+    scripts: defineScripts(portFor(store)),
     bus,
     clock: systemClock,
     onLost: () => undefined,

@@ -4,6 +4,7 @@ import { createCache, type Cache, type CacheOptions, type LockMode } from '../..
 import { Io } from '../../src/io.js';
 import { entryKeys } from '../../src/keys.js';
 import { RedlockLock } from '../../src/lock/redlock.js';
+import { portFor } from '../../src/client/detect.js';
 import { defineScripts } from '../../src/lock/scripts.js';
 import { StoreLock, type LockDeps } from '../../src/lock/single.js';
 import { resolveCacheOptions, resolveCallOptions, systemClock, type ResolvedRedlock } from '../../src/options.js';
@@ -239,7 +240,7 @@ describe('RedlockLock', () => {
 
   function lockOver(redlockNodes: Redis[], tuning: Partial<ResolvedRedlock>): { lock: RedlockLock; call: ReturnType<typeof resolveCallOptions> } {
     const storeClient = client(store.url);
-    const deps: LockDeps = { io: new Io(300, 5, 1000, systemClock), scripts: defineScripts(storeClient), bus: new Bus('rlretry'), clock: systemClock, onLost: () => undefined };
+    const deps: LockDeps = { io: new Io(300, 5, 1000, systemClock), scripts: defineScripts(portFor(storeClient)), bus: new Bus('rlretry'), clock: systemClock, onLost: () => undefined };
     const config: ResolvedRedlock = { nodes: redlockNodes, driftFactor: 0.01, retryCount: 1, retryDelay: 10, retryJitter: 0, nodeTimeout: 100, onNoQuorum: 'local', ...tuning };
     const lock = new RedlockLock(deps, config, new StoreLock(deps, 'local', false), { threshold: 5, cooldown: 1000 });
     const call = resolveCallOptions(resolveCacheOptions({ redis: storeClient }).defaults, { ttl: 1000, lockTtl: 10_000, failBackoff: 5_000 }, 'k');

@@ -1,0 +1,48 @@
+/**
+ * The client family the cache is tested on. `SG_TEST_CLIENT` picks it for the whole run:
+ *   ioredis (default) · node-redis (the `redis` package, v6) · node-redis5 (the `redis5` alias, v5).
+ * Only the cache's own client changes: tests keep ioredis for their raw reads and fault injection
+ * (`h.admin`, `h.client()`), so the assertions read Redis the same way whatever the cache runs on.
+ */
+import { Redis } from 'ioredis';
+import { createClient } from 'redis';
+import { createClient as createClient5 } from 'redis5';
+import type { RedisClient } from '../../src/index.js';
+
+export type ClientFamily = 'ioredis' | 'node-redis' | 'node-redis5';
+const FAMILIES: readonly ClientFamily[] = ['ioredis', 'node-redis', 'node-redis5'];
+
+function family(): ClientFamily {
+  const given = process.env.SG_TEST_CLIENT ?? 'ioredis';
+  if ((FAMILIES as readonly string[]).includes(given)) return given as ClientFamily;
+  throw new Error(`SG_TEST_CLIENT=${given}: expected one of ${FAMILIES.join(', ')}`);
+}
+
+export const TEST_CLIENT: ClientFamily = family();
+
+/** What tests do with a cache's client of either family (both answer these the same way). */
+export interface TestClient {
+  ping(): Promise<string>;
+  listenerCount(event: string): number;
+  sendCommand(...args: never[]): unknown;
+}
+
+/** A client of `kind`, connecting (node-redis: connect() already called, commands queue until ready), plus its disposal. */
+export function familyClient(url: string, kind: ClientFamily = TEST_CLIENT): { client: RedisClient & TestClient; dispose: () => void } {
+  if (kind === 'ioredis') {
+    // A bounded retry count: the cache's own redisTimeout bounds every call anyway.
+    const c = new Redis(url, { maxRetriesPerRequest: 1 });
+    c.on('error', () => undefined); // the caller's client: its connection errors are the caller's to log
+    return { client: c, dispose: () => c.disconnect() };
+  }
+  const c = kind === 'node-redis' ? createClient({ url }) : createClient5({ url });
+  c.on('error', () => undefined);
+  // The caller connects a node-redis client; connect() opens it at once (commands queue until ready).
+  c.connect().catch(() => undefined);
+  return {
+    client: c,
+    dispose: () => {
+      if (c.isOpen) c.destroy();
+    },
+  };
+}
