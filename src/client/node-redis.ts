@@ -36,6 +36,14 @@ const BYTES: CommandOptions = Object.freeze({ typeMapping: Object.freeze({ 36: B
 /** The default mapping (strings, numbers), whatever `withTypeMapping` the caller's client carries. */
 const PLAIN: CommandOptions = Object.freeze({ typeMapping: Object.freeze({}) });
 
+/**
+ * Per client, the scripts it has run: EVAL the first time, EVALSHA after. Sending EVALSHA first would
+ * make the first run of a script two round trips (EVALSHA, NOSCRIPT, EVAL), and if the NOSCRIPT reply
+ * is lost the script never runs at all: an undo that must land (a release by token after a timeout)
+ * would then be lost with it. Shared by every cache on the client (a WeakMap: nothing is kept alive).
+ */
+const RAN = new WeakMap<object, Set<string>>();
+
 /** A node-redis Cluster (createCluster): it routes by key and knows each slot's master. */
 function isNodeRedisCluster(v: unknown): boolean {
   return typeof prop(v, 'getSlotMaster') === 'function';
@@ -51,8 +59,9 @@ export function isNodeRedis(v: unknown): v is NodeRedisClient {
 }
 
 /**
- * node-redis: scripts as EVALSHA through `sendCommand`, then EVAL on NOSCRIPT (which also caches the
- * script on the server again), with numbers sent as strings (node-redis takes strings and Buffers only).
+ * node-redis: scripts through `sendCommand`: EVAL on a script's first run on this client, EVALSHA
+ * after it, and EVAL again on NOSCRIPT (SCRIPT FLUSH, a restart, a failover; EVAL caches the script on
+ * the server again), with numbers sent as strings (node-redis takes strings and Buffers only).
  * Replies: RESP2 or RESP3 (the caller's `RESP` option) give the same JS values for our scripts; a
  * per-command `typeMapping` asks for Buffers where the code needs bytes, and for the defaults
  * elsewhere. Like ioredis, node-redis keeps commands in its offline queue while disconnected (unless
@@ -63,8 +72,12 @@ export class NodeRedisPort implements RedisPort {
   readonly family: string;
   private readonly send: Send;
   private readonly cluster: boolean;
+  private readonly ran: Set<string>;
 
   constructor(private readonly client: NodeRedisClient) {
+    let ran = RAN.get(client);
+    if (!ran) RAN.set(client, (ran = new Set()));
+    this.ran = ran;
     this.cluster = isNodeRedisCluster(client);
     this.family = this.cluster ? 'node-redis cluster' : 'node-redis';
     const c = client as unknown as { sendCommand(...args: unknown[]): Promise<unknown> };
@@ -79,6 +92,12 @@ export class NodeRedisPort implements RedisPort {
     for (const a of args) rest.push(typeof a === 'number' ? String(a) : a);
     const options = bytes ? BYTES : PLAIN;
     const firstKey = keys[0];
+    if (!this.ran.has(script.sha)) {
+      return this.send(firstKey, ['EVAL', script.lua, ...rest], options).then((reply) => {
+        this.ran.add(script.sha);
+        return reply;
+      });
+    }
     return this.send(firstKey, ['EVALSHA', script.sha, ...rest], options).catch((err: unknown) => {
       if (!isNoScript(err)) throw err;
       return this.send(firstKey, ['EVAL', script.lua, ...rest], options);

@@ -24,8 +24,8 @@ describe('reads', () => {
     const reader = createCache({ redis: readerClient, prefix: prefixOf(writer), local: { max: 10 } });
     await readerClient.ping();
     expect(await reader.ready()).toBe(true); // L1 is served and filled only while subscribed
-    // The first run of a script on a server is EVALSHA, NOSCRIPT, EVAL (ioredis does the retry below
-    // sendCommand, node-redis through it): warm the read script up, then count the steady state.
+    // A script's first run on a server or client may cost more (ioredis: EVALSHA, NOSCRIPT, EVAL below
+    // sendCommand; node-redis: one EVAL with the script's text): warm it up, then count the steady state.
     expect(await reader.get('warm-up')).toBeUndefined();
     const sent = countCommands(readerClient);
     expect(await reader.getOrCompute('k', () => ({ a: 2 }), 60_000)).toEqual({ a: 1 });

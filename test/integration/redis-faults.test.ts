@@ -1,12 +1,11 @@
-import { once } from 'node:events';
-import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createCache, type Cache } from '../../src/index.js';
+import { familyClient, whenReady } from '../support/clients.js';
 import { countCommands } from '../support/harness.js';
 import { startRedisServer, type RedisServer } from '../support/redis-server.js';
 
 let server: RedisServer;
-const clients: Redis[] = [];
+const disposals: (() => void)[] = [];
 const caches: Cache[] = [];
 
 beforeAll(async () => {
@@ -14,16 +13,15 @@ beforeAll(async () => {
 });
 afterAll(async () => {
   await Promise.all(caches.map((c) => c.close()));
-  for (const c of clients) c.disconnect();
+  for (const dispose of disposals) dispose();
   await server.stop();
 });
 
 function setup(breakerCooldown = 300) {
-  // Default ioredis options except a bounded retry count: the cache's own redisTimeout bounds every call anyway.
-  const redis = new Redis(server.url, { maxRetriesPerRequest: 1 });
-  redis.on('error', () => undefined); // the caller's client: its connection errors are the caller's to log
-  clients.push(redis);
-  const cache = createCache({ redis, prefix: `f${clients.length}`, redisTimeout: 200, breakerThreshold: 3, breakerCooldown });
+  // The family under test (SG_TEST_CLIENT), with default options (ioredis: a bounded retry count).
+  const { client: redis, dispose } = familyClient(server.url);
+  disposals.push(dispose);
+  const cache = createCache({ redis, prefix: `f${disposals.length}`, redisTimeout: 200, breakerThreshold: 3, breakerCooldown });
   caches.push(cache);
   const degraded: string[] = [];
   cache.on('degraded', (e) => degraded.push(e.operation));
@@ -75,7 +73,7 @@ describe('Redis unavailable: getOrCompute still answers with the loader, one run
     expect(runs).toBe(1);
     expect(degraded.length).toBeGreaterThan(0);
     await server.restart();
-    if (redis.status !== 'ready') await once(redis, 'ready');
+    await whenReady(redis);
     // No wait for breakerCooldown: the client's 'ready' event closes the breaker at once.
     const computed = new Promise<string>((resolve) => cache.once('computed', (e) => resolve(String(e.lock))));
     await cache.getOrCompute('after', () => 'back', 60_000);

@@ -46,3 +46,10 @@ export function familyClient(url: string, kind: ClientFamily = TEST_CLIENT): { c
     },
   };
 }
+
+/** Resolves once `client` (either family) is connected and ready for commands. */
+export async function whenReady(client: TestClient): Promise<void> {
+  const c = client as unknown as { status?: string; isReady?: boolean; once(event: 'ready', listener: () => void): unknown };
+  if (c.status === 'ready' || c.isReady === true) return;
+  await new Promise<void>((resolve) => c.once('ready', resolve));
+}
