@@ -45,15 +45,17 @@ describe('aborted callers', () => {
     const first = deferred<string>();
     let runs = 0;
     const ac = new AbortController();
+    const started = deferred<void>();
     const abandoned = cache.getOrCompute('j', async (ctx) => {
       runs++;
+      started.resolve();
       // Honours its signal: rejects once every caller left.
       return new Promise<string>((resolve, reject) => {
         ctx.signal.addEventListener('abort', () => reject(ctx.signal.reason as Error), { once: true });
         void first.promise.then(resolve);
       });
     }, { ttl: 60_000, signal: ac.signal, lock: 'local' });
-    await sleep(30);
+    await started.promise; // the loader runs (not a fixed sleep: a client still connecting takes longer)
     ac.abort();
     await expect(abandoned).rejects.toMatchObject({ code: 'ERR_ABORTED' });
     const later = await cache.getOrCompute('j', () => (runs++, 'fresh'), { ttl: 60_000, lock: 'local' });
