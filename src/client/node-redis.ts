@@ -125,8 +125,9 @@ export class NodeRedisPort implements RedisPort {
   }
 
   get skipsTlsVerification(): boolean {
-    // Client: options.socket; Cluster: options.defaults.socket (each node's socket options).
-    const socket = prop(this.client, 'options', 'socket') ?? prop(this.client, 'options', 'defaults', 'socket');
+    // Client: options.socket; Cluster: _options.defaults.socket (each node's socket options; a Cluster
+    // exposes its options only as `_options`, in node-redis 5 and 6).
+    const socket = prop(this.client, 'options', 'socket') ?? prop(this.client, '_options', 'defaults', 'socket');
     return prop(socket, 'tls') !== undefined && prop(socket, 'tls') !== false && prop(socket, 'rejectUnauthorized') === false;
   }
 }

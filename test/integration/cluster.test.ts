@@ -60,8 +60,9 @@ describe.each<Family>(['ioredis', 'node-redis'])('Redis Cluster (3 masters), %s 
     const admin = clusterClient(true);
     const port = portFor(await cacheClient(family));
     const ranges = await admin.cluster('SLOTS');
-    for (let i = 0; i < 30; i++) {
-      const key = entryKeys('cl', `n${i}`).value;
+    const raw = ['foo{}{bar}', 'foo{{bar}}zap', 'a{b}c', '}{', '{}', '😀{x}'];
+    for (let i = 0; i < 30 + raw.length; i++) {
+      const key = raw[i - 30] ?? entryKeys('cl', `n${i}`).value;
       const slot = await admin.cluster('KEYSLOT', key);
       const range = ranges.find(([from, to]) => slot >= from && slot <= to);
       expect(port.nodeOf(key)).toBe(`${String(range?.[2]?.[0])}:${String(range?.[2]?.[1])}`);
