@@ -312,6 +312,7 @@ const env = {
   cpus: `${os.cpus().length} × ${os.cpus()[0]?.model ?? '?'}`,
   os: `${os.type()} ${os.release()}`,
   ioredis: (spawnSync(process.execPath, ['-p', "require('ioredis/package.json').version"], { encoding: 'utf8' }).stdout || '?').trim(),
+  nodeRedis: (spawnSync(process.execPath, ['-p', "require('redis/package.json').version"], { encoding: 'utf8' }).stdout || '?').trim(),
   processes: P,
   callers: C,
   runs: RUNS,

@@ -1,13 +1,13 @@
 import { RedisUnavailableError } from './errors.js';
 import type { Io } from './io.js';
 import { hashSlot } from './keys.js';
+import type { RedisPort } from './client/port.js';
 import { defineScripts, type Scripts } from './lock/scripts.js';
-import type { RedisClient } from './redis-types.js';
 
 /**
  * Many keys, one round trip per hash slot: the keys of a batch are grouped by slot on a Cluster (a
  * pipeline must stay within one slot's node), or all together on a single Redis, and each group is
- * sent as one ioredis pipeline of the same registered scripts a single-key call uses. Every group is
+ * sent as one pipeline (client/port.ts) of the same scripts a single-key call uses. Every group is
  * one `Io` operation (one timeout, one breaker count); groups go out in parallel.
  *
  * Invariant: a reply is never reordered against another key's: each command's answer is matched by
@@ -15,22 +15,12 @@ import type { RedisClient } from './redis-types.js';
  * (after SCRIPT FLUSH ioredis may re-run a script after the commands queued behind it).
  */
 
-/** What batching needs of an ioredis client beyond RedisClient: `pipeline()` (Redis and Cluster both have it). */
-interface Pipelining {
-  pipeline(): Pipeline;
-}
-
-/** An ioredis pipeline: the registered scripts as methods (queued, not sent) and `exec`. */
-interface Pipeline {
-  exec(): Promise<[Error | null, unknown][] | null>;
-}
-
 /** One key's answer in a batch: the script's reply, or why it has none. */
 export type Reply = { readonly ok: true; readonly value: unknown } | { readonly ok: false; readonly error: unknown };
 
 export class Batch {
   constructor(
-    private readonly client: RedisClient,
+    private readonly port: RedisPort,
     private readonly io: Io,
   ) {}
 
@@ -43,9 +33,9 @@ export class Batch {
     const replies = new Array<Reply>(keys.length);
     await Promise.all(
       this.groups(keys).map(async (group) => {
-        const pipeline = (this.client as unknown as Pipelining).pipeline();
-        // The pipeline carries the client's registered scripts: the same callers queue on it.
-        const queued = defineScripts(pipeline as unknown as RedisClient);
+        const pipeline = this.port.pipeline();
+        // The same typed script callers, queueing on the pipeline instead of sending.
+        const queued = defineScripts(pipeline);
         for (const i of group) send(queued, i);
         try {
           const answers = await this.io.run(operation, () => pipeline.exec(), keys[group[0] as number]);
@@ -65,7 +55,7 @@ export class Batch {
   private groups(keys: readonly string[]): number[][] {
     if (keys.length === 0) return [];
     const all = keys.map((_, i) => i);
-    if (this.client.isCluster !== true) return [all];
+    if (!this.port.cluster) return [all];
     const bySlot = new Map<number, number[]>();
     for (const i of all) {
       const slot = hashSlot(keys[i] as string);

@@ -6,11 +6,11 @@ import { refreshPolicyFor } from './entry.js';
 import { AbortedError, CacheClosedError, InvalidKeyError, InvalidOptionError } from './errors.js';
 import type { CacheEvents } from './events.js';
 import { NoFlight, SingleFlight, type Coalescer } from './flight.js';
+import { portFor } from './client/detect.js';
 import { Io } from './io.js';
-import { entryKeys, validateKey } from './keys.js';
+import { entryKeys, slotTag, validateKey } from './keys.js';
 import type { LoaderContext } from './loader.js';
 import { LruTier, NO_LOCAL_TIER, type LocalTier } from './local-tier.js';
-import { nodeOf } from './node-of.js';
 import { GrantRegistry, ReleaseRetries } from './lock/grant.js';
 import { defineScripts } from './lock/scripts.js';
 import { RedlockLock } from './lock/redlock.js';
@@ -64,7 +64,6 @@ export class Cache extends EventEmitter<CacheEvents> {
   private closing: Promise<void> | undefined;
   /** Resolved options per bare ttl; undefined when the lock policy is a function of the key. */
   private readonly byTtl: Map<number, ResolvedCall> | undefined;
-  private readonly client: CacheOptions['redis'];
   /** Many keys in one round trip per hash slot (getMany, deleteMany). */
   private readonly batch: Batch;
   /** Every namespace path's generation (cached while subscribed). */
@@ -72,6 +71,8 @@ export class Cache extends EventEmitter<CacheEvents> {
   /** True only on the namespaces' internal view of this cache (`host`): keys starting with `\0` are theirs. */
   private readonly reservedKeys: boolean = false;
   private namespaceHost: NamespaceHost | undefined;
+  /** Removes the listener on the caller's client's reconnections (close()). */
+  private readonly stopReadyListener: () => void;
   private readonly telemetry = new Telemetry();
 
   constructor(options: CacheOptions) {
@@ -83,10 +84,15 @@ export class Cache extends EventEmitter<CacheEvents> {
     setMaxListeners(0, this.lifetime.signal);
     this.retries = new ReleaseRetries(o.clock);
     this.memo = o.degradedMemo > 0 ? new LruDegradedMemo(o.degradedMemo, o.clock) : NO_DEGRADED_MEMO;
+    const port = portFor(o.redis);
+    // WAIT must run on the connection that ran the script; a node-redis Cluster does not expose it.
+    if (o.replicaAck && port.family === 'node-redis cluster') {
+      throw new InvalidOptionError('replicaAck', o.replicaAck, 'off with a node-redis Cluster client (WAIT must run on the slot master\'s own connection, which that client does not expose): use an ioredis Cluster, or leave replicaAck off');
+    }
     // Redis answering again after failures ends every degraded copy (see degraded-memo.ts) and sends
     // the releases it did not answer again (lock/grant.ts); one breaker per node.
-    this.io = new Io(o.redisTimeout, o.breakerThreshold, o.breakerCooldown, o.clock, this.onAnswer, nodeOf(options.redis));
-    const scripts = withReplicaAck(defineScripts(options.redis), options.redis, o.replicaAck);
+    this.io = new Io(o.redisTimeout, o.breakerThreshold, o.breakerCooldown, o.clock, this.onAnswer, (key) => (key === undefined ? '' : port.nodeOf(`{${slotTag(key)}}`)));
+    const scripts = withReplicaAck(defineScripts(port), port, o.replicaAck);
     // The subscriber's heartbeat: a silently dead socket counts as down within 2 × redisTimeout.
     this.bus = new Bus(o.prefix, o.redisTimeout);
     this.local = o.local ? new LruTier(o.local, o.clock, { incoherent: o.unsafe.incoherentL1 }) : NO_LOCAL_TIER;
@@ -130,9 +136,9 @@ export class Cache extends EventEmitter<CacheEvents> {
       emit,
       telemetry: this.telemetry,
     };
-    this.generations = new Generations(options.redis, this.io, o.prefix);
+    this.generations = new Generations(port, this.io, o.prefix);
     // L1 and cached namespace generations are trusted only while subscribed: notes sent while away are lost (see local-tier.ts).
-    this.bus.start(options.redis, {
+    this.bus.start(port, {
       onNote: (note) => this.onNote(note),
       onUp: () => {
         this.generations.resume();
@@ -144,9 +150,8 @@ export class Cache extends EventEmitter<CacheEvents> {
       },
       onError: (error) => emit('degraded', { key: undefined, operation: 'subscribe', error }),
     });
-    this.client = options.redis;
-    this.batch = new Batch(options.redis, this.io);
-    this.client.on?.('ready', this.onReady);
+    this.batch = new Batch(port, this.io);
+    this.stopReadyListener = port.onReady(this.onReady);
   }
 
   /** Redis answered (see Io): on a recovery the degraded copies go; unanswered releases are sent again. */
@@ -450,7 +455,7 @@ export class Cache extends EventEmitter<CacheEvents> {
     // (and any grant acquired meanwhile is refused by the registry); a loader that finishes later writes nothing.
     await this.grants.close();
     this.deps.background.clear();
-    this.client.off?.('ready', this.onReady);
+    this.stopReadyListener();
     this.io.close();
     if (this.lockers.redlock instanceof RedlockLock) this.lockers.redlock.close();
     await this.bus.stop();

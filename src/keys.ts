@@ -1,4 +1,5 @@
 import { createHash } from 'node:crypto';
+import { slotOf } from './client/slot.js';
 import { InvalidKeyError } from './errors.js';
 
 /** The Redis keys of one entry. All share one Cluster hash slot (the `{tag}`). */
@@ -62,21 +63,7 @@ export function eventsChannel(prefix: string): string {
   return `${prefix}:events`;
 }
 
-/**
- * The Redis Cluster hash slot of every key of `key`'s entry: CRC16 (XMODEM: polynomial 0x1021, initial
- * value 0, as the Cluster spec defines it) of its `{tag}`, modulo 16384. Batches group keys by it, so
- * each group can go to its node in one pipeline.
- */
+/** The Cluster hash slot of every Redis key of the entry of `key` (they share the `{tag}`). */
 export function hashSlot(key: string): number {
-  return crc16(slotTag(key)) % 16384;
-}
-
-/** CRC16/XMODEM over the UTF-16 code units of an ASCII string (the slot tag is hex: one byte each). */
-export function crc16(ascii: string): number {
-  let crc = 0;
-  for (let i = 0; i < ascii.length; i++) {
-    crc ^= ascii.charCodeAt(i) << 8;
-    for (let bit = 0; bit < 8; bit++) crc = crc & 0x8000 ? ((crc << 1) ^ 0x1021) & 0xffff : (crc << 1) & 0xffff;
-  }
-  return crc;
+  return slotOf(`{${slotTag(key)}}`);
 }

@@ -3,7 +3,7 @@ import type { Io } from './io.js';
 import type { LoaderContext } from './loader.js';
 import type { BatchLoader } from './many.js';
 import type { CallOptions } from './options.js';
-import type { RedisClient } from './redis-types.js';
+import { script, type RedisPort } from './client/port.js';
 
 /**
  * Namespaces: a view of a cache with its own key space, cleared in O(1) by a generation counter.
@@ -47,16 +47,23 @@ export function namespacedKey(segments: readonly string[], generations: readonly
 /** Keys starting with this are the namespaces' (see namespacedKey): refused as plain keys. */
 export const RESERVED_KEY_START = '\0';
 
-interface GenerationClient {
-  get(key: string): Promise<string | null>;
-  multi(): {
-    incr(key: string): unknown;
-    set(key: string, value: string, px: 'PX', ms: number): unknown;
-    pexpire(key: string, ms: number): unknown;
-    publish(channel: string, message: string): unknown;
-    exec(): Promise<[Error | null, unknown][] | null>;
-  };
-}
+/**
+ * A clear, atomically: the acknowledgement counter starts at 0, the generation goes up, the note goes
+ * out; returns how many subscribers received it (one script instead of MULTI: it
+ * runs the same on every client family). Both keys share the path's `{slot}`.
+ */
+const CLEAR = script('sgNsClearV1', 2, `
+redis.call('SET', KEYS[2], '0', 'PX', ARGV[1])
+redis.call('INCR', KEYS[1])
+return redis.call('PUBLISH', ARGV[2], ARGV[3])
+`);
+/** A process heard a clear: one more acknowledgement, kept ACK_TTL_MS. */
+const ACK = script('sgNsAckV1', 1, `
+redis.call('INCR', KEYS[1])
+redis.call('PEXPIRE', KEYS[1], ARGV[1])
+return 1
+`);
+
 
 /** How long a clear's acknowledgement counter lives in Redis. */
 const ACK_TTL_MS = 60_000;
@@ -90,12 +97,12 @@ export class Generations {
   private trusted = false;
 
   constructor(
-    private readonly client: RedisClient,
+    private readonly port: RedisPort,
     private readonly io: Io,
     private readonly prefix: string,
   ) {}
 
-  /** The generation counter. `{path}`: it and the clear's acknowledgement counter share a Cluster slot (one MULTI). */
+  /** The generation counter. `{path}`: it and the clear's acknowledgement counter share a Cluster slot (one script). */
   private redisKey(path: PathId): string {
     return `${this.prefix}:ns:{${path}}`;
   }
@@ -109,37 +116,28 @@ export class Generations {
     const known = this.trusted ? this.known.get(path) : undefined;
     if (known !== undefined) return known;
     const ticket = this.seq;
-    const raw = await this.io.run('read', () => (this.client as unknown as GenerationClient).get(this.redisKey(path)), path);
-    const generation = raw === null ? 0 : Number(raw);
+    const key = this.redisKey(path);
+    const raw = await this.io.run('read', () => this.port.command(key, ['GET', key]), path);
+    const generation = raw === null || raw === undefined ? 0 : Number(raw);
     if (this.trusted && ticket >= this.floor && (this.droppedAt.get(path) ?? -1) <= ticket) this.known.set(path, generation);
     return generation;
   }
 
   /**
    * Increments the path's generation and announces it (`message`: a 'c' note naming the path and the
-   * clear `id`), in one MULTI; then waits until every subscriber that received the note acknowledged
+   * clear `id`), in one script; then waits until every subscriber that received the note acknowledged
    * it (ack(): each dropped its cached generation first), or `ackWaitMs` passed. PUBLISH's reply says
    * how many received it (on a Cluster: only those connected to the node that ran it).
    * Throws RedisUnavailableError. This process's own cache is dropped for the path at once.
    */
   async clear(path: PathId, id: string, channel: string, message: string, ackWaitMs: number, clock: { now(): number }): Promise<void> {
     this.drop(path);
-    const client = this.client as unknown as GenerationClient;
     const acks = this.ackKey(path, id);
-    const receivers = await this.io.run('clear', async () => {
-      const tx = client.multi();
-      tx.set(acks, '0', 'PX', ACK_TTL_MS);
-      tx.incr(this.redisKey(path));
-      tx.publish(channel, message);
-      const replies = await tx.exec();
-      const failed = replies?.find(([error]) => error !== null);
-      if (!replies || failed) throw failed?.[0] ?? new Error('MULTI aborted');
-      return Number(replies[2]?.[1] ?? 0);
-    }, path);
+    const receivers = Number(await this.io.run('clear', () => this.port.run(CLEAR, [this.redisKey(path), acks], [ACK_TTL_MS, channel, message]), path));
     this.drop(path); // a read that raced the INCR must not keep the old generation
     const deadline = clock.now() + ackWaitMs;
     while (clock.now() < deadline) {
-      const acked = Number((await this.io.run('clear', () => client.get(acks), path)) ?? 0);
+      const acked = Number((await this.io.run('clear', () => this.port.command(acks, ['GET', acks]), path)) ?? 0);
       if (acked >= receivers) return;
       await new Promise((resolve) => setTimeout(resolve, ACK_POLL_MS));
     }
@@ -148,10 +146,8 @@ export class Generations {
   /** Another process's (or this one's) clear note: forget the path's generation, then acknowledge. Never throws. */
   ack(path: PathId, id: string): void {
     this.drop(path);
-    const tx = (this.client as unknown as GenerationClient).multi();
-    tx.incr(this.ackKey(path, id));
-    tx.pexpire(this.ackKey(path, id), ACK_TTL_MS);
-    this.io.run('clear', () => tx.exec(), path).catch(() => undefined);
+    const acks = this.ackKey(path, id);
+    this.io.run('clear', () => this.port.run(ACK, [acks], [ACK_TTL_MS]), path).catch(() => undefined);
   }
 
   private ackKey(path: PathId, id: string): string {

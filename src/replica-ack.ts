@@ -1,8 +1,7 @@
 import { ReplicaAckShort } from './errors.js';
 import type { Scripts } from './lock/scripts.js';
-import { connectionOf } from './node-of.js';
 import type { ReplicaAckOptions } from './options.js';
-import type { RedisClient } from './redis-types.js';
+import type { RedisPort } from './client/port.js';
 
 
 /**
@@ -19,10 +18,10 @@ import type { RedisClient } from './redis-types.js';
  * primary and `replicas` replicas hold it, so a replica promoted from among them issues larger ones.
  * Off: the scripts are returned unchanged (no cost).
  */
-export function withReplicaAck(scripts: Scripts, client: RedisClient, ack: Readonly<ReplicaAckOptions> | undefined): Scripts {
+export function withReplicaAck(scripts: Scripts, port: RedisPort, ack: Readonly<ReplicaAckOptions> | undefined): Scripts {
   if (!ack) return scripts;
   const confirm = async (redisKey: string): Promise<void> => {
-    const acked = Number(await connectionOf(client, redisKey).call('WAIT', ack.replicas, ack.timeout));
+    const acked = Number(await port.commandOnNodeOf(redisKey, ['WAIT', ack.replicas, ack.timeout]));
     if (acked < ack.replicas) throw new ReplicaAckShort(acked, ack.replicas, ack.timeout);
   };
   return {

@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { eventsChannel } from './keys.js';
-import type { RedisClient, SubscriberClient } from './redis-types.js';
+import type { RedisPort, SubscriberPort } from './client/port.js';
 
 /**
  * Notification kinds on the shared channel:
@@ -169,12 +169,13 @@ export function subscribeRetryDelay(failures: number, random: number): number {
  * heartbeat PING unanswered for a whole period: a silently dead socket (no FIN, no RST) emits no
  * 'close' until TCP gives up, and every note sent meanwhile is lost; the Bus then drops the
  * connection itself (ioredis reconnects), which turns "silently dead" into down within two periods.
+ * That is ioredis's contract; the node-redis adapter (client/node-redis.ts) gives the same events.
  */
 export class Bus {
   readonly channel: string;
   /** Identifies this cache instance in notes, so it can skip its own L1 invalidations. */
   readonly origin = randomBytes(6).toString('base64url');
-  private subscriber: SubscriberClient | undefined;
+  private subscriber: SubscriberPort | undefined;
   private handlers: BusHandlers | undefined;
   /** True between a SUBSCRIBE reply on the current connection and the next 'close'. */
   private up = false;
@@ -204,20 +205,21 @@ export class Bus {
   }
 
   /** Duplicates the caller's client (the only connection we ever create) and subscribes, retrying until it holds. */
-  start(client: RedisClient, handlers: BusHandlers): void {
-    const sub = client.duplicate() as SubscriberClient;
+  start(port: RedisPort, handlers: BusHandlers): void {
+    const sub = port.subscriber();
     this.subscriber = sub;
     this.handlers = handlers;
     sub.on('error', (err) => handlers.onError(err));
-    sub.on('message', (channel: string, message: string) => {
-      if (channel !== this.channel || this.stopped) return;
-      const note = parseNote(message);
-      if (note) handlers.onNote(note);
-    });
     sub.on('ready', () => this.attempt());
     sub.on('close', () => this.closed());
     this.attempt();
   }
+
+  private readonly onMessage = (channel: string, message: string): void => {
+    if (channel !== this.channel || this.stopped) return;
+    const note = parseNote(message);
+    if (note) this.handlers?.onNote(note);
+  };
 
   /** True once subscribed (now, or within `timeoutMs`); false after `timeoutMs`, or once stopped. Never rejects. */
   ready(timeoutMs: number): Promise<boolean> {
@@ -242,8 +244,8 @@ export class Bus {
     for (const settle of [...this.waitingForUp]) settle(false);
     const sub = this.subscriber;
     this.subscriber = undefined;
-    // disconnect, not quit: quit waits for a reply that never comes while Redis is down.
-    sub?.disconnect();
+    // Not QUIT: it waits for a reply that never comes while Redis is down.
+    sub?.close();
     return Promise.resolve();
   }
 
@@ -253,7 +255,7 @@ export class Bus {
     clearTimeout(this.retryTimer);
     this.retryTimer = undefined;
     const generation = (this.inFlight = this.generation);
-    sub.subscribe(this.channel).then(
+    sub.subscribe(this.channel, this.onMessage).then(
       () => {
         if (this.inFlight === generation) this.inFlight = -1;
         // Answered on a connection that has since closed: the attempt sent on 'ready' decides.
@@ -290,8 +292,8 @@ export class Bus {
       const sub = this.subscriber;
       if (!sub) return;
       if (this.unanswered) {
-        // A whole period without an answer: treat the socket as dead (ioredis reconnects).
-        sub.disconnect(true);
+        // A whole period without an answer: treat the socket as dead (the client reconnects).
+        sub.reconnect();
         return;
       }
       this.unanswered = true;

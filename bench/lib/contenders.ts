@@ -10,16 +10,17 @@ import { redisDriver } from 'bentocache/drivers/redis';
 import { createCache as createCacheManager } from 'cache-manager';
 import { Redis } from 'ioredis';
 import { Keyv } from 'keyv';
-import { createCache, type Cache, type CallOptions, type LockMode } from '../../src/index.js';
+import { createClient } from 'redis';
+import { createCache, type Cache, type CallOptions, type LockMode, type RedisClient } from '../../src/index.js';
 
 export const OURS = ['none', 'local', 'single', 'redlock'] as const;
 export const PEERS = ['bentocache', 'bentocache-grace', 'cachified', 'cachified-swr'] as const;
 /**
  * Variants of `single` that only some scenarios run (a scenario's `contenders` names them):
  * `-l1` adds the in-process L1; `-ra` uses `refreshAhead: RA_FRACTION` with no stale window;
- * `-jitter` uses `ttlJitter: JITTER`.
+ * `-jitter` uses `ttlJitter: JITTER`; `-node-redis` is `single` on node-redis clients (package `redis`).
  */
-export const VARIANTS = ['single-l1', 'single-ra', 'single-ra-l1', 'single-jitter'] as const;
+export const VARIANTS = ['single-l1', 'single-ra', 'single-ra-l1', 'single-jitter', 'single-node-redis'] as const;
 /** cache-manager 7 on Redis through Keyv, with `refreshThreshold` (refresh ahead, per process). */
 export const LATE_PEERS = ['cache-manager'] as const;
 /** The lock many tutorials still teach (issue 12 §3): SETNX, then EXPIRE, then DEL without a token. */
@@ -85,6 +86,8 @@ export function makeContender(name: ContenderName, env: ContenderEnv): Contender
       return ours('single', env, { l1: true, refresh: { refreshAhead: RA_FRACTION } });
     case 'single-jitter':
       return ours('single', env, { refresh: { ttlJitter: JITTER } });
+    case 'single-node-redis':
+      return ours('single', env, { nodeRedis: true });
     case 'cache-manager':
       return cacheManager(env);
     case 'naive-lock':
@@ -104,9 +107,22 @@ function client(url: string): Redis {
 }
 
 /** `refresh` set: refresh-ahead options, and no stale window (the issue's "with refreshAhead and no stale window"). */
-function ours(mode: LockMode, env: ContenderEnv, variant: { l1?: boolean; refresh?: RefreshOptions } = {}): Contender {
-  const redis = client(env.url);
-  const nodes = env.redlockUrls.map(client);
+/** A node-redis client, connecting (commands wait in its offline queue until it is ready), and its disposal. */
+function nodeRedisClient(url: string): { redis: RedisClient; dispose: () => void } {
+  const c = createClient({ url });
+  c.on('error', () => undefined);
+  c.connect().catch(() => undefined);
+  return { redis: c, dispose: () => c.destroy() };
+}
+
+function ours(mode: LockMode, env: ContenderEnv, variant: { l1?: boolean; refresh?: RefreshOptions; nodeRedis?: boolean } = {}): Contender {
+  const made = [env.url, ...env.redlockUrls].map((url) => {
+    if (variant.nodeRedis) return nodeRedisClient(url);
+    const c = client(url);
+    return { redis: c, dispose: () => c.disconnect() };
+  });
+  const [{ redis }, ...rest] = made as [(typeof made)[number], ...typeof made];
+  const nodes = rest.map((m) => m.redis);
   const cache: Cache = createCache({
     redis,
     prefix: env.prefix,
@@ -129,12 +145,12 @@ function ours(mode: LockMode, env: ContenderEnv, variant: { l1?: boolean; refres
       const held = new Promise<void>((resolve) => (holding = resolve));
       void cache.getOrCompute(key, () => { holding(); return new Promise<never>(() => undefined); }, { ttl: 60_000, ...lease }).catch(() => undefined);
       await held;
-      redis.disconnect();
+      for (const m of made) m.dispose();
       await cache.close();
     },
     async close() {
       await cache.close();
-      for (const c of [redis, ...nodes]) c.disconnect();
+      for (const m of made) m.dispose();
     },
   };
 }

@@ -1,17 +1,19 @@
 /**
  * In-process micro-benchmarks, each side by side in one run:
  * - overhead: a fresh hit through getOrCompute vs a bare ioredis GET + msgpackr decode of the same
- *   value; an L1 hit vs a bare lru-cache get;
+ *   value; an L1 hit vs a bare lru-cache get; then the same fresh hit and bare GET on node-redis;
  * - lock cost: acquire + release for `single` and for Redlock over 3 and over 5 nodes.
  * Operations run sequentially (one at a time), so a figure is a latency, not a throughput.
  */
 import { Redis } from 'ioredis';
 import { LRUCache } from 'lru-cache';
+import { createClient, RESP_TYPES } from 'redis';
 import { Packr } from 'msgpackr';
 import { createCache, type Cache } from '../../src/index.js';
 import { Io } from '../../src/io.js';
 import { entryKeys } from '../../src/keys.js';
 import { RedlockLock } from '../../src/lock/redlock.js';
+import { portFor } from '../../src/client/detect.js';
 import { defineScripts } from '../../src/lock/scripts.js';
 import { StoreLock, type LockDeps } from '../../src/lock/single.js';
 import { resolveCallOptions, resolveCacheOptions, systemClock } from '../../src/options.js';
@@ -61,6 +63,12 @@ export async function overhead(url: string, ops: number, runs: number): Promise<
   const lru = new LRUCache<string, object>({ max: 1000 });
   lru.set('user', VALUE);
   await l1cache.getOrCompute('user', () => VALUE, 3_600_000);
+  // node-redis, connected as a caller would; its bare GET asks for a Buffer like the store's read does.
+  const nodeRedis = createClient({ url });
+  nodeRedis.on('error', () => undefined);
+  await nodeRedis.connect();
+  const nodeBare = nodeRedis.withTypeMapping({ [RESP_TYPES.BLOB_STRING]: Buffer });
+  const nrCache = createCache({ redis: nodeRedis, prefix: 'ovh' });
   const loader = () => VALUE;
   const all: LatencyFigure[][] = [];
   for (let r = 0; r < runs; r++) {
@@ -69,10 +77,14 @@ export async function overhead(url: string, ops: number, runs: number): Promise<
       await measure('getOrCompute fresh hit (Redis)', ops, () => cache.getOrCompute('user', loader, 3_600_000)),
       await measure('bare lru-cache get', ops * 10, () => lru.get('user')),
       await measure('getOrCompute L1 hit', ops * 10, () => l1cache.getOrCompute('user', loader, 3_600_000)),
+      await measure('bare GET + msgpackr decode (node-redis)', ops, async () => packr.unpack((await nodeBare.get('bare:user')) as Buffer)),
+      await measure('getOrCompute fresh hit (Redis, node-redis)', ops, () => nrCache.getOrCompute('user', loader, 3_600_000)),
     ]);
   }
   await cache.close();
   await l1cache.close();
+  await nrCache.close();
+  nodeRedis.destroy();
   for (const c of [redis, bare, l1redis]) c.disconnect();
   return medianOf(all);
 }
@@ -146,7 +158,7 @@ export async function lockCost(
   const bus = new Bus('lockbench');
   const deps: LockDeps = {
     io: new Io(1000, 5, 2000, systemClock),
-    scripts: defineScripts(store),
+    scripts: defineScripts(portFor(store)),
     bus,
     clock: systemClock,
     onLost: () => undefined,

@@ -62,7 +62,7 @@ export function markdown(r: Report): string {
   const out: string[] = [];
   out.push(`Command: \`${String(e.command)}\``);
   out.push('');
-  out.push(`Machine: ${String(e.cpus)}, ${String(e.os)}; Node ${String(e.node)}; Redis ${String(e.redis)} (${String(e.redisSource)}); ioredis ${String(e.ioredis)}; ${String(e.date)}.`);
+  out.push(`Machine: ${String(e.cpus)}, ${String(e.os)}; Node ${String(e.node)}; Redis ${String(e.redis)} (${String(e.redisSource)}); ioredis ${String(e.ioredis)}; node-redis ${typeof e.nodeRedis === 'string' ? e.nodeRedis : '–'}; ${String(e.date)}.`);
   out.push(`Sizes: ${String(e.processes)} processes × ${String(e.callers)} concurrent callers; ${JSON.stringify(e.sizes)}; each figure is the median of ${String(e.runs)} runs.`);
   const closed = r.rows.filter((x) => !x.open);
   if (closed.length > 0) {
@@ -93,9 +93,11 @@ export function markdown(r: Report): string {
     for (const m of figs) out.push(`| ${m.name} | ${f1(m.p50us)} | ${f1(m.p99us)} |`);
   };
   micro('Overhead', r.overhead);
-  if (r.overhead.length === 4) {
-    const [bare, hit, lru, l1] = r.overhead as [LatencyFigure, LatencyFigure, LatencyFigure, LatencyFigure];
+  if (r.overhead.length >= 4) {
+    const [bare, hit, lru, l1, nrBare, nrHit] = r.overhead as [LatencyFigure, LatencyFigure, LatencyFigure, LatencyFigure, LatencyFigure?, LatencyFigure?];
     out.push('', `Fresh hit ÷ bare GET+decode (p50): ${f2(hit.p50us / bare.p50us)}; L1 hit ÷ bare lru-cache get (p50): ${f2(l1.p50us / lru.p50us)}.`);
+    // node-redis figures (runs since the client port): the same ratio on that client.
+    if (nrBare && nrHit) out.push('', `On node-redis, fresh hit ÷ bare GET+decode (p50): ${f2(nrHit.p50us / nrBare.p50us)}.`);
   }
   micro('Tracing channel', r.tracing ?? []);
   micro('Lock cost', r.lockCost);

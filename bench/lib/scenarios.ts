@@ -1,5 +1,5 @@
 /** Benchmark scenarios and the pure figures computed from a run (ideal rebuilds, ratios, percentiles). */
-import type { ContenderName } from './contenders.js';
+import { ALL_CONTENDERS, type ContenderName } from './contenders.js';
 
 export interface ScenarioSpec {
   name: string;
@@ -63,7 +63,8 @@ export function scenarios(s: Sizes): ScenarioSpec[] {
   // Open-loop scenarios start from a burst fill: "after the first fill" no caller should wait.
   const open = { kind: 'open' as const, perSecond: s.openPerSecond, durationMs: s.openDurationMs, warmupMs: s.openWarmupMs, thinkMs: 0, burstFill: true };
   return [
-    { name: 'cold-stampede', kind: 'cold', keys: 1, distribution: 'uniform', ttlMs: 60_000, staleMs: 0, loaderMs: s.loaderMs, durationMs: 0, thinkMs: 0 },
+    // Also on node-redis clients (single-node-redis), side by side with the same lock on ioredis.
+    { name: 'cold-stampede', kind: 'cold', keys: 1, distribution: 'uniform', ttlMs: 60_000, staleMs: 0, loaderMs: s.loaderMs, durationMs: 0, thinkMs: 0, contenders: [...ALL_CONTENDERS, 'single-node-redis'] },
     { name: 'hot-1-key', ...loop, keys: 1, distribution: 'uniform' },
     { name: 'hot-20-keys', ...loop, keys: 20, distribution: 'uniform' },
     { name: 'zipf-keys', ...loop, keys: s.zipfKeys, distribution: 'zipf' },

@@ -1,3 +1,4 @@
+import { portFor } from '../client/detect.js';
 import { CacheClosedError, NoQuorumError, OriginBackoffError } from '../errors.js';
 import { Io } from '../io.js';
 import type { EntryKeys } from '../keys.js';
@@ -64,7 +65,7 @@ export class RedlockLock implements Locker {
   ) {
     this.nodes = config.nodes.map((client) => ({
       io: new Io(config.nodeTimeout, breaker.threshold, breaker.cooldown, deps.clock),
-      scripts: defineScripts(client),
+      scripts: defineScripts(portFor(client)),
     }));
   }
 

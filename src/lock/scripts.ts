@@ -1,9 +1,9 @@
-import type { RedisClient } from '../redis-types.js';
+import { script, type RedisPort, type ScriptArg } from '../client/port.js';
 
 /**
- * Lua scripts, registered with ioredis `defineCommand` (EVALSHA with a NOSCRIPT fallback).
+ * Lua scripts, run through the client port (EVALSHA with a NOSCRIPT fallback, whatever the client).
  * Each touches only its KEYS, which share one hash slot. Never rely on ordering between a script
- * and other commands in one pipeline: after SCRIPT FLUSH ioredis retries the script after them.
+ * and other commands in one pipeline: after SCRIPT FLUSH a client retries the script after them.
  */
 
 /**
@@ -172,8 +172,6 @@ redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return 1
 `;
 
-type Arg = string | Buffer | number;
-
 /** WRITE's ARGV: token, fence, bytes, physical ttl, channel, note if accepted, note if rejected. */
 export type WriteArgs = [token: string, fence: string, bytes: Buffer, ttl: number, channel: string, accepted: string, rejected: string];
 
@@ -196,34 +194,30 @@ export interface Scripts {
 }
 
 // Versioned names: a script change gets a new name, so two library versions on one client never clash.
-const NAMES = {
-  read: ['sgReadV2', 1, READ],
-  acquire: ['sgAcquireV3', 3, ACQUIRE],
-  write: ['sgWriteV3', 3, WRITE],
-  writeUnfenced: ['sgWriteUnfencedV3', 3, WRITE_UNFENCED],
-  release: ['sgReleaseV2', 2, RELEASE],
-  extend: ['sgExtendV1', 2, EXTEND],
-  invalidate: ['sgInvalidateV3', 2, INVALIDATE],
-  redlockAcquire: ['sgRedlockAcquireV1', 1, REDLOCK_ACQUIRE],
+const SCRIPTS = {
+  read: script('sgReadV2', 1, READ),
+  acquire: script('sgAcquireV3', 3, ACQUIRE),
+  write: script('sgWriteV3', 3, WRITE),
+  writeUnfenced: script('sgWriteUnfencedV3', 3, WRITE_UNFENCED),
+  release: script('sgReleaseV2', 2, RELEASE),
+  extend: script('sgExtendV1', 2, EXTEND),
+  invalidate: script('sgInvalidateV3', 2, INVALIDATE),
+  redlockAcquire: script('sgRedlockAcquireV1', 1, REDLOCK_ACQUIRE),
 } as const;
 
-type Command = (...args: Arg[]) => Promise<unknown>;
+type Name = keyof typeof SCRIPTS;
 
-/** Registers the scripts on a client (idempotent) and returns typed callers. */
-export function defineScripts(client: RedisClient): Scripts {
-  const c = client as unknown as Record<string, Command | undefined>;
-  for (const [name, keys, lua] of Object.values(NAMES)) {
-    if (typeof c[name] !== 'function') client.defineCommand(name, { numberOfKeys: keys, lua });
-  }
-  const call = (name: string, ...args: Arg[]): Promise<unknown> => (c[name] as Command).apply(client, args);
+/** Typed callers of the scripts on one client (through its port). */
+export function defineScripts(port: Pick<RedisPort, 'run'>): Scripts {
+  const call = (name: Name, keys: readonly string[], args: readonly ScriptArg[], bytes = false): Promise<unknown> => port.run(SCRIPTS[name], keys, args, bytes);
   return {
-    read: (k, max) => call(`${NAMES.read[0]}Buffer`, k, max) as Promise<[number, Buffer | number] | null>,
-    acquire: (l, f, b, token, ttl, fttl, ignoreBackoff = false) => call(NAMES.acquire[0], l, f, b, token, ttl, fttl, ignoreBackoff ? '1' : '0') as Promise<[number, number]>,
-    write: (keys, args) => call(NAMES.write[0], ...keys, ...args) as Promise<number>,
-    writeUnfenced: (keys, args) => call(NAMES.writeUnfenced[0], ...keys, ...args) as Promise<number>,
-    release: (l, b, token, ch, msg, backoff) => call(NAMES.release[0], l, b, token, ch, msg, backoff) as Promise<number>,
-    extend: (l, f, token, ttl) => call(NAMES.extend[0], l, f, token, ttl) as Promise<number>,
-    invalidate: (v, f, ttl, ch, msg) => call(NAMES.invalidate[0], v, f, ttl, ch, msg) as Promise<number>,
-    redlockAcquire: (l, token, ttl) => call(NAMES.redlockAcquire[0], l, token, ttl) as Promise<number>,
+    read: (k, max) => call('read', [k], [max], true) as Promise<[number, Buffer | number] | null>,
+    acquire: (l, f, b, token, ttl, fttl, ignoreBackoff = false) => call('acquire', [l, f, b], [token, ttl, fttl, ignoreBackoff ? '1' : '0']) as Promise<[number, number]>,
+    write: (keys, args) => call('write', keys, args) as Promise<number>,
+    writeUnfenced: (keys, args) => call('writeUnfenced', keys, args) as Promise<number>,
+    release: (l, b, token, ch, msg, backoff) => call('release', [l, b], [token, ch, msg, backoff]) as Promise<number>,
+    extend: (l, f, token, ttl) => call('extend', [l, f], [token, ttl]) as Promise<number>,
+    invalidate: (v, f, ttl, ch, msg) => call('invalidate', [v, f], [ttl, ch, msg]) as Promise<number>,
+    redlockAcquire: (l, token, ttl) => call('redlockAcquire', [l], [token, ttl]) as Promise<number>,
   };
 }

@@ -2,6 +2,7 @@
  * What one option is: how a given value is checked, and its default. The schema (`schema.ts`) is a
  * table of these; validation, DEFAULTS and the resolved types are all read off that table.
  */
+import { isRedisClient } from '../client/detect.js';
 import { InvalidOptionError } from '../errors.js';
 import type { RedisClient } from '../redis-types.js';
 import { LOCK_MODES, type Clock, type LockMode, type LockPolicy, type RefreshAhead } from './public.js';
@@ -120,14 +121,12 @@ export const clock: Parse<Clock> = (v, name) => {
   throw new InvalidOptionError(name, v, 'an object with now(): number');
 };
 
-export function isRedisClient(v: unknown): v is RedisClient {
-  const c = v as Partial<RedisClient> | null;
-  return typeof c === 'object' && c !== null && typeof c.defineCommand === 'function' && typeof c.duplicate === 'function';
-}
+/** What a client option accepts, in messages. */
+export const CLIENT_KINDS = 'an ioredis Redis or Cluster, or a node-redis client (createClient() or createCluster())';
 
 export const redisClient: Parse<RedisClient> = (v, name) => {
   if (isRedisClient(v)) return v;
-  throw new InvalidOptionError(name, v, 'an ioredis Redis or Cluster instance');
+  throw new InvalidOptionError(name, v, CLIENT_KINDS);
 };
 
 /** Refuses any own key of `input` that `schema` does not list; the message lists the known names. */

@@ -105,7 +105,10 @@ export type OnNoQuorum = 'throw' | 'single' | 'local';
 
 /** Redlock: a quorum over N independent Redis masters (not replicas). */
 export interface RedlockOptions {
-  /** ioredis clients of independent masters, owned by the caller; at least 3 (odd numbers recommended). Required. */
+  /**
+   * Clients of independent masters, owned by the caller; at least 3 (odd numbers recommended). Each
+   * may be ioredis or node-redis (mixed families are fine). Required.
+   */
   nodes: RedisClient[];
   /** Clock drift allowance as a fraction of lockTtl (plus 2 ms). Default `0.01`. */
   driftFactor?: number;
@@ -131,7 +134,11 @@ export interface ReplicaAckOptions {
 
 /** `createCache` options. Unknown names are an `InvalidOptionError`, not silently ignored. */
 export interface CacheOptions {
-  /** An ioredis `Redis` or `Cluster`, owned by the caller. Required. Never quit by the cache; duplicated once for pub/sub. */
+  /**
+   * An ioredis `Redis` or `Cluster` (5 or 6), or a node-redis `createClient()` or `createCluster()`
+   * (5 or 6) that you connected; owned by the caller. Required. Never quit by the cache; duplicated
+   * once for pub/sub (a node-redis duplicate is connected by the cache).
+   */
   redis: RedisClient;
   /** Key namespace; must not contain `{` or `}`. Default `'sg'`. */
   prefix?: string;

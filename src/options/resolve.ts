@@ -2,6 +2,7 @@
  * Resolution: createCache's options once (frozen), one call's options over the cache defaults on
  * every call. Both throw `InvalidOptionError` before any Redis traffic.
  */
+import { portFor } from '../client/detect.js';
 import { InvalidOptionError } from '../errors.js';
 import type { RedisClient } from '../redis-types.js';
 import { UNSAFE, type UnsafeSwitches } from '../unsafe.js';
@@ -18,17 +19,10 @@ import {
   type ResolvedDefaults,
 } from './schema.js';
 
-/** Reads an ioredis client's TLS options (Redis: options.tls; Cluster: options.redisOptions.tls). */
-function skipsTlsVerification(client: unknown): boolean {
-  const o = (client as { options?: { tls?: { rejectUnauthorized?: unknown }; redisOptions?: { tls?: { rejectUnauthorized?: unknown } } } }).options;
-  const tls = o?.tls ?? o?.redisOptions?.tls;
-  return typeof tls === 'object' && tls !== null && tls.rejectUnauthorized === false;
-}
-
 /** A client that does not verify the server's certificate is refused unless `allowInsecureTls`, and then warned about. */
 function checkTls(redis: RedisClient, nodes: readonly RedisClient[], allowInsecureTls: boolean): void {
   for (const [name, client] of [['redis', redis] as const, ...nodes.map((n, i) => [`redlock.nodes[${i}]`, n] as const)]) {
-    if (!skipsTlsVerification(client)) continue;
+    if (!portFor(client).skipsTlsVerification) continue;
     if (!allowInsecureTls) {
       throw new InvalidOptionError(name, 'tls.rejectUnauthorized: false', 'a client that verifies the server certificate, or allowInsecureTls: true');
     }

@@ -6,6 +6,7 @@
  * name missing from either side a compile error, and test/types/options.test.ts checks that the
  * resolved value types equal the public ones.
  */
+import { isRedisClient } from '../client/detect.js';
 import { InvalidOptionError } from '../errors.js';
 import type { RedisClient } from '../redis-types.js';
 import type { UnsafeSwitches } from '../unsafe.js';
@@ -15,7 +16,7 @@ import {
   clock,
   fractionBelowOne,
   intFrom,
-  isRedisClient,
+  CLIENT_KINDS,
   MAX_MS,
   lockPolicy,
   nonNegativeMs,
@@ -142,7 +143,7 @@ const callDefaults: Parse<Partial<ResolvedDefaults>> = (v, name) => {
 
 const redlockNodes: Parse<readonly RedisClient[]> = (v, name) => {
   if (Array.isArray(v) && v.length >= 3 && v.every(isRedisClient)) return Object.freeze([...v]);
-  throw new InvalidOptionError(name, v, 'an array of at least 3 ioredis clients of independent masters');
+  throw new InvalidOptionError(name, v, `an array of at least 3 clients of independent masters, each ${CLIENT_KINDS}`);
 };
 
 export const REDLOCK_FIELDS = {

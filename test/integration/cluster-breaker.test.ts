@@ -2,7 +2,7 @@ import { Cluster } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createCache, type Cache } from '../../src/index.js';
 import { entryKeys } from '../../src/keys.js';
-import { connectionOf, nodeOf } from '../../src/node-of.js';
+import { portFor } from '../../src/client/detect.js';
 import { clusterClient as sharedClusterClient } from '../support/harness.js';
 import { startRedisCluster, type RedisClusterHandle } from '../support/redis-server.js';
 
@@ -42,19 +42,20 @@ async function ownerPorts(admin: Cluster, prefix: string, keys: readonly string[
   return owners;
 }
 
-describe('nodeOf and connectionOf on a real cluster', () => {
-  it('name, and connect to, the master that owns each key\'s slot (as CLUSTER KEYSLOT + SLOTS say)', async () => {
+describe('the port routes by slot owner on a real cluster (the breaker\'s nodeOf, replicaAck\'s WAIT)', () => {
+  it('nodeOf names, and commandOnNodeOf runs on, the master that owns each key\'s slot (as CLUSTER KEYSLOT + SLOTS say)', async () => {
     const prefix = 'no';
     const admin = clusterClient(true);
     const keys = Array.from({ length: 20 }, (_, i) => `key${i}`);
     const owners = await ownerPorts(admin, prefix, keys);
-    const c = clusterClient();
+    const c = clusterClient(true); // CONFIG GET below tells which node answered
     await c.ping(); // the client loads its slot table
-    const route = nodeOf(c);
+    const port = portFor(c);
     for (const key of keys) {
-      expect(route(key)).toBe(`127.0.0.1:${owners.get(key)}`);
-      const conn = connectionOf(c, entryKeys(prefix, key).value) as unknown as { options: { port: number } };
-      expect(conn.options.port).toBe(owners.get(key));
+      const redisKey = entryKeys(prefix, key).value;
+      expect(port.nodeOf(redisKey)).toBe(`127.0.0.1:${owners.get(key)}`);
+      const [, answeredBy] = (await port.commandOnNodeOf(redisKey, ['CONFIG', 'GET', 'port'])) as [string, string];
+      expect(Number(answeredBy)).toBe(owners.get(key));
     }
     expect(new Set(owners.values()).size).toBeGreaterThan(1);
   });

@@ -1,12 +1,15 @@
 import { Cluster } from 'ioredis';
+import { createCluster } from 'redis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createCache, type Cache, type CacheOptions } from '../../src/index.js';
+import { portFor } from '../../src/client/detect.js';
+import { createCache, type Cache, type CacheOptions, type RedisClient } from '../../src/index.js';
 import { entryKeys, hashSlot } from '../../src/keys.js';
 import { clusterClient as sharedClusterClient, deferred, heldRebuild, missedCall, nextEvent } from '../support/harness.js';
-import { startRedisCluster, type RedisClusterHandle } from '../support/redis-server.js';
+import { ACL_USER, AS_ACL_USER, startRedisCluster, type RedisClusterHandle } from '../support/redis-server.js';
 
 let cluster: RedisClusterHandle;
 const clients: Cluster[] = [];
+const disposals: (() => void)[] = [];
 const caches: Cache[] = [];
 
 beforeAll(async () => {
@@ -15,6 +18,7 @@ beforeAll(async () => {
 afterAll(async () => {
   await Promise.all(caches.map((c) => c.close()));
   for (const c of clients) c.disconnect();
+  for (const dispose of disposals) dispose();
   await cluster.stop();
 });
 
@@ -22,17 +26,46 @@ function clusterClient(admin = false): Cluster {
   return sharedClusterClient(cluster, clients, admin);
 }
 
-function cache(prefix: string, extra: Partial<CacheOptions> = {}): Cache {
-  const c = createCache({ redis: clusterClient(), prefix, ...extra });
-  caches.push(c);
+type Family = 'ioredis' | 'node-redis';
+
+/** The cache's cluster client: ioredis `Cluster`, or node-redis `createCluster()` connected as a caller would. */
+async function cacheClient(family: Family): Promise<RedisClient> {
+  if (family === 'ioredis') return clusterClient();
+  const c = createCluster({
+    rootNodes: cluster.startup.map((n) => ({ url: `redis://${n.host}:${n.port}` })),
+    defaults: AS_ACL_USER ? { username: ACL_USER.username, password: ACL_USER.password } : {},
+  });
+  c.on('error', () => undefined);
+  await c.connect();
+  disposals.push(() => c.destroy());
   return c;
 }
 
 const BRACE_KEYS = ['}', '}abc', '{x}', 'a{b}c', '{', '{}', 'x:lock', 'plain', '😀{}', '\r\n{'];
 
-describe('Redis Cluster (3 masters)', () => {
+describe.each<Family>(['ioredis', 'node-redis'])('Redis Cluster (3 masters), %s client', (family) => {
+  // Each family on its own prefixes: both run against the same cluster.
+  async function cache(prefix: string, extra: Partial<CacheOptions> = {}): Promise<Cache> {
+    const c = createCache({ redis: await cacheClient(family), prefix: `${family}-${prefix}`, ...extra });
+    caches.push(c);
+    return c;
+  }
+
+  it('nodeOf(key) names the master that owns the key\'s slot', async () => {
+    const admin = clusterClient(true);
+    const port = portFor(await cacheClient(family));
+    const ranges = await admin.cluster('SLOTS');
+    const raw = ['foo{}{bar}', 'foo{{bar}}zap', 'a{b}c', '}{', '{}', '😀{x}'];
+    for (let i = 0; i < 30 + raw.length; i++) {
+      const key = raw[i - 30] ?? entryKeys('cl', `n${i}`).value;
+      const slot = await admin.cluster('KEYSLOT', key);
+      const range = ranges.find(([from, to]) => slot >= from && slot <= to);
+      expect(port.nodeOf(key)).toBe(`${String(range?.[2]?.[0])}:${String(range?.[2]?.[1])}`);
+    }
+  });
+
   it.each(BRACE_KEYS)('key %j: getOrCompute, get, set and delete work (all keys of the entry share a slot: no CROSSSLOT)', async (key) => {
-    const c = cache('cl1');
+    const c = await cache('cl1');
     expect(await c.getOrCompute(key, () => ({ key }), 60_000)).toEqual({ key });
     expect(await c.get(key)).toEqual({ key });
     await c.set(key, 'set', 60_000);
@@ -52,8 +85,8 @@ describe('Redis Cluster (3 masters)', () => {
   });
 
   it('a stampede from two cache instances runs the loader once', async () => {
-    const a = cache('cl2');
-    const b = cache('cl2');
+    const a = await cache('cl2');
+    const b = await cache('cl2');
     let runs = 0;
     const loader = async () => {
       runs++;
@@ -66,8 +99,8 @@ describe('Redis Cluster (3 masters)', () => {
   });
 
   it('a waiter is woken by pub/sub on the cluster (its poll is an hour away)', async () => {
-    const a = cache('cl3');
-    const b = cache('cl3', { defaults: { pollInterval: 3_600_000, waitTimeout: 3_600_000 } });
+    const a = await cache('cl3');
+    const b = await cache('cl3', { defaults: { pollInterval: 3_600_000, waitTimeout: 3_600_000 } });
     await Promise.all([a.ready(), b.ready()]);
     const held = await heldRebuild<string>(a, 'w}');
     const waiting = await missedCall(b, 'w}', () => 'from-b');
@@ -77,8 +110,8 @@ describe('Redis Cluster (3 masters)', () => {
   });
 
   it("delete() drops another instance's L1 copy over the cluster's pub/sub", async () => {
-    const a = cache('cl4', { local: { max: 10 } });
-    const b = cache('cl4', { local: { max: 10 } });
+    const a = await cache('cl4', { local: { max: 10 } });
+    const b = await cache('cl4', { local: { max: 10 } });
     await Promise.all([a.ready(), b.ready()]);
     await a.set('{d}', 1, 60_000);
     expect(await b.get('{d}')).toBe(1);
@@ -89,7 +122,7 @@ describe('Redis Cluster (3 masters)', () => {
   });
 
   it('fencing: a set() during an in-flight rebuild wins', async () => {
-    const c = cache('cl5');
+    const c = await cache('cl5');
     const held = await heldRebuild<string>(c, '}f');
     await c.set('}f', 'newer', 60_000);
     held.open('older');
@@ -98,7 +131,7 @@ describe('Redis Cluster (3 masters)', () => {
   });
 
   it('stale serving works on the cluster', async () => {
-    const c = cache('cl6');
+    const c = await cache('cl6');
     await c.getOrCompute('s{', () => 'old', { ttl: 50, staleTtl: 60_000 });
     await new Promise((r) => setTimeout(r, 120));
     const gate = deferred<string>();
@@ -115,6 +148,12 @@ describe('Redis Cluster (3 masters)', () => {
 const BATCH_KEYS = [...Array.from({ length: 60 }, (_, i) => `k${i}`), '}', 'a{b}c', '{}'];
 
 describe('batch API on a Redis Cluster (3 masters)', () => {
+  function cache(prefix: string): Cache {
+    const c = createCache({ redis: clusterClient(), prefix });
+    caches.push(c);
+    return c;
+  }
+
   it('hashSlot agrees with the cluster’s CLUSTER KEYSLOT for every entry key', async () => {
     const admin = clusterClient(true);
     for (const key of BATCH_KEYS) expect(await admin.cluster('KEYSLOT', entryKeys('cb', key).value)).toBe(hashSlot(key));

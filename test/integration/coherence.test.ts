@@ -5,8 +5,10 @@
  */
 import { once } from 'node:events';
 import { Redis, type RedisOptions } from 'ioredis';
+import { createClient } from 'redis';
 import { afterAll, describe, expect, it } from 'vitest';
-import { createCache, type Cache, type CacheOptions } from '../../src/index.js';
+import { createCache, type Cache, type CacheOptions, type RedisClient } from '../../src/index.js';
+import { familyClient, type TestClient } from '../support/clients.js';
 import { deferred, nextEvent, useRedis } from '../support/harness.js';
 import { APP_COMMANDS } from '../support/acl.js';
 import { startProxy, type Proxy } from '../support/proxy.js';
@@ -139,19 +141,46 @@ describe('L1 coherence in one process', () => {
   });
 });
 
-describe('L1 coherence across processes', () => {
+const familyDisposals: (() => void)[] = [];
+afterAll(() => {
+  for (const dispose of familyDisposals) dispose();
+});
+
+/** The subscriber connection's own "closed" event: ioredis 'close'; node-redis 'reconnecting', or 'end' once destroyed. */
+function closedOf(subscriber: unknown): Promise<unknown> {
+  if (subscriber instanceof Redis) return once(subscriber, 'close');
+  // node-redis: an EventEmitter too, which emits 'error' before 'reconnecting' (events.once would reject on it).
+  const e = subscriber as { once(event: string, listener: () => void): unknown };
+  return new Promise<void>((resolve) => {
+    e.once('reconnecting', resolve);
+    e.once('end', resolve);
+  });
+}
+
+describe.each<'ioredis' | 'node-redis'>(['ioredis', 'node-redis'])('L1 coherence across processes (cache a on %s)', (family) => {
+  /** a's command client, of the family under test. */
+  function commandClient(url: string): RedisClient & TestClient {
+    const { client, dispose } = familyClient(url, family);
+    familyDisposals.push(dispose);
+    return client;
+  }
+  /** a's subscriber, through `proxy`: ioredis's duplicate() connects itself; node-redis's is connected by the cache. */
+  function subscriberClient(proxy: Proxy): unknown {
+    if (family === 'ioredis') return ownClient(through(proxy), { maxRetriesPerRequest: 1 });
+    return createClient({ url: through(proxy) });
+  }
+
   /**
    * A cache whose command connection goes through `commands` (or directly) and whose subscriber goes
    * through its own proxy, so each can be held on its own. Resolves once subscribed.
    */
   async function splitCache(name: string, commands?: Proxy, options: Partial<CacheOptions> = {}) {
+    name = `${name}-${family}`;
     const subscriberProxy = await startProxy({ host: '127.0.0.1', port: Number(new URL(h.url).port) });
     proxies.push(subscriberProxy);
-    const client = commands
-      ? ownClient(await urlAsOwnUser(commands, `${name}${process.pid}`), { maxRetriesPerRequest: 1 })
-      : h.client();
-    let subscriber: Redis | undefined;
-    client.duplicate = (() => (subscriber = ownClient(through(subscriberProxy), { maxRetriesPerRequest: 1 })));
+    const client = commandClient(commands ? await urlAsOwnUser(commands, `${name}${process.pid}`) : h.url);
+    let subscriber: unknown;
+    (client as { duplicate: () => unknown }).duplicate = () => (subscriber = subscriberClient(subscriberProxy));
     const a = createCache({ redis: client, prefix: `${name}${process.pid}`, ...L1, ...options });
     const b = peer(a);
     expect(await a.ready()).toBe(true);
@@ -159,12 +188,12 @@ describe('L1 coherence across processes', () => {
     /** Kills every subscriber connection; resolves once a's saw the close, with a unable to reconnect until `back()`. */
     const killSubscriber = async () => {
       subscriberProxy.hold('up', true); // a's reconnects reach the proxy and no further
-      const closed = once(subscriber as Redis, 'close');
+      const closed = closedOf(subscriber);
       await h.admin.client('KILL', 'TYPE', 'pubsub');
       await closed;
       return { back: () => subscriberProxy.hold('up', false) };
     };
-    return { a, b, client, killSubscriber, subscriberProxy, subscriber: () => subscriber as Redis };
+    return { a, b, client, killSubscriber, subscriberProxy, subscriber: () => subscriber };
   }
 
   it('(b) a note handled before a late read reply: the late reply does not refill L1', async () => {
@@ -176,7 +205,7 @@ describe('L1 coherence across processes', () => {
     commands.hold('down', true);
     const read = a.get('k');
     // The read executed on the server (its reply is now held in the proxy) before the delete.
-    await readExecuted('coh-b');
+    await readExecuted(`coh-b-${family}`);
     const heard = remoteChangeOf(a, 'k');
     await b.delete('k');
     await heard;
@@ -218,7 +247,7 @@ describe('L1 coherence across processes', () => {
     const away = await killSubscriber();
     commands.hold('down', true);
     const read = a.get('k');
-    await readExecuted('coh-d2');
+    await readExecuted(`coh-d2-${family}`);
     await b.delete('k'); // lost for a
     away.back();
     await until(async () => (await a.ready()) === true);
@@ -231,7 +260,7 @@ describe('L1 coherence across processes', () => {
     const { a, b, subscriberProxy, subscriber } = await splitCache('coh-f', undefined, { redisTimeout: 200 });
     await setAndHeard(b, a, 'k', 'old');
     expect(await a.get('k')).toBe('old'); // in a's L1
-    const closed = once(subscriber(), 'close');
+    const closed = closedOf(subscriber());
     subscriberProxy.blackhole('down', true);
     subscriberProxy.blackhole('up', true);
     await b.delete('k'); // the note vanishes on its way to a

@@ -6,6 +6,7 @@ import type { Redis } from 'ioredis';
 import { describe, expect, it } from 'vitest';
 import { Io } from '../../src/io.js';
 import { entryKeys } from '../../src/keys.js';
+import { portFor } from '../../src/client/detect.js';
 import { defineScripts } from '../../src/lock/scripts.js';
 import { StoreLock, type LockDeps } from '../../src/lock/single.js';
 import type { Grant, ReleaseOutcome } from '../../src/lock/types.js';
@@ -22,7 +23,7 @@ async function setup(client: Redis = h.client()) {
   const prefix = `grant${++prefixes}`;
   const bus = new Bus(prefix);
   const io = new Io(500, 5, 1000, systemClock);
-  const deps: LockDeps = { io, scripts: defineScripts(client), bus, clock: systemClock, onLost: () => undefined };
+  const deps: LockDeps = { io, scripts: defineScripts(portFor(client)), bus, clock: systemClock, onLost: () => undefined };
   const call = resolveCallOptions(resolveCacheOptions({ redis: client }).defaults, { ttl: 60_000, lockTtl: 10_000, failBackoff: 5_000 }, 'k');
   const notes: string[] = [];
   const sub = h.adminClient();

@@ -112,7 +112,7 @@ describe('clear()', () => {
     await a.namespace('users').set('k', 'old', 60_000);
     expect(await b.namespace('users').get('k')).toBe('old'); // b has cached the generation
     // b's subscriber goes away for good: the clear's note never reaches it.
-    (b as unknown as { bus: { subscriber: { disconnect(): void } } }).bus.subscriber.disconnect();
+    (b as unknown as { bus: { subscriber: { close(): void } } }).bus.subscriber.close();
     await new Promise((r) => setTimeout(r, 50));
     await a.namespace('users').clear();
     expect(await b.namespace('users').get('k')).toBeUndefined();

@@ -2,12 +2,14 @@ import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createCache, type Cache, type CacheOptions } from '../../src/index.js';
 import { entryKeys } from '../../src/keys.js';
+import { familyClient } from '../support/clients.js';
 import { deferred, heldRebuild, nextEvent } from '../support/harness.js';
 import { startProxy, type Proxy } from '../support/proxy.js';
 import { asAppUser, startRedisServer, type RedisServer } from '../support/redis-server.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const clients: Redis[] = [];
+const disposals: (() => void)[] = [];
 const caches: Cache[] = [];
 const servers: RedisServer[] = [];
 const proxies: Proxy[] = [];
@@ -18,8 +20,14 @@ function client(url: string): Redis {
   clients.push(c);
   return c;
 }
+/** A client of the family under test (SG_TEST_CLIENT), for a cache or a redlock node. */
+function cacheClient(url: string) {
+  const { client: c, dispose } = familyClient(url);
+  disposals.push(dispose);
+  return c;
+}
 function cache(url: string, extra: Partial<CacheOptions> = {}): Cache {
-  const c = createCache({ redis: client(url), prefix: 'nf', ...extra });
+  const c = createCache({ redis: cacheClient(url), prefix: 'nf', ...extra });
   caches.push(c);
   return c;
 }
@@ -34,6 +42,7 @@ beforeAll(async () => {
 afterAll(async () => {
   await Promise.all(caches.map((c) => c.close()));
   for (const c of clients) c.disconnect();
+  for (const dispose of disposals) dispose();
   await Promise.all(proxies.map((p) => p.close()));
   await Promise.all(servers.map((s) => s.stop()));
 });
@@ -225,7 +234,7 @@ describe('redlock with a majority of nodes paused', () => {
   it("3 of 5 nodes frozen (SIGSTOP): the acquisition gives up after one per-node timeout and runs under onNoQuorum ('local')", async () => {
     const nodes = await Promise.all(Array.from({ length: 5 }, () => startRedisServer()));
     servers.push(...nodes);
-    const c = cache(server.url, { prefix: 'rl-paused', redlock: { nodes: nodes.map((n) => client(n.url)), nodeTimeout: 100 } });
+    const c = cache(server.url, { prefix: 'rl-paused', redlock: { nodes: nodes.map((n) => cacheClient(n.url)), nodeTimeout: 100 } });
     for (const n of nodes.slice(0, 3)) n.pause();
     try {
       const ran = nextEvent(c, 'computed');

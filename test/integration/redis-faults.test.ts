@@ -1,30 +1,14 @@
-import { once } from 'node:events';
-import { Redis } from 'ioredis';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { createCache, type Cache } from '../../src/index.js';
+import { useFamilyServer, whenReady } from '../support/clients.js';
 import { countCommands } from '../support/harness.js';
-import { startRedisServer, type RedisServer } from '../support/redis-server.js';
 
-let server: RedisServer;
-const clients: Redis[] = [];
-const caches: Cache[] = [];
-
-beforeAll(async () => {
-  server = await startRedisServer();
-});
-afterAll(async () => {
-  await Promise.all(caches.map((c) => c.close()));
-  for (const c of clients) c.disconnect();
-  await server.stop();
-});
+const files = useFamilyServer();
 
 function setup(breakerCooldown = 300) {
-  // Default ioredis options except a bounded retry count: the cache's own redisTimeout bounds every call anyway.
-  const redis = new Redis(server.url, { maxRetriesPerRequest: 1 });
-  redis.on('error', () => undefined); // the caller's client: its connection errors are the caller's to log
-  clients.push(redis);
-  const cache = createCache({ redis, prefix: `f${clients.length}`, redisTimeout: 200, breakerThreshold: 3, breakerCooldown });
-  caches.push(cache);
+  // The family under test (SG_TEST_CLIENT), with default options (ioredis: a bounded retry count).
+  const redis = files.client();
+  const cache = files.keep(createCache({ redis, prefix: `f${files.clientCount}`, redisTimeout: 200, breakerThreshold: 3, breakerCooldown }));
   const degraded: string[] = [];
   cache.on('degraded', (e) => degraded.push(e.operation));
   return { redis, cache, degraded };
@@ -46,7 +30,7 @@ describe('Redis unavailable: getOrCompute still answers with the loader, one run
     // A cooldown longer than the test: the open breaker must not let its probe through mid-test.
     const { cache, redis, degraded } = setup(60_000);
     await redis.ping();
-    server.pause();
+    files.server.pause();
     try {
       const { results, runs } = await burst(cache, 'hang', 20);
       expect(results.every((r) => r.status === 'fulfilled' && r.value === 'v-hang')).toBe(true);
@@ -62,20 +46,20 @@ describe('Redis unavailable: getOrCompute still answers with the loader, one run
       expect(again.runs).toBe(1);
       expect(sent.count).toBe(0);
     } finally {
-      server.resume();
+      files.server.resume();
     }
   });
 
   it('Redis killed (connection refused): every caller gets the value, then the cache recovers after restart', async () => {
     const { cache, redis, degraded } = setup();
     await redis.ping();
-    await server.kill();
+    await files.server.kill();
     const { results, runs } = await burst(cache, 'down', 20);
     expect(results.every((r) => r.status === 'fulfilled' && r.value === 'v-down')).toBe(true);
     expect(runs).toBe(1);
     expect(degraded.length).toBeGreaterThan(0);
-    await server.restart();
-    if (redis.status !== 'ready') await once(redis, 'ready');
+    await files.server.restart();
+    await whenReady(redis);
     // No wait for breakerCooldown: the client's 'ready' event closes the breaker at once.
     const computed = new Promise<string>((resolve) => cache.once('computed', (e) => resolve(String(e.lock))));
     await cache.getOrCompute('after', () => 'back', 60_000);
@@ -86,13 +70,13 @@ describe('Redis unavailable: getOrCompute still answers with the loader, one run
   it('get(), set() and delete() never hang while Redis is paused: get reads as a miss, set/delete reject with ERR_REDIS_UNAVAILABLE', async () => {
     const { cache, redis } = setup();
     await redis.ping();
-    server.pause();
+    files.server.pause();
     try {
       expect(await cache.get('x')).toBeUndefined();
       await expect(cache.set('x', 1, 1000)).rejects.toMatchObject({ code: 'ERR_REDIS_UNAVAILABLE' });
       await expect(cache.delete('x')).rejects.toMatchObject({ code: 'ERR_REDIS_UNAVAILABLE' });
     } finally {
-      server.resume();
+      files.server.resume();
     }
   });
 });

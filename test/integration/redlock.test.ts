@@ -4,11 +4,13 @@ import { createCache, type Cache, type CacheOptions, type LockMode } from '../..
 import { Io } from '../../src/io.js';
 import { entryKeys } from '../../src/keys.js';
 import { RedlockLock } from '../../src/lock/redlock.js';
+import { portFor } from '../../src/client/detect.js';
 import { defineScripts } from '../../src/lock/scripts.js';
 import { StoreLock, type LockDeps } from '../../src/lock/single.js';
 import { resolveCacheOptions, resolveCallOptions, systemClock, type ResolvedRedlock } from '../../src/options.js';
 import { UNSAFE } from '../../src/unsafe.js';
 import { Bus } from '../../src/wait.js';
+import { familyClient, type ClientFamily } from '../support/clients.js';
 import { deferred, nextEvent } from '../support/harness.js';
 import { FENCED_WRITE, maxActiveKey, runsKey } from '../support/counting-loader.js';
 import { startRedisServer, type RedisServer } from '../support/redis-server.js';
@@ -17,6 +19,7 @@ import { startWorkers, type Worker } from '../support/workers.js';
 let store: RedisServer;
 let nodes: RedisServer[];
 const clients: Redis[] = [];
+const disposals: (() => void)[] = [];
 const caches: Cache[] = [];
 
 beforeAll(async () => {
@@ -27,6 +30,7 @@ beforeAll(async () => {
 afterAll(async () => {
   await Promise.all(caches.map((c) => c.close()));
   for (const c of clients) c.disconnect();
+  for (const dispose of disposals) dispose();
   await Promise.all([store, ...nodes].map((s) => s.stop()));
 });
 afterEach(async () => {
@@ -57,15 +61,32 @@ function client(url: string): Redis {
   return c;
 }
 
+/** Node i's client family: all ioredis, or the families mixed (the store then on node-redis). */
+type NodeFamilies = 'ioredis' | 'mixed';
+const MIXED: readonly ClientFamily[] = ['node-redis', 'ioredis', 'node-redis5', 'ioredis6'];
+let families: NodeFamilies = 'ioredis';
+function clientOf(url: string, family: ClientFamily) {
+  const { client: c, dispose } = familyClient(url, family);
+  disposals.push(dispose);
+  return c;
+}
+
 let prefixes = 0;
 function cacheOn(count: 3 | 5, extra: Partial<CacheOptions> = {}, prefix = `rl${++prefixes}`): Cache {
   const { redlock, ...rest } = extra;
+  const mixed = families === 'mixed';
   const cache = createCache({
-    redis: client(store.url),
+    redis: mixed ? clientOf(store.url, 'node-redis') : client(store.url),
     prefix,
     lock: 'redlock',
     redisTimeout: 300,
-    redlock: { nodeTimeout: 100, retryDelay: 50, retryJitter: 50, ...redlock, nodes: nodes.slice(0, count).map((n) => client(n.url)) },
+    redlock: {
+      nodeTimeout: 100,
+      retryDelay: 50,
+      retryJitter: 50,
+      ...redlock,
+      nodes: nodes.slice(0, count).map((n, i) => (mixed ? clientOf(n.url, MIXED[i % MIXED.length] as ClientFamily) : client(n.url))),
+    },
     ...rest,
   });
   caches.push(cache);
@@ -76,7 +97,14 @@ function lockOf(cache: Cache, key: string): Promise<LockMode | 'degraded'> {
   return new Promise((resolve) => cache.on('computed', (e) => e.key === key && resolve(e.lock)));
 }
 
-describe('redlock over 5 nodes', () => {
+describe.each<NodeFamilies>(['ioredis', 'mixed'])('redlock over 5 nodes (%s client families)', (nodeFamilies) => {
+  beforeAll(() => {
+    families = nodeFamilies;
+  });
+  afterAll(() => {
+    families = 'ioredis';
+  });
+
   it('with 2 nodes killed it is still granted (3 of 5 is a quorum)', async () => {
     const cache = cacheOn(5);
     await Promise.all([nodes[0]?.kill(), nodes[1]?.kill()]);
@@ -110,8 +138,8 @@ describe('redlock over 5 nodes', () => {
   it('quorum lost mid-loader: ctx.signal aborts with ERR_LOCK_LOST and the late write is rejected after a newer grant wrote', async () => {
     // Set SG_TEST_UNFENCED_A=1 to run the negative control: a's write skips the fence, and this test must fail.
     const unfenced = process.env.SG_TEST_UNFENCED_A === '1';
-    const a = cacheOn(5, { defaults: { lockTtl: 600 }, [UNSAFE]: { unfencedWrites: unfenced } } as Partial<CacheOptions>, 'lost');
-    const b = cacheOn(5, { defaults: { lockTtl: 600 } }, 'lost');
+    const a = cacheOn(5, { defaults: { lockTtl: 600 }, [UNSAFE]: { unfencedWrites: unfenced } } as Partial<CacheOptions>, `lost-${nodeFamilies}`);
+    const b = cacheOn(5, { defaults: { lockTtl: 600 } }, `lost-${nodeFamilies}`);
     const started = deferred<void>();
     const finish = deferred<string>();
     let aborted: unknown;
@@ -143,8 +171,8 @@ describe('redlock over 5 nodes', () => {
   });
 
   it('two contenders started together never hold a Redlock grant at the same time', async () => {
-    const a = cacheOn(5, {}, 'pair');
-    const b = cacheOn(5, {}, 'pair');
+    const a = cacheOn(5, {}, `pair-${nodeFamilies}`);
+    const b = cacheOn(5, {}, `pair-${nodeFamilies}`);
     const intervals: [number, number][] = [];
     let holding = 0;
     let overlaps = 0;
@@ -239,7 +267,7 @@ describe('RedlockLock', () => {
 
   function lockOver(redlockNodes: Redis[], tuning: Partial<ResolvedRedlock>): { lock: RedlockLock; call: ReturnType<typeof resolveCallOptions> } {
     const storeClient = client(store.url);
-    const deps: LockDeps = { io: new Io(300, 5, 1000, systemClock), scripts: defineScripts(storeClient), bus: new Bus('rlretry'), clock: systemClock, onLost: () => undefined };
+    const deps: LockDeps = { io: new Io(300, 5, 1000, systemClock), scripts: defineScripts(portFor(storeClient)), bus: new Bus('rlretry'), clock: systemClock, onLost: () => undefined };
     const config: ResolvedRedlock = { nodes: redlockNodes, driftFactor: 0.01, retryCount: 1, retryDelay: 10, retryJitter: 0, nodeTimeout: 100, onNoQuorum: 'local', ...tuning };
     const lock = new RedlockLock(deps, config, new StoreLock(deps, 'local', false), { threshold: 5, cooldown: 1000 });
     const call = resolveCallOptions(resolveCacheOptions({ redis: storeClient }).defaults, { ttl: 1000, lockTtl: 10_000, failBackoff: 5_000 }, 'k');

@@ -7,8 +7,8 @@ export const APP_COMMANDS = [
   '+evalsha', '+eval', '+script|load', '+subscribe', '+unsubscribe', '+ping', '+info',
   '+get', '+set', '+del', '+type', '+pttl', '+pexpire', '+strlen', '+exists',
   '+hset', '+hget', '+hexists', '+hincrby', '+time', '+publish',
-  // Namespaces: clear() bumps a generation counter and counts acknowledgements, in MULTI blocks.
-  '+incr', '+multi', '+exec',
+  // Namespaces: clear() bumps a generation counter and counts acknowledgements (in scripts).
+  '+incr',
   // ioredis' Cluster client reads the slot map (CLUSTER SLOTS) and checks readiness (CLUSTER INFO);
   // neither is needed on a standalone server.
   '+cluster|slots', '+cluster|info',

@@ -2,15 +2,18 @@
 import { once } from 'node:events';
 import { Cluster, Redis, type RedisOptions } from 'ioredis';
 import { afterAll, beforeAll } from 'vitest';
-import { createCache, type Cache, type CacheEvents, type CacheOptions, type CallOptions } from '../../src/index.js';
+import { createCache, type Cache, type CacheEvents, type CacheOptions, type CallOptions, type RedisClient } from '../../src/index.js';
 import { entryKeys, type EntryKeys } from '../../src/keys.js';
+import { familyClient, type TestClient } from './clients.js';
 import { ACL_USER, AS_ACL_USER, provideRedis, type ProvidedRedis, type RedisClusterHandle } from './redis-server.js';
 
 export interface Harness {
   readonly url: string;
   /** A new ioredis client (disconnected in afterAll). */
   client(options?: RedisOptions): Redis;
-  /** A cache on a new client with a prefix unique to this call, so tests never share keys. */
+  /** A new client of the family under test (SG_TEST_CLIENT, see clients.ts), for a cache (closed in afterAll). */
+  cacheClient(): RedisClient & TestClient;
+  /** A cache on a new client of the family under test with a prefix unique to this call, so tests never share keys. */
   cache(options?: Partial<CacheOptions>): Cache;
   /** The admin client (for raw reads/writes), always the default (all-powerful) user. */
   readonly admin: Redis;
@@ -25,6 +28,7 @@ let prefixCounter = 0;
 export function useRedis(): Harness {
   let provided: ProvidedRedis | undefined;
   const clients: Redis[] = [];
+  const disposals: (() => void)[] = [];
   const caches: Cache[] = [];
   let admin: Redis | undefined;
   const noperm: string[] = [];
@@ -39,8 +43,13 @@ export function useRedis(): Harness {
       clients.push(c);
       return c;
     },
+    cacheClient() {
+      const { client, dispose } = familyClient(h.url);
+      disposals.push(dispose);
+      return client;
+    },
     cache(options: Partial<CacheOptions> = {}) {
-      const c = createCache({ redis: h.client(), prefix: `t${process.pid}x${++prefixCounter}`, ...options });
+      const c = createCache({ redis: h.cacheClient(), prefix: `t${process.pid}x${++prefixCounter}`, ...options });
       // In the ACL run a missing permission would only show as a degraded call: collect and fail on it.
       c.on('degraded', (e) => {
         if ((e.error as { code?: string }).code === 'ERR_REDIS_NOPERM') noperm.push(e.operation);
@@ -65,16 +74,17 @@ export function useRedis(): Harness {
     if (noperm.length > 0) throw new Error(`Redis refused (NOPERM) operations the README's ACL should allow: ${noperm.join(', ')}`);
     await Promise.all(caches.map((c) => c.close()));
     for (const c of clients) c.disconnect();
+    for (const dispose of disposals) dispose();
     await provided?.stop();
   });
   return h;
 }
 
 /** Wraps a real client's sendCommand to count what it sends (the server is still real). */
-export function countCommands(client: Redis): { readonly count: number; reset(): void } {
+export function countCommands(client: Pick<TestClient, 'sendCommand'>): { readonly count: number; reset(): void } {
   let count = 0;
   const original = client.sendCommand.bind(client);
-  client.sendCommand = ((...args: Parameters<Redis['sendCommand']>) => {
+  client.sendCommand = ((...args: never[]) => {
     count++;
     return original(...args);
   });

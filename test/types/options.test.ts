@@ -3,6 +3,10 @@
  * the same value types (so they cannot drift), typos and wrong value types are compile errors, and
  * the package's entry point exports every public type and none of the internals.
  */
+import type { Cluster, Redis } from 'ioredis';
+import type { Cluster as Cluster6, Redis as Redis6 } from 'ioredis6';
+import type { createClient, createCluster } from 'redis';
+import type { createClient as createClient5, createCluster as createCluster5 } from 'redis5';
 import { describe, expectTypeOf, it } from 'vitest';
 import type * as api from '../../src/index.js';
 import type { Cache, CacheOptions, CallOptions, RedlockOptions } from '../../src/index.js';
@@ -104,7 +108,21 @@ describe('the entry point', () => {
     expectTypeOf<api.CacheEvents>().toHaveProperty('hit');
     expectTypeOf<api.Loader<number>>().returns.toEqualTypeOf<number | PromiseLike<number>>();
     expectTypeOf<api.LoaderContext<number>['staleValue']>().toEqualTypeOf<number | undefined>();
-    expectTypeOf<api.RedisClient>().toHaveProperty('defineCommand');
+    expectTypeOf<api.RedisClient>().toHaveProperty('duplicate');
+  });
+
+  it('RedisClient accepts both client families, each in both major versions', () => {
+    expectTypeOf<Redis>().toExtend<api.RedisClient>();
+    expectTypeOf<Cluster>().toExtend<api.RedisClient>();
+    expectTypeOf<Redis6>().toExtend<api.RedisClient>();
+    expectTypeOf<Cluster6>().toExtend<api.RedisClient>();
+    expectTypeOf<ReturnType<typeof createClient>>().toExtend<api.RedisClient>();
+    expectTypeOf<ReturnType<typeof createCluster>>().toExtend<api.RedisClient>();
+    expectTypeOf<ReturnType<typeof createClient5>>().toExtend<api.RedisClient>();
+    expectTypeOf<ReturnType<typeof createCluster5>>().toExtend<api.RedisClient>();
+    expectTypeOf<CacheOptions['redis']>().toEqualTypeOf<api.RedisClient>();
+    expectTypeOf<RedlockOptions['nodes']>().toEqualTypeOf<api.RedisClient[]>();
+    expectTypeOf<{ get(): void }>().not.toExtend<api.RedisClient>();
   });
 
   it('does not export the internals (UNSAFE, resolved option types)', () => {

@@ -1,6 +1,5 @@
 import { describe, expect, it } from 'vitest';
 import { Breaker } from '../../src/breaker.js';
-import { clusterSlot } from '../../src/node-of.js';
 import { BREAKER_MAX_GROWTH, breakerCooldown, breakerJudgementWindow, breakerOpenings } from '../../src/options.js';
 
 describe('breakerCooldown(base, openings, rand): base doubled per repeated opening, capped at 8 × base, jittered to [0.5, 1.5)×', () => {
@@ -154,12 +153,5 @@ describe('Breaker', () => {
     // 120 s hold 40 stall periods: at least a tenth of them see the breaker closed again.
     expect(simulate(seeded)).toBeGreaterThanOrEqual(4);
     expect(simulate(() => 0.5)).toBeGreaterThanOrEqual(4);
-  });
-});
-
-describe('clusterSlot: CRC16 mod 16384 as Redis Cluster computes it', () => {
-  // Reference values from CLUSTER KEYSLOT on redis-server 7.
-  it.each([['foo', 12182], ['bar', 5061], ['123456789', 12739]])('%s → %d', (tag, slot) => {
-    expect(clusterSlot(tag)).toBe(slot);
   });
 });

@@ -1,35 +1,30 @@
 /**
- * The caller may be on ioredis 5 or 6 (peer range "^5 || ^6"). The rest of the suite runs on ioredis 5;
- * this file runs the core behaviours with ioredis 6 clients (installed as the alias `ioredis6`).
+ * The caller may be on ioredis 5 or 6 (peer range "^5 || ^6") or on node-redis 5 or 6 (package
+ * `redis`, same range). The rest of the suite runs on one family at a time (SG_TEST_CLIENT, ioredis 5
+ * by default); this file runs the core behaviours on each of the other versions, side by side: ioredis
+ * 6 (alias `ioredis6`), node-redis 5 (alias `redis5`) and node-redis 6.
  */
-import { Redis as Redis6 } from 'ioredis6';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { createCache, type Cache, type CacheOptions } from '../../src/index.js';
+import { useFamilyServer, type ClientFamily, type TestClient } from '../support/clients.js';
 import { heldRebuild, missedCall, nextEvent } from '../support/harness.js';
-import { startRedisServer, type RedisServer } from '../support/redis-server.js';
 
-let server: RedisServer;
-const clients: Redis6[] = [];
-const caches: Cache[] = [];
-beforeAll(async () => {
-  server = await startRedisServer();
-});
-afterAll(async () => {
-  await Promise.all(caches.map((c) => c.close()));
-  for (const c of clients) c.disconnect();
-  await server.stop();
-});
+const files = useFamilyServer();
 
-function cache(extra: Partial<CacheOptions> = {}): Cache {
-  const redis = new Redis6(server.url, { maxRetriesPerRequest: 1 });
-  redis.on('error', () => undefined);
-  clients.push(redis);
-  const c = createCache({ redis, prefix: 'v6', ...extra });
-  caches.push(c);
-  return c;
-}
+const VERSIONS: [string, ClientFamily][] = [
+  ['ioredis 6', 'ioredis6'],
+  ['node-redis 5', 'node-redis5'],
+  ['node-redis 6', 'node-redis'],
+];
 
-describe('with ioredis 6 clients', () => {
+describe.each(VERSIONS)('with %s clients', (_name, family) => {
+  let last: TestClient | undefined;
+  function cache(extra: Partial<CacheOptions> = {}): Cache {
+    const redis = files.client(family);
+    last = redis;
+    return files.keep(createCache({ redis, prefix: `v-${family}`, ...extra }));
+  }
+
   it('one loader for a stampede from two instances; the loser is woken by pub/sub', async () => {
     const a = cache();
     const b = cache({ defaults: { pollInterval: 3_600_000, waitTimeout: 3_600_000 } });
@@ -64,13 +59,13 @@ describe('with ioredis 6 clients', () => {
   it('Redis paused: calls still answer through the loader; close() leaves the caller\'s client usable', async () => {
     const c = cache({ redisTimeout: 200 });
     await c.ready();
-    server.pause();
+    files.server.pause();
     try {
       expect(await c.getOrCompute('p', () => 'local', 60_000)).toBe('local');
     } finally {
-      server.resume();
+      files.server.resume();
     }
     await c.close();
-    expect(await (clients[clients.length - 1] as Redis6).ping()).toBe('PONG');
+    expect(await (last as TestClient).ping()).toBe('PONG');
   });
 });

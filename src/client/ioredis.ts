@@ -1,0 +1,153 @@
+import { prop, QUEUED, type PipelinePort, type RedisPort, type Script, type ScriptArg, type SubscriberPort } from './port.js';
+import { slotOf } from './slot.js';
+
+/**
+ * The slice of an ioredis client (`Redis` or `Cluster`, ioredis 5 or 6) the adapter uses.
+ * Structural on purpose: the caller's ioredis version is theirs, so we never import its classes.
+ */
+export interface IoredisClient {
+  defineCommand(name: string, definition: { numberOfKeys?: number; lua: string }): void;
+  /** ioredis `duplicate()`: a new connection with the same options; used once, for pub/sub only. */
+  duplicate(...args: never[]): unknown;
+  /** ioredis emits 'ready' on every (re)connection; the cache listens (and stops listening on close()). */
+  on?(event: 'ready', listener: () => void): unknown;
+  off?(event: 'ready', listener: () => void): unknown;
+  /** True on an ioredis `Cluster`. */
+  readonly isCluster?: boolean;
+}
+
+/** What ioredis's subscriber connection (our duplicate) offers. */
+interface IoredisSubscriber {
+  subscribe(...channels: string[]): Promise<unknown>;
+  on(event: 'message', listener: (channel: string, message: string) => void): unknown;
+  on(event: 'error', listener: (err: Error) => void): unknown;
+  on(event: 'ready' | 'close', listener: () => void): unknown;
+  ping(): Promise<unknown>;
+  disconnect(reconnect?: boolean): void;
+}
+
+type Command = (...args: ScriptArg[]) => Promise<unknown>;
+
+export function isIoredis(v: unknown): v is IoredisClient {
+  return typeof prop(v, 'defineCommand') === 'function' && typeof prop(v, 'duplicate') === 'function';
+}
+
+/**
+ * ioredis: scripts through `defineCommand` (EVALSHA with a NOSCRIPT fallback built in; the `…Buffer`
+ * variant returns bulk strings as Buffers). Registration is idempotent and per client, under the
+ * script's versioned name, so two library versions on one client never clash.
+ * Trap (ioredis): after SCRIPT FLUSH a pipelined script is retried after the commands queued behind
+ * it, so nothing relies on ordering between a script and other commands.
+ */
+export class IoredisPort implements RedisPort {
+  readonly family = 'ioredis';
+  private readonly commands: Record<string, Command | undefined>;
+
+  constructor(private readonly client: IoredisClient) {
+    this.commands = client as unknown as Record<string, Command | undefined>;
+  }
+
+  run(script: Script, keys: readonly string[], args: readonly ScriptArg[], bytes = false): Promise<unknown> {
+    const method = bytes ? `${script.name}Buffer` : script.name;
+    if (typeof this.commands[method] !== 'function') this.client.defineCommand(script.name, { numberOfKeys: script.numberOfKeys, lua: script.lua });
+    return (this.commands[method] as Command).call(this.client, ...keys, ...args);
+  }
+
+  subscriber(): SubscriberPort {
+    return new IoredisSubscriberPort(this.client.duplicate() as IoredisSubscriber);
+  }
+
+  get cluster(): boolean {
+    return this.client.isCluster === true;
+  }
+
+  pipeline(): PipelinePort {
+    // An ioredis pipeline takes the client's registered scripts as methods when it is created, so the
+    // calls are queued here and the pipeline is made at exec(), once every script they use is defined.
+    const queued: [Script, readonly string[], readonly ScriptArg[], boolean][] = [];
+    return {
+      run: (script, keys, args, bytes = false) => {
+        queued.push([script, keys, args, bytes]);
+        return QUEUED;
+      },
+      exec: async () => {
+        for (const [script] of queued) {
+          if (typeof this.commands[script.name] !== 'function') this.client.defineCommand(script.name, { numberOfKeys: script.numberOfKeys, lua: script.lua });
+        }
+        const pipe = (this.client as unknown as { pipeline(): Record<string, Command> & { exec(): Promise<[Error | null, unknown][] | null> } }).pipeline();
+        for (const [script, keys, args, bytes] of queued) void (pipe[bytes ? `${script.name}Buffer` : script.name] as Command).call(pipe, ...keys, ...args);
+        return (await pipe.exec()) ?? [];
+      },
+    };
+  }
+
+  command(_key: string, args: readonly ScriptArg[]): Promise<unknown> {
+    // ioredis routes by the command's key itself (Cluster) and replies with strings for bulk replies.
+    return (this.client as unknown as { call(...a: ScriptArg[]): Promise<unknown> }).call(...args);
+  }
+
+  commandOnNodeOf(key: string, args: readonly ScriptArg[]): Promise<unknown> {
+    if (!this.cluster) return this.command(key, args);
+    // The master's own connection: ioredis Cluster `nodes('master')`, matched to the slot owner.
+    const owner = this.nodeOf(key);
+    const nodes = (this.client as unknown as { nodes(role: 'master'): { readonly options: { readonly host?: string; readonly port?: number }; call(...a: ScriptArg[]): Promise<unknown> }[] }).nodes('master');
+    const node = nodes.find((n) => `${String(n.options.host)}:${String(n.options.port)}` === owner);
+    if (!node) return Promise.reject(new Error(`no connection to ${owner}, the master of the key's slot`));
+    return node.call(...args);
+  }
+
+  onReady(listener: () => void): () => void {
+    this.client.on?.('ready', listener);
+    return () => void this.client.off?.('ready', listener);
+  }
+
+  nodeOf(key: string): string {
+    if (!this.client.isCluster) return 'standalone';
+    // ioredis Cluster: `slots[slot]` lists the "host:port" of the slot's master first (then replicas).
+    const owners = prop(this.client, 'slots', String(slotOf(key)));
+    return Array.isArray(owners) && typeof owners[0] === 'string' ? owners[0] : 'unknown';
+  }
+
+  get skipsTlsVerification(): boolean {
+    // Redis: options.tls; Cluster: options.redisOptions.tls.
+    const tls = prop(this.client, 'options', 'tls') ?? prop(this.client, 'options', 'redisOptions', 'tls');
+    return prop(tls, 'rejectUnauthorized') === false;
+  }
+}
+
+/**
+ * ioredis's event contract, which the Bus relies on: 'ready' after every (re)connection's ready check,
+ * 'close' after every closed or failed connection, both on nextTick after the status change.
+ */
+class IoredisSubscriberPort implements SubscriberPort {
+  private listening = false;
+
+  constructor(private readonly sub: IoredisSubscriber) {}
+
+  subscribe(channel: string, onMessage: (channel: string, message: string) => void): Promise<unknown> {
+    if (!this.listening) {
+      this.listening = true;
+      this.sub.on('message', onMessage);
+    }
+    return this.sub.subscribe(channel);
+  }
+
+  on(event: 'ready' | 'close' | 'error', listener: (err: unknown) => void): void {
+    if (event === 'error') this.sub.on('error', listener);
+    else this.sub.on(event, () => listener(undefined));
+  }
+
+  ping(): Promise<unknown> {
+    return this.sub.ping();
+  }
+
+  reconnect(): void {
+    this.sub.disconnect(true);
+  }
+
+  close(): void {
+    // disconnect, not quit: quit waits for a reply that never comes while Redis is down.
+    this.sub.disconnect();
+  }
+}
+

@@ -1,0 +1,258 @@
+import { isNoScript, prop, QUEUED, type PipelinePort, type RedisPort, type Script, type ScriptArg, type SubscriberPort } from './port.js';
+import { slotOf } from './slot.js';
+
+/**
+ * The slice of a node-redis client (package `redis` / `@redis/client`, v5 and v6) the adapter uses:
+ * `createClient()` or `createCluster()`, connected by the caller. Structural: never imported.
+ */
+export interface NodeRedisClient {
+  /** node-redis `duplicate()`: a new, unconnected client with the same options; used once, for pub/sub only. */
+  duplicate(...args: never[]): unknown;
+  /** Standalone: `(args, options)`; Cluster: `(firstKey, isReadonly, args, options)`. */
+  sendCommand(...args: never[]): Promise<unknown>;
+  scriptLoad(...args: never[]): Promise<unknown>;
+  on(event: never, listener: never): unknown;
+  off(event: never, listener: never): unknown;
+}
+
+type Args = (string | Buffer)[];
+/** node-redis command options: which JS type each RESP type maps to. 36 is RESP_TYPES.BLOB_STRING ('$'). */
+interface CommandOptions { typeMapping: Record<number, unknown> }
+type Send = (firstKey: string | undefined, args: Args, options: CommandOptions) => Promise<unknown>;
+interface Emitter {
+  on(event: string, listener: (...args: unknown[]) => void): unknown;
+  off(event: string, listener: (...args: unknown[]) => void): unknown;
+}
+interface NodeRedisSubscriber extends Emitter {
+  connect(): Promise<unknown>;
+  subscribe(channel: string, listener: (message: string, channel: string) => void): Promise<unknown>;
+  ping?(): Promise<unknown>;
+  destroy?(): void;
+  disconnect?(): Promise<unknown>;
+}
+
+/** Bulk strings as Buffers (the entry bytes). */
+const BYTES: CommandOptions = Object.freeze({ typeMapping: Object.freeze({ 36: Buffer }) });
+/** The default mapping (strings, numbers), whatever `withTypeMapping` the caller's client carries. */
+const PLAIN: CommandOptions = Object.freeze({ typeMapping: Object.freeze({}) });
+
+/**
+ * Per client, the scripts it has run: EVAL the first time, EVALSHA after. Sending EVALSHA first would
+ * make the first run of a script two round trips (EVALSHA, NOSCRIPT, EVAL), and if the NOSCRIPT reply
+ * is lost the script never runs at all: an undo that must land (a release by token after a timeout)
+ * would then be lost with it. Shared by every cache on the client (a WeakMap: nothing is kept alive).
+ */
+const RAN = new WeakMap<object, Set<string>>();
+
+/** A node-redis Cluster (createCluster): it routes by key and knows each slot's master. */
+function isNodeRedisCluster(v: unknown): boolean {
+  return typeof prop(v, 'getSlotMaster') === 'function';
+}
+
+export function isNodeRedis(v: unknown): v is NodeRedisClient {
+  return (
+    typeof prop(v, 'sendCommand') === 'function' &&
+    typeof prop(v, 'duplicate') === 'function' &&
+    typeof prop(v, 'scriptLoad') === 'function' &&
+    typeof prop(v, 'defineCommand') !== 'function'
+  );
+}
+
+/**
+ * node-redis: scripts through `sendCommand`: EVAL on a script's first run on this client, EVALSHA
+ * after it, and EVAL again on NOSCRIPT (SCRIPT FLUSH, a restart, a failover; EVAL caches the script on
+ * the server again), with numbers sent as strings (node-redis takes strings and Buffers only).
+ * Replies: RESP2 or RESP3 (the caller's `RESP` option) give the same JS values for our scripts; a
+ * per-command `typeMapping` asks for Buffers where the code needs bytes, and for the defaults
+ * elsewhere. Like ioredis, node-redis keeps commands in its offline queue while disconnected (unless
+ * `disableOfflineQueue`); `redisTimeout` bounds the caller either way (Io), and a command applied after
+ * its timeout is compensated there.
+ */
+export class NodeRedisPort implements RedisPort {
+  readonly family: string;
+  private readonly send: Send;
+  readonly cluster: boolean;
+  private readonly ran: Set<string>;
+
+  constructor(private readonly client: NodeRedisClient) {
+    let ran = RAN.get(client);
+    if (!ran) RAN.set(client, (ran = new Set()));
+    this.ran = ran;
+    this.cluster = isNodeRedisCluster(client);
+    this.family = this.cluster ? 'node-redis cluster' : 'node-redis';
+    const c = client as unknown as { sendCommand(...args: unknown[]): Promise<unknown> };
+    // Looked up on every call (not bound once), so a wrapper the caller installs later still sees it.
+    this.send = this.cluster
+      ? (firstKey, args, options) => c.sendCommand(firstKey, false, args, options)
+      : (_firstKey, args, options) => c.sendCommand(args, options);
+  }
+
+  run(script: Script, keys: readonly string[], args: readonly ScriptArg[], bytes = false): Promise<unknown> {
+    const rest: Args = [String(keys.length), ...keys];
+    for (const a of args) rest.push(typeof a === 'number' ? String(a) : a);
+    const options = bytes ? BYTES : PLAIN;
+    const firstKey = keys[0];
+    if (!this.ran.has(script.sha)) {
+      return this.send(firstKey, ['EVAL', script.lua, ...rest], options).then((reply) => {
+        this.ran.add(script.sha);
+        return reply;
+      });
+    }
+    return this.send(firstKey, ['EVALSHA', script.sha, ...rest], options).catch((err: unknown) => {
+      if (!isNoScript(err)) throw err;
+      return this.send(firstKey, ['EVAL', script.lua, ...rest], options);
+    });
+  }
+
+  subscriber(): SubscriberPort {
+    return new NodeRedisSubscriberPort(() => this.client.duplicate() as NodeRedisSubscriber, this.cluster);
+  }
+
+  pipeline(): PipelinePort {
+    // node-redis writes every command issued in one tick in one go (its own pipelining): queued runs
+    // are sent at once, and exec() collects their answers in order.
+    const sent: Promise<[Error | null, unknown]>[] = [];
+    return {
+      run: (script, keys, args, bytes = false) => {
+        sent.push(this.run(script, keys, args, bytes).then((v): [null, unknown] => [null, v], (e: unknown): [Error, undefined] => [e instanceof Error ? e : new Error(String(e)), undefined]));
+        return QUEUED;
+      },
+      exec: () => Promise.all(sent),
+    };
+  }
+
+  command(key: string, args: readonly ScriptArg[]): Promise<unknown> {
+    return this.send(key, args.map((a) => (typeof a === 'number' ? String(a) : a)), PLAIN);
+  }
+
+  commandOnNodeOf(key: string, args: readonly ScriptArg[]): Promise<unknown> {
+    // A standalone client is one connection: the command follows the script on it. A Cluster's node
+    // connections are not reachable through its public API in both versions here: refuse.
+    if (this.cluster) return Promise.reject(new Error('a node-redis Cluster client cannot run a command on the connection of a slot\'s master (replicaAck needs WAIT there)'));
+    return this.command(key, args);
+  }
+
+  onReady(listener: () => void): () => void {
+    // A standalone client emits 'ready' on every (re)connection; a Cluster emits 'node-ready' per node.
+    const event = this.cluster ? 'node-ready' : 'ready';
+    const emitter = this.client as unknown as Emitter;
+    emitter.on(event, listener);
+    return () => void emitter.off(event, listener);
+  }
+
+  nodeOf(key: string): string {
+    if (!this.cluster) return 'standalone';
+    const master = (this.client as unknown as { getSlotMaster(slot: number): unknown }).getSlotMaster(slotOf(key));
+    const host = prop(master, 'host');
+    const port = prop(master, 'port');
+    return typeof host === 'string' ? `${host}:${String(port)}` : 'unknown';
+  }
+
+  get skipsTlsVerification(): boolean {
+    // Client: options.socket; Cluster: _options.defaults.socket (each node's socket options; a Cluster
+    // exposes its options only as `_options`, in node-redis 5 and 6).
+    const socket = prop(this.client, 'options', 'socket') ?? prop(this.client, '_options', 'defaults', 'socket');
+    return prop(socket, 'tls') !== undefined && prop(socket, 'tls') !== false && prop(socket, 'rejectUnauthorized') === false;
+  }
+}
+
+/**
+ * The Bus's connection on node-redis. node-redis re-subscribes by itself on reconnect, before it emits
+ * 'ready', and only for channels whose SUBSCRIBE reply registered the listener; a SUBSCRIBE for a
+ * channel already registered sends nothing and resolves at once. So 'ready' followed by our own
+ * subscribe() is exactly "subscribed on this connection". 'close' is node-redis's 'reconnecting'
+ * (after every lost connection or failed attempt) or 'end' (destroyed).
+ * node-redis has no "drop the socket and reconnect": reconnect() destroys this duplicate and opens a
+ * fresh one (the same events follow: 'close', then 'ready' once the new one is up).
+ */
+class NodeRedisSubscriberPort implements SubscriberPort {
+  private sub: NodeRedisSubscriber | undefined;
+  private readonly ready: (() => void)[] = [];
+  private readonly closes: (() => void)[] = [];
+  private readonly errors: ((err: unknown) => void)[] = [];
+  private listener: ((message: string, channel: string) => void) | undefined;
+  private closed = false;
+
+  constructor(
+    private readonly duplicate: () => NodeRedisSubscriber,
+    private readonly cluster: boolean,
+  ) {
+    this.open();
+  }
+
+  private open(): void {
+    const sub = this.duplicate();
+    this.sub = sub;
+    const mine = (fn: () => void) => () => {
+      if (this.sub === sub) fn();
+    };
+    // An 'error' listener before connect(): node-redis emits one per failed attempt, and an
+    // unhandled 'error' event would crash the process.
+    sub.on('error', (err) => {
+      if (this.sub === sub) for (const l of this.errors) l(err);
+    });
+    const up = mine(() => this.ready.forEach((l) => l()));
+    const down = mine(() => this.closes.forEach((l) => l()));
+    sub.on(this.cluster ? 'node-ready' : 'ready', up);
+    sub.on(this.cluster ? 'node-reconnecting' : 'reconnecting', down);
+    sub.on(this.cluster ? 'disconnect' : 'end', down);
+    // connect() marks the client open at once (commands queue until ready) and settles when ready;
+    // with a reconnect strategy that gives up, it rejects (already reported through 'error').
+    sub.connect().then(
+      () => undefined,
+      (err: unknown) => {
+        if (this.sub === sub) for (const l of this.errors) l(err);
+      },
+    );
+  }
+
+  subscribe(channel: string, onMessage: (channel: string, message: string) => void): Promise<unknown> {
+    const sub = this.sub;
+    if (!sub) return Promise.reject(new Error('subscriber closed'));
+    // One listener instance, so a repeated SUBSCRIBE never registers a second copy.
+    this.listener ??= (message, ch) => onMessage(ch, message);
+    try {
+      return sub.subscribe(channel, this.listener);
+    } catch (err) {
+      // node-redis throws (ClientClosedError) instead of rejecting when the client is closed.
+      return Promise.reject(err instanceof Error ? err : new Error(String(err)));
+    }
+  }
+
+  on(event: 'ready' | 'close' | 'error', listener: (err: unknown) => void): void {
+    if (event === 'ready') this.ready.push(() => listener(undefined));
+    else if (event === 'close') this.closes.push(() => listener(undefined));
+    else this.errors.push(listener);
+  }
+
+  ping(): Promise<unknown> {
+    // A Cluster's pub/sub node is internal to node-redis (no PING to aim at it): no heartbeat there.
+    if (this.cluster || !this.sub?.ping) return Promise.resolve('PONG');
+    return this.sub.ping();
+  }
+
+  reconnect(): void {
+    if (this.closed) return;
+    this.drop();
+    for (const l of this.closes) l();
+    this.open();
+  }
+
+  close(): void {
+    if (this.closed) return;
+    this.closed = true;
+    this.drop();
+  }
+
+  private drop(): void {
+    const sub = this.sub;
+    this.sub = undefined;
+    if (!sub) return;
+    try {
+      if (sub.destroy) sub.destroy();
+      else void sub.disconnect?.().catch(() => undefined);
+    } catch {
+      // Already closed (node-redis throws ClientClosedError): nothing to drop.
+    }
+  }
+}

@@ -1,0 +1,106 @@
+import { createHash } from 'node:crypto';
+
+/**
+ * The client port: the few operations the cache needs from a Redis client, whatever its family.
+ * Nothing outside `src/client/` touches a client object; a new family (Valkey GLIDE, …) is one adapter
+ * file plus one line in `detect.ts`. Adapters detect their family structurally and never import it,
+ * so the caller needs only the client they already have installed.
+ */
+
+/** A script argument: numbers are sent as decimal strings, Buffers as raw bytes. */
+export type ScriptArg = string | Buffer | number;
+
+/** A Lua script with its SHA-1 (EVALSHA) and name (ioredis `defineCommand`). Versioned names: a changed script is a new name. */
+export interface Script {
+  readonly name: string;
+  readonly numberOfKeys: number;
+  readonly lua: string;
+  readonly sha: string;
+}
+
+export function script(name: string, numberOfKeys: number, lua: string): Script {
+  return Object.freeze({ name, numberOfKeys, lua, sha: createHash('sha1').update(lua).digest('hex') });
+}
+
+/** What the Bus needs from its own subscriber connection (a duplicate of the caller's client). */
+export interface SubscriberPort {
+  /**
+   * SUBSCRIBE on the current connection; resolves once the server confirmed it. Repeating it for a
+   * channel already subscribed is harmless. `onMessage` gets every message on the channel (the first
+   * listener given is kept).
+   */
+  subscribe(channel: string, onMessage: (channel: string, message: string) => void): Promise<unknown>;
+  /**
+   * 'ready': a (re)connection is ready for commands. 'close': the connection closed or failed (notes
+   * may be missed until the next SUBSCRIBE holds). Both emitted after the state change, once per event.
+   */
+  on(event: 'ready' | 'close', listener: () => void): void;
+  on(event: 'error', listener: (err: unknown) => void): void;
+  /** A round trip on the subscriber connection itself (the heartbeat). */
+  ping(): Promise<unknown>;
+  /** Drops the connection and lets it reconnect (the heartbeat's verdict on a silently dead socket). */
+  reconnect(): void;
+  /** Drops the connection for good, without waiting for a reply (Redis may be down). Idempotent. */
+  close(): void;
+}
+
+/** The caller's client, seen through the port. */
+export interface RedisPort {
+  /** Which adapter: for messages and tests. */
+  readonly family: string;
+  /**
+   * Runs `script` with EVALSHA, falling back to loading it on NOSCRIPT (after SCRIPT FLUSH, a restart,
+   * a failover). `bytes`: bulk-string replies come back as Buffers (the entry bytes); otherwise as
+   * strings. Integer replies are numbers, nil is null, arrays are arrays. Rejects with the client's
+   * error, whose message starts with the server's error code (`NOPERM …`, `OOM …`): Io maps it.
+   */
+  run(script: Script, keys: readonly string[], args: readonly ScriptArg[], bytes?: boolean): Promise<unknown>;
+  /** A new connection of the same client (the only one the cache ever opens), for pub/sub only. */
+  subscriber(): SubscriberPort;
+  /** Calls `listener` on every (re)connection of the caller's client; returns the way to stop. */
+  onReady(listener: () => void): () => void;
+  /** Which node owns `key` (Cluster: the master of its slot; standalone: one fixed id). */
+  nodeOf(key: string): string;
+  /** True on a Cluster client: a pipeline must then hold the keys of one slot only. */
+  readonly cluster: boolean;
+  /**
+   * A batch of scripts sent together (one round trip): `queue` them, then `exec` answers each in
+   * queue order, a command's own error reply as its entry's error. The keys of one pipeline must
+   * share a slot on a Cluster.
+   */
+  pipeline(): PipelinePort;
+  /** A plain command (GET, …), routed by `key` on a Cluster. Replies as `run` without `bytes`. */
+  command(key: string, args: readonly ScriptArg[]): Promise<unknown>;
+  /**
+   * A command on the very connection that runs commands for `key` (on a Cluster, its slot's master):
+   * `WAIT` must run where the script it confirms ran. Rejects where the family cannot name that
+   * connection.
+   */
+  commandOnNodeOf(key: string, args: readonly ScriptArg[]): Promise<unknown>;
+  /** True when the client does not verify the server's TLS certificate. */
+  readonly skipsTlsVerification: boolean;
+}
+
+/** Scripts queued to go out together; see RedisPort.pipeline. */
+export interface PipelinePort {
+  /** Queues the script; what it returns settles only with exec() and is never rejected (read exec()'s answers). */
+  run(script: Script, keys: readonly string[], args: readonly ScriptArg[], bytes?: boolean): Promise<unknown>;
+  exec(): Promise<[Error | null, unknown][]>;
+}
+
+/** What a queued command returns: the answer is in exec()'s list, by position. */
+export const QUEUED: Promise<unknown> = Promise.resolve(undefined);
+
+/** Reads a nested property without trusting the shape (adapters look at foreign client objects). */
+export function prop(o: unknown, ...path: string[]): unknown {
+  let v = o;
+  for (const p of path) {
+    if ((typeof v !== 'object' && typeof v !== 'function') || v === null) return undefined;
+    v = (v as Record<string, unknown>)[p];
+  }
+  return v;
+}
+
+export function isNoScript(err: unknown): boolean {
+  return err instanceof Error && err.message.startsWith('NOSCRIPT');
+}
