@@ -143,6 +143,9 @@ export class Cache extends EventEmitter<CacheEvents> {
       onUp: () => {
         this.generations.resume();
         this.local.resume();
+        // Notes sent while the subscription was down are lost, so a degraded copy may be older than a
+        // write or delete made meanwhile: like L1, the memo starts over on every (re)subscribe.
+        this.memo.clear();
       },
       onDown: () => {
         this.generations.suspend();
@@ -359,7 +362,10 @@ export class Cache extends EventEmitter<CacheEvents> {
    */
   async deleteMany(keys: readonly string[]): Promise<void> {
     this.assertKeys(keys);
-    for (const key of keys) this.local.invalidate(key);
+    for (const key of keys) {
+      this.local.invalidate(key);
+      this.memo.invalidate(key); // as delete(): before anything is sent
+    }
     const { prefix } = this.options;
     const lockTtl = this.options.defaults.lockTtl;
     try {

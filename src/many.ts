@@ -90,11 +90,22 @@ export async function computeMany(h: ManyHost, keys: readonly string[], loadMany
 
   if (won.length > 0) {
     // The re-read under the grants, one pipeline per slot; an exclusive grant that finds a fresh value loads nothing.
-    const again = await readAll(h, won.map((w) => w.key));
+    let again: (Found | undefined)[];
+    try {
+      again = await readAll(h, won.map((w) => w.key));
+    } catch (error) {
+      // close() while the re-read was out: no rebuild will own these grants, so free them here, and
+      // leave none of the other keys' answers unobserved.
+      await Promise.all(won.map((w) => w.grant.release('cancelled').catch(() => undefined)));
+      for (const p of answers.values()) p.catch(() => undefined);
+      throw error;
+    }
     const toLoad = won.filter((w, i) => !(w.grant.exclusive && again[i]?.state === 'fresh')).map((w) => w.key);
     const first = callOf(toLoad[0] ?? (won[0] as { key: string }).key);
     const tokens = new Map(won.map((w) => [w.key, w.grant.fence as number | undefined]));
     const loaded = toLoad.length === 0 ? undefined : loadOnce(d, loadMany, toLoad, tokens, first, signal);
+    // Observed here: if close() stops every rebuild before it picks its value, nobody else reads it.
+    loaded?.catch(() => undefined);
     won.forEach((w, i) => {
       const loader = (): Promise<unknown> => pick((loaded as Promise<Map<string, unknown>>), w.key);
       const rebuild = new Rebuild(d, w.key, w.keys, loader, callOf(w.key), { signal: d.lifetime }).keep(w.found);

@@ -142,7 +142,8 @@ export class NodeRedisPort implements RedisPort {
 
   nodeOf(key: string): string {
     if (!this.cluster) return 'standalone';
-    const master = (this.client as unknown as { getSlotMaster(slot: number): unknown }).getSlotMaster(slotOf(key));
+    // Not getSlotMaster(): it throws until the Cluster has discovered its slots (before connect()).
+    const master = prop(this.client, 'slots', String(slotOf(key)), 'master');
     const host = prop(master, 'host');
     const port = prop(master, 'port');
     return typeof host === 'string' ? `${host}:${String(port)}` : 'unknown';

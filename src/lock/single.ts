@@ -46,8 +46,10 @@ export class StoreLock implements Locker {
     const [granted, fenceOrPttl] = await io
       .run(opts.operation ?? 'acquire', () => scripts.acquire(keys.lock, keys.fence, keys.backoff, token, lockTtl, call.lockTtl, opts.ignoreBackoff === true), key, undo)
       .catch((error: unknown) => {
-        // A grant too few replicas acknowledged (replicaAck) is not trusted: free it now, by its token.
-        if (error instanceof RedisUnavailableError && error.failure === 'replicaAck') undo?.();
+        // A failed acquire may have been applied all the same (a grant too few replicas acknowledged, a
+        // reply lost with its connection, a refused WAIT): free it now, by its token. Idempotent, and it
+        // cannot free another holder's lock. (A timeout was already undone by Io; the breaker sent nothing.)
+        if (error instanceof RedisUnavailableError && error.failure !== 'timeout' && error.failure !== 'breaker') undo?.();
         throw error;
       });
     if (granted === 2) throw new OriginBackoffError(key, fenceOrPttl);

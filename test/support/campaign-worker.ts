@@ -144,7 +144,11 @@ process.on('message', (m: { op: 'start'; until: number } | { op: 'exit' }) => {
     // Let the sockets finish closing, any late rejection surface, and the callers' own AbortSignal.timeout
     // timers (up to 2 × loaderMs, started by the last calls) lapse: those are the caller's handles, not the cache's.
     await sleep(2 * loaderMs + 50);
-    const resources = process.getActiveResourcesInfo().filter((r) => r !== 'PipeWrap' && r !== 'TTYWrap');
+    // On a loaded machine those timers can fire late: give the process up to 1 s more to go quiet
+    // (a leaked interval, or a timer of the cache that outlives close() by more, still shows).
+    const open = () => process.getActiveResourcesInfo().filter((r) => r !== 'PipeWrap' && r !== 'TTYWrap');
+    for (let waited = 0; open().length > 0 && waited < 1000; waited += 50) await sleep(50);
+    const resources = open();
     process.send?.({ ev: 'history', proc, settles, writes, runs, unhandled, resources }, () => process.exit(0));
   })();
 });
