@@ -37,6 +37,25 @@ const cache = createCache({
 } as CacheOptions);
 
 const now = (): number => performance.timeOrigin + performance.now();
+/** Every live timer and where it was set, to name the ones left after close() (diagnostics only). */
+const liveTimers = new Map<unknown, string>();
+{
+  const g = globalThis as unknown as Record<string, (...a: unknown[]) => unknown>;
+  const [st, si, ct, ci] = [g.setTimeout, g.setInterval, g.clearTimeout, g.clearInterval] as ((...a: unknown[]) => unknown)[];
+  const where = () => (new Error().stack ?? '').split('\n').slice(2, 7).join(' | ');
+  g.setTimeout = (fn: unknown, ...rest: unknown[]) => {
+    const t: unknown = st?.((...a: unknown[]) => (liveTimers.delete(t), (fn as (...x: unknown[]) => unknown)(...a)), ...rest);
+    liveTimers.set(t, where());
+    return t;
+  };
+  g.setInterval = (...a: unknown[]) => {
+    const t = si?.(...a);
+    liveTimers.set(t, where());
+    return t;
+  };
+  g.clearTimeout = (t: unknown) => (liveTimers.delete(t), ct?.(t));
+  g.clearInterval = (t: unknown) => (liveTimers.delete(t), ci?.(t));
+}
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 /** A sleep that honours the loader's signal, as a well-behaved loader does. */
 const cancellableSleep = (ms: number, signal: AbortSignal) =>
@@ -144,11 +163,15 @@ process.on('message', (m: { op: 'start'; until: number } | { op: 'exit' }) => {
     // Let the sockets finish closing, any late rejection surface, and the callers' own AbortSignal.timeout
     // timers (up to 2 × loaderMs, started by the last calls) lapse: those are the caller's handles, not the cache's.
     await sleep(2 * loaderMs + 50);
-    // On a loaded machine those timers can fire late: give the process up to 1 s more to go quiet
-    // (a leaked interval, or a timer of the cache that outlives close() by more, still shows).
+    // Then up to 2.5 s more for the process to go quiet: a connection whose ready check failed (Redis
+    // paused or restarting) is ended by ioredis with its own `disconnectTimeout` timer (2 s by default)
+    // that lives until the socket closes — seen here, set in ioredis' AbstractConnector.disconnect. A
+    // leaked interval, or a timer of the cache that outlives close() by more, still shows.
     const open = () => process.getActiveResourcesInfo().filter((r) => r !== 'PipeWrap' && r !== 'TTYWrap');
-    for (let waited = 0; open().length > 0 && waited < 1000; waited += 50) await sleep(50);
+    for (let waited = 0; open().length > 0 && waited < 2500; waited += 50) await sleep(50);
     const resources = open();
+    // Which timers, when some are left: where they were set.
+    if (resources.includes('Timeout')) for (const stack of liveTimers.values()) console.error(`campaign-worker ${proc}: timer left after close(), set at ${stack}`);
     process.send?.({ ev: 'history', proc, settles, writes, runs, unhandled, resources }, () => process.exit(0));
   })();
 });
