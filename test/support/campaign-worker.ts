@@ -22,7 +22,7 @@ const mix = JSON.parse(env.SG_MIX ?? '{}') as { get?: number; set?: number; dele
 const unsafe = JSON.parse(env.SG_UNSAFE ?? '{}') as UnsafeSwitches;
 
 const unhandled: string[] = [];
-process.on('unhandledRejection', (e) => unhandled.push(String(e)));
+process.on('unhandledRejection', (e) => unhandled.push(e instanceof Error && e.stack ? e.stack.split('\n').slice(0, 10).join(' | ') : String(e)));
 
 const redis = new Redis(env.SG_REDIS_URL as string, { maxRetriesPerRequest: 1 });
 redis.on('error', () => undefined);
