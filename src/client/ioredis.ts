@@ -49,8 +49,13 @@ export class IoredisPort implements RedisPort {
 
   run(script: Script, keys: readonly string[], args: readonly ScriptArg[], bytes = false): Promise<unknown> {
     const method = bytes ? `${script.name}Buffer` : script.name;
-    if (typeof this.commands[method] !== 'function') this.client.defineCommand(script.name, { numberOfKeys: script.numberOfKeys, lua: script.lua });
+    this.define(script);
     return (this.commands[method] as Command).call(this.client, ...keys, ...args);
+  }
+
+  /** Registers `script` on the client once (defineCommand adds both `name` and `nameBuffer`). */
+  private define(script: Script): void {
+    if (typeof this.commands[script.name] !== 'function') this.client.defineCommand(script.name, { numberOfKeys: script.numberOfKeys, lua: script.lua });
   }
 
   subscriber(): SubscriberPort {
@@ -71,9 +76,7 @@ export class IoredisPort implements RedisPort {
         return QUEUED;
       },
       exec: async () => {
-        for (const [script] of queued) {
-          if (typeof this.commands[script.name] !== 'function') this.client.defineCommand(script.name, { numberOfKeys: script.numberOfKeys, lua: script.lua });
-        }
+        for (const [script] of queued) this.define(script);
         const pipe = (this.client as unknown as { pipeline(): Record<string, Command> & { exec(): Promise<[Error | null, unknown][] | null> } }).pipeline();
         for (const [script, keys, args, bytes] of queued) void (pipe[bytes ? `${script.name}Buffer` : script.name] as Command).call(pipe, ...keys, ...args);
         return (await pipe.exec()) ?? [];
