@@ -50,7 +50,10 @@ beforeAll(async () => {
 });
 
 afterAll(async () => {
-  for (const c of children) c.send({ op: 'exit' });
+  // A test may already have told its workers to exit: writing to a closed channel raises EPIPE
+  // (asynchronously, as an uncaught error), so only live channels are told, and a send that races
+  // the child's own exit is reported to the callback instead of thrown.
+  for (const c of children) if (c.connected) c.send({ op: 'exit' }, () => undefined);
   await Promise.all(children.map((c) => new Promise((r) => (c.exitCode !== null ? r(undefined) : c.once('exit', r)))));
   admin.disconnect();
   await server.stop();

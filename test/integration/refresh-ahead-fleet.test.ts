@@ -33,9 +33,10 @@ function runOn(child: ChildProcess, msg: Omit<RunMsg, 'op'>): Promise<Done> {
 }
 
 async function stop(child: ChildProcess): Promise<void> {
-  if (child.exitCode !== null) return;
+  if (child.exitCode !== null || child.signalCode !== null) return;
   const exited = new Promise((r) => child.once('exit', r));
-  child.send({ op: 'exit' });
+  // The callback takes a send that races the child's own exit (EPIPE) instead of an uncaught error.
+  child.send({ op: 'exit' }, () => undefined);
   await exited;
 }
 

@@ -116,7 +116,8 @@ export class Worker {
   async stop(): Promise<void> {
     if (this.child.exitCode !== null || this.child.signalCode !== null) return;
     const exited = new Promise((r) => this.child.once('exit', r));
-    this.child.send({ op: 'exit' });
+    // The callback takes a send that races the child's own exit (EPIPE) instead of an uncaught error.
+    this.child.send({ op: 'exit' }, () => undefined);
     const timer = setTimeout(() => this.child.kill('SIGKILL'), 5000);
     await exited;
     clearTimeout(timer);
