@@ -139,9 +139,24 @@ function failureOf(cause: unknown): RedisFailure {
   if (cause instanceof RedisTimeout) return 'timeout';
   if (cause instanceof BreakerOpen) return 'breaker';
   if (cause instanceof ReplicaAckShort) return 'replicaAck';
-  // ioredis (4–5) reports every error reply, scripts' included, as a ReplyError (from redis-errors).
-  if (cause instanceof Error && cause.name === 'ReplyError') return 'reply';
+  if (isErrorReply(cause)) return 'reply';
   return 'connection';
+}
+
+/**
+ * Redis answered with an error reply (OOM, READONLY, NOPERM, a script's error…), as opposed to a
+ * command that was not sent or not answered. ioredis (4–6) reports every error reply as a
+ * `ReplyError` (from redis-errors, by name); node-redis (4–6) as an instance of its `ErrorReply`
+ * class or a subclass (`SimpleError`, `BlobError`), whose `name` stays 'Error' — so its class is
+ * matched by the constructor names up the prototype chain, without importing the optional client.
+ */
+function isErrorReply(cause: unknown): boolean {
+  if (!(cause instanceof Error)) return false;
+  if (cause.name === 'ReplyError') return true;
+  for (let proto: unknown = Object.getPrototypeOf(cause); proto !== null && proto !== Error.prototype; proto = Object.getPrototypeOf(proto)) {
+    if ((proto as { constructor?: { name?: unknown } }).constructor?.name === 'ErrorReply') return true;
+  }
+  return false;
 }
 
 function unavailableMessage(operation: string, failure: RedisFailure, cause: unknown, key: string | undefined): string {

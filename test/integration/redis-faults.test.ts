@@ -1,3 +1,4 @@
+import { Redis } from 'ioredis';
 import { describe, expect, it } from 'vitest';
 import { createCache, type Cache } from '../../src/index.js';
 import { useFamilyServer, whenReady } from '../support/clients.js';
@@ -77,6 +78,24 @@ describe('Redis unavailable: getOrCompute still answers with the loader, one run
       await expect(cache.delete('x')).rejects.toMatchObject({ code: 'ERR_REDIS_UNAVAILABLE' });
     } finally {
       files.server.resume();
+    }
+  });
+});
+
+describe("an error reply is reported as one, with Redis's own text, whatever the client family", () => {
+  it("maxmemory 1 + noeviction: set() rejects with failure 'reply' (not 'connection') quoting the OOM text", async () => {
+    const { cache } = setup();
+    const admin = new Redis(files.server.adminUrl);
+    try {
+      await cache.set('before', 'v', 60_000);
+      await admin.config('SET', 'maxmemory-policy', 'noeviction');
+      await admin.config('SET', 'maxmemory', '1');
+      const err = await cache.set('k', 'v', 60_000).then(() => undefined, (e: unknown) => e);
+      expect(err).toMatchObject({ code: 'ERR_REDIS_UNAVAILABLE', operation: 'set', failure: 'reply', key: 'k' });
+      expect((err as Error).message).toContain('OOM command not allowed');
+    } finally {
+      await admin.config('SET', 'maxmemory', '0');
+      admin.disconnect();
     }
   });
 });
