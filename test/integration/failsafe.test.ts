@@ -1,5 +1,5 @@
 import { Redis } from 'ioredis';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { createCache, type Cache, type CacheEvents } from '../../src/index.js';
 import { entryKeys } from '../../src/keys.js';
 import { deferred, nextEvent, useRedis } from '../support/harness.js';
@@ -75,6 +75,24 @@ describe('loader timeouts', () => {
     gate.resolve('new');
     expect((await computed).written).toBe(true);
     expect(await cache.get('soft')).toBe('new');
+  });
+
+  it('soft timeout with a kept value and a loader that fails fast: the soft-timeout timer is cleared when the call settles, not left running', async () => {
+    const cache = h.cache();
+    await expiredButKept(cache, 'soft-fail', 'old');
+    const SOFT = 54_321; // a delay nothing else in this process uses: it names the soft-timeout timer
+    const set = vi.spyOn(globalThis, 'setTimeout');
+    const cleared = vi.spyOn(globalThis, 'clearTimeout');
+    try {
+      const got = await cache.getOrCompute('soft-fail', () => Promise.reject(new Error('origin down')), { ttl: 60_000, failSafeTtl: 60_000, softTimeout: SOFT });
+      expect(got).toBe('old');
+      const timers = set.mock.calls.flatMap((args, i) => (args[1] === SOFT ? [set.mock.results[i]?.value as unknown] : []));
+      expect(timers).toHaveLength(1); // the soft timeout was armed…
+      expect(cleared.mock.calls.map((args) => args[0] as unknown)).toContain(timers[0]); // …and cleared once the rebuild failed
+    } finally {
+      set.mockRestore();
+      cleared.mockRestore();
+    }
   });
 
   it('hard timeout: callers get ERR_LOADER_TIMEOUT, the loader signal aborts with it, the lock is released', async () => {
