@@ -3,7 +3,7 @@ import { EventEmitter, setMaxListeners } from 'node:events';
 import { Batch } from './batch.js';
 import { LruDegradedMemo, NO_DEGRADED_MEMO, type DegradedMemo } from './degraded-memo.js';
 import { refreshPolicyFor } from './entry.js';
-import { AbortedError, CacheClosedError, InvalidKeyError, InvalidOptionError } from './errors.js';
+import { AbortedError, CacheClosedError, InvalidKeyError, InvalidOptionError, type RedisUnavailableError } from './errors.js';
 import type { CacheEvents } from './events.js';
 import { NoFlight, SingleFlight, type Coalescer } from './flight.js';
 import { portFor } from './client/detect.js';
@@ -232,6 +232,27 @@ export class Cache extends EventEmitter<CacheEvents> {
     return this.trip(this.coalescers[call.lock], key, untyped, call, trace) as Promise<T>;
   }
 
+  /**
+   * A namespace call whose generation Redis could not give (namespace.ts): the loader runs on the
+   * degraded path at once — in-process flight, degraded memo, a `degraded` event — and nothing is
+   * sent to Redis, since the entry's key depends on the generation.
+   */
+  private async computeDegraded(key: string, loader: (ctx: LoaderContext) => unknown, ttlOrOptions: number | CallOptions | undefined, cause: RedisUnavailableError): Promise<unknown> {
+    const call = this.resolveCall(key, ttlOrOptions);
+    if (typeof loader !== 'function') throw new InvalidOptionError('loader', loader, 'a function (ctx) => value | Promise<value>', key);
+    if (call.signal?.aborted) throw new AbortedError(key, call.signal.reason);
+    const keys = entryKeys(this.options.prefix, key);
+    let led = false;
+    const answering = this.coalescers.local.run(key, call.signal, (stop) => {
+      led = true;
+      return new Rebuild(this.deps, key, keys, loader, call, stop).answerDegraded(cause);
+    });
+    return answering.then((answered) => {
+      this.telemetry.caller(answered, led);
+      return answered.value;
+    });
+  }
+
   /** `forceFresh`: L1 is skipped, and the trip is coalesced only with other forceFresh calls (a normal trip may answer from the cache). */
   private forced(key: string, loader: (ctx: LoaderContext) => unknown, call: ResolvedCall, trace: GetOrComputeContext | undefined): Promise<unknown> {
     return this.trip(call.lock === 'none' ? this.coalescers.none : this.freshFlight, key, loader, call, trace);
@@ -277,12 +298,16 @@ export class Cache extends EventEmitter<CacheEvents> {
 
   /** What namespaces use: this cache's operations with the reserved keys allowed, and the generations. */
   private host(): NamespaceHost {
+    const ops = Object.create(this, { reservedKeys: { value: true } }) as Cache;
     this.namespaceHost ??= {
-      ops: Object.create(this, { reservedKeys: { value: true } }) as Cache,
+      ops,
       generations: this.generations,
       validateKey: (key: unknown): asserts key is string => this.assertUsable(key),
+      degraded: (key, loader, ttlOrOptions, cause) => ops.computeDegraded(key, loader, ttlOrOptions, cause),
+      degradedRead: (key, error) => this.safeEmit('degraded', { key, operation: 'read', error }),
       clear: (path) => {
         if (this.closed) return Promise.reject(new CacheClosedError());
+        this.memo.clear(); // see onNote: degraded values of unknown generations may predate this clear
         const id = randomBytes(9).toString('base64url');
         // A subscriber that has not acknowledged within 2 × redisTimeout is one the heartbeat counts as down by then.
         return this.generations.clear(path, id, this.bus.channel, this.bus.message('c', clearNoteKey(path, id)), 2 * this.options.redisTimeout, this.options.clock);
@@ -473,6 +498,10 @@ export class Cache extends EventEmitter<CacheEvents> {
   /** Another process's write, set or delete drops this process's copy before any waiter re-reads. */
   private onNote(note: Note): void {
     if (note.kind === 'c') {
+      // A namespace call that could not read its generation ran degraded under a key naming no
+      // generation (namespace.ts, unknownGenerationKey): its memo entry may predate this clear, and
+      // no other invalidation reaches it, so the memo goes (clears are rare; it refills in an outage).
+      this.memo.clear();
       const clear = parseClearNote(note.key);
       if (clear) this.generations.ack(clear.path, clear.id);
       return;

@@ -1,4 +1,4 @@
-import { InvalidOptionError } from './errors.js';
+import { InvalidOptionError, RedisUnavailableError } from './errors.js';
 import type { Io } from './io.js';
 import type { LoaderContext } from './loader.js';
 import type { BatchLoader } from './many.js';
@@ -42,6 +42,15 @@ export function namespacedKey(segments: readonly string[], generations: readonly
   let out = `\0${segments.length}`;
   for (let i = 0; i < segments.length; i++) out += `\0${segments[i] as string}\0${generations[i] as number}`;
   return `${out}\0${key}`;
+}
+
+/**
+ * The key a namespace call runs under on the degraded path when Redis could not give the path's
+ * generations: generation -1 is never a real one (counters start at 0), so no entry is ever stored or
+ * found under it — such a call sends nothing to Redis (see Namespace.getOrCompute).
+ */
+export function unknownGenerationKey(segments: readonly string[], key: string): string {
+  return namespacedKey(segments, segments.map(() => -1), key);
 }
 
 /** Keys starting with this are the namespaces' (see namespacedKey): refused as plain keys. */
@@ -201,6 +210,15 @@ export interface NamespaceHost {
   validateKey(key: unknown): asserts key is string;
   /** Clears `path` everywhere: the generation bump and its note. */
   clear(path: PathId): Promise<void>;
+  /** Runs `loader` for `key` on the degraded path (in-process flight, degraded memo, `degraded` event), sending nothing to Redis. */
+  degraded(key: string, loader: (ctx: LoaderContext) => unknown, ttlOrOptions: number | CallOptions | undefined, cause: RedisUnavailableError): Promise<unknown>;
+  /** A read that could not reach Redis: the `degraded` event get() emits. */
+  degradedRead(key: string, error: unknown): void;
+}
+
+/** The generations could not be read: Redis was unavailable for the path's counter. */
+interface Unknown {
+  readonly cause: RedisUnavailableError;
 }
 
 /**
@@ -231,27 +249,66 @@ export class Namespace {
     return new Namespace(this.host, [...this.segments, name]);
   }
 
+  /** The internal key; rejects (RedisUnavailableError) if Redis cannot give the generations: for writes, which must reach Redis. */
   private async internal(key: unknown): Promise<string> {
-    this.host.validateKey(key);
-    return namespacedKey(this.segments, await this.host.generations.of(this.segments), key);
+    const at = await this.locate(key);
+    if (typeof at !== 'string') throw at.cause;
+    return at;
   }
 
-  private async internalMany(keys: readonly string[]): Promise<string[]> {
+  /**
+   * The internal key, or — Redis unavailable for the path's counter — why not. Reads and loads then
+   * take the cache's degraded path (a miss; the loader runs here), as they would had Redis failed
+   * for the entry itself; anything else (a closed cache, a bad key) still rejects.
+   */
+  private async locate(key: unknown): Promise<string | Unknown> {
+    this.host.validateKey(key);
+    const generations = await this.generations();
+    return Array.isArray(generations) ? namespacedKey(this.segments, generations, key) : generations;
+  }
+
+  private async generations(): Promise<number[] | Unknown> {
+    try {
+      return await this.host.generations.of(this.segments);
+    } catch (error) {
+      if (error instanceof RedisUnavailableError) return { cause: error };
+      throw error;
+    }
+  }
+
+  private async locateMany(keys: readonly string[]): Promise<string[] | Unknown> {
     const given: unknown = keys;
     if (!Array.isArray(given)) throw new InvalidOptionError('keys', given, 'an array of cache keys');
     for (const key of keys as unknown[]) this.host.validateKey(key);
-    const generations = await this.host.generations.of(this.segments);
-    return keys.map((key: string) => namespacedKey(this.segments, generations, key));
+    const generations = await this.generations();
+    return Array.isArray(generations) ? keys.map((key: string) => namespacedKey(this.segments, generations, key)) : generations;
+  }
+
+  private async internalMany(keys: readonly string[]): Promise<string[]> {
+    const at = await this.locateMany(keys);
+    if (!Array.isArray(at)) throw at.cause;
+    return at;
   }
 
   /** `cache.getOrCompute` in this namespace. */
   async getOrCompute<T, S = T>(key: string, loader: (ctx: LoaderContext<S>) => T | PromiseLike<T>, ttlOrOptions?: number | CallOptions): Promise<T> {
     // The loader sees the key it was asked for, not the internal one.
-    return this.host.ops.getOrCompute(await this.internal(key), (ctx: LoaderContext<S>) => loader({ ...ctx, key }), ttlOrOptions);
+    const asked = (ctx: LoaderContext<S>) => loader({ ...ctx, key });
+    const at = await this.locate(key);
+    if (typeof at !== 'string') return (await this.host.degraded(unknownGenerationKey(this.segments, key), asked as (ctx: LoaderContext) => unknown, ttlOrOptions, at.cause)) as T;
+    return this.host.ops.getOrCompute(at, asked, ttlOrOptions);
   }
 
   async get<T = unknown>(key: string): Promise<T | undefined> {
-    return this.host.ops.get<T>(await this.internal(key));
+    const at = await this.locate(key);
+    if (typeof at !== 'string') return this.missed(key, at);
+    return this.host.ops.get<T>(at);
+  }
+
+  /** A read whose generation is unknown: reported as degraded (as get() reports a failed read), a miss. */
+  private missed(key: string, at: Unknown): undefined {
+    this.host.degradedRead(unknownGenerationKey(this.segments, key), at.cause);
+    return undefined;
   }
 
   async set<T>(key: string, value: T, ttlOrOptions?: number | CallOptions): Promise<void> {
@@ -263,11 +320,13 @@ export class Namespace {
   }
 
   async has(key: string): Promise<boolean> {
-    return this.host.ops.has(await this.internal(key));
+    return (await this.get(key)) !== undefined;
   }
 
   async getMany<T = unknown>(keys: readonly string[]): Promise<(T | undefined)[]> {
-    return this.host.ops.getMany<T>(await this.internalMany(keys));
+    const at = await this.locateMany(keys);
+    if (!Array.isArray(at)) return keys.map((key) => this.missed(key, at));
+    return this.host.ops.getMany<T>(at);
   }
 
   async deleteMany(keys: readonly string[]): Promise<void> {
@@ -276,7 +335,9 @@ export class Namespace {
 
   /** `cache.getOrComputeMany` in this namespace: `loadMany` sees and returns the caller's keys. */
   async getOrComputeMany<T>(keys: readonly string[], loadMany: BatchLoader<T>, ttlOrOptions?: number | CallOptions): Promise<(T | undefined)[]> {
-    const internal = await this.internalMany(keys);
+    const at = await this.locateMany(keys);
+    if (!Array.isArray(at)) return this.degradedMany(keys, loadMany, ttlOrOptions, at);
+    const internal = at;
     const toUser = new Map(internal.map((k, i) => [k, keys[i] as string]));
     const toInternal = new Map(internal.map((k, i) => [keys[i] as string, k]));
     const translated: BatchLoader<T> = async (missing, ctx) => {
@@ -286,6 +347,44 @@ export class Namespace {
       return new Map([...found].flatMap(([k, v]) => (toInternal.has(k) ? [[toInternal.get(k) as string, v] as const] : [])));
     };
     return this.host.ops.getOrComputeMany(internal, translated, ttlOrOptions);
+  }
+
+  /**
+   * getOrComputeMany with the generations unknown: each key takes the degraded path (its memo entry,
+   * if any, answers), and the keys left to load go to ONE `loadMany` call, made once every key's
+   * degraded call asked for its value (they all start before the first macrotask). Rejects, as the
+   * cache's own does, with the first failed key's error once every key settled.
+   */
+  private async degradedMany<T>(keys: readonly string[], loadMany: BatchLoader<T>, ttlOrOptions: number | CallOptions | undefined, at: Unknown): Promise<(T | undefined)[]> {
+    const signal = typeof ttlOrOptions === 'object' ? ttlOrOptions.signal : undefined;
+    // The keys asked for until the next macrotask go to one call; a key asked for later starts another.
+    let batch: { readonly keys: string[]; readonly found: Promise<Map<string, T | Error>> } | undefined;
+    const load = (key: string): Promise<Map<string, T | Error>> => {
+      if (!batch) {
+        const keys: string[] = [];
+        const found = new Promise<void>((resolve) => setImmediate(resolve)).then(async () => {
+          batch = undefined;
+          const map = await loadMany([...new Set(keys)], { signal: signal ?? new AbortController().signal, fencingTokens: new Map() });
+          if (!(map instanceof Map)) throw new InvalidOptionError('loadMany', map, 'loadMany to return a Map<key, value>', keys[0]);
+          return map;
+        });
+        batch = { keys, found };
+      }
+      batch.keys.push(key);
+      return batch.found;
+    };
+    const settled = await Promise.allSettled(
+      keys.map((key) =>
+        this.host.degraded(unknownGenerationKey(this.segments, key), async () => {
+          const value = (await load(key)).get(key);
+          if (value instanceof Error) throw value;
+          return value;
+        }, ttlOrOptions, at.cause),
+      ),
+    );
+    const failed = settled.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+    if (failed) throw failed.reason;
+    return settled.map((r) => (r as PromiseFulfilledResult<unknown>).value as T | undefined);
   }
 
   /**

@@ -116,6 +116,16 @@ export class Rebuild implements Answered {
     return this;
   }
 
+  /**
+   * Answers on the degraded path from the start, for `cause`, without a command to Redis: a namespace
+   * whose generation Redis could not give (the entry's key is unknown, so the store cannot be asked).
+   */
+  async answerDegraded(cause: RedisUnavailableError): Promise<Answered> {
+    this.value = await this.degraded('read', cause);
+    this.outcome = this.current;
+    return this;
+  }
+
   async run(): Promise<unknown> {
     let found: Found;
     const sent = this.d.clock.now();

@@ -131,3 +131,94 @@ describe('clear()', () => {
     expect(await ns.get('k0')).toBeUndefined();
   });
 });
+
+describe('namespaces while Redis cannot give the generation (issue #11 review: calls rejected during an outage)', () => {
+  let unique = 0;
+  const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+  /**
+   * A cache whose commands go through a proxy (their replies can be delayed past redisTimeout) while
+   * its subscriber connects directly, so the subscription holds through the outage.
+   */
+  async function slowCommands() {
+    const proxy = await startProxy({ host: '127.0.0.1', port: Number(new URL(h.url).port) });
+    const client = new Redis(proxy.url, { maxRetriesPerRequest: 1 });
+    client.on('error', () => undefined);
+    const subscriber = new Redis(h.url, { maxRetriesPerRequest: 1 });
+    subscriber.on('error', () => undefined);
+    client.duplicate = () => subscriber;
+    const cache = createCache({ redis: client, prefix: `ns-outage-${process.pid}-${++unique}`, redisTimeout: 150, breakerThreshold: 1000 });
+    expect(await cache.ready()).toBe(true);
+    /** Replies late, then on time again: chunks already held are let through before the next command, so none overtakes another. */
+    const outage = () => proxy.delay('down', 400);
+    const heal = async () => {
+      proxy.delay('down', 0);
+      await sleep(450);
+    };
+    const done = async () => {
+      await cache.close();
+      client.disconnect();
+      subscriber.disconnect();
+      await proxy.close();
+    };
+    return { cache, outage, heal, done };
+  }
+
+  it('reads are misses and loads run here (degraded, once per key within its ttl); writes reject with ERR_REDIS_UNAVAILABLE; nothing is stored under an unknown generation', async () => {
+    const { cache, outage, heal, done } = await slowCommands();
+    try {
+      const users = cache.namespace('users');
+      const degraded: string[] = [];
+      cache.on('degraded', (e) => degraded.push(e.operation));
+      let runs = 0;
+      const loader = () => `v${++runs}`;
+      outage();
+      // Both contenders start before either is awaited: one loader run answers both.
+      const both = [users.getOrCompute('k', loader, 60_000), users.getOrCompute('k', loader, 60_000)];
+      expect(await Promise.all(both)).toEqual(['v1', 'v1']);
+      expect(await users.getOrCompute('k', loader, 60_000)).toBe('v1'); // the degraded memo answers within the ttl
+      expect(runs).toBe(1);
+      expect(await users.get('k')).toBeUndefined();
+      expect(await users.has('k')).toBe(false);
+      expect(await users.getMany(['k', 'x'])).toEqual([undefined, undefined]);
+      const batches: string[][] = [];
+      const loadMany = async (missing: string[]) => {
+        batches.push(missing);
+        return new Map(missing.map((k) => [k, `m:${k}`]));
+      };
+      expect(await users.getOrComputeMany(['a', 'b'], loadMany, 60_000)).toEqual(['m:a', 'm:b']);
+      expect(batches).toEqual([['a', 'b']]); // one loadMany call for the batch
+      await expect(users.set('k', 'x', 60_000)).rejects.toMatchObject({ code: 'ERR_REDIS_UNAVAILABLE' });
+      await expect(users.delete('k')).rejects.toMatchObject({ code: 'ERR_REDIS_UNAVAILABLE' });
+      expect(degraded.length).toBeGreaterThan(0);
+      await heal();
+      // Redis answers again: the call is served through the store, under the real generation.
+      expect(await users.getOrCompute('k', () => 'stored', 60_000)).toBe('stored');
+      expect(await users.get('k')).toBe('stored');
+      const all = await h.admin.keys(`${prefixOf(cache)}:*`);
+      expect(all.filter((k) => k.includes('\0-1\0'))).toEqual([]); // generation -1 (unknown) names no stored key
+      expect(all.filter((k) => k.endsWith('\0users\u00000\0k'))).toHaveLength(2); // the entry of generation 0: its value and its fence
+    } finally {
+      await done();
+    }
+  });
+
+  it('a value computed degraded before a clear() is never served after it, even when the next call runs degraded too', async () => {
+    const { cache, outage, heal, done } = await slowCommands();
+    const other = twin(cache);
+    try {
+      expect(await other.ready()).toBe(true);
+      const users = cache.namespace('users');
+      outage();
+      expect(await users.getOrCompute('k', () => 'before clear', 60_000)).toBe('before clear');
+      await heal();
+      await other.namespace('users').clear(); // resolves once this cache acknowledged the note
+      outage();
+      expect(await users.getOrCompute('k', () => 'after clear', 60_000)).toBe('after clear');
+      await heal();
+    } finally {
+      await other.close();
+      await done();
+    }
+  });
+});
