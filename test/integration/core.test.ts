@@ -36,6 +36,19 @@ describe('reads', () => {
     await reader.close();
   });
 
+  it('L1 hands back the very object the loader returned; Redis hands another process a copy (README "What a value becomes")', async () => {
+    const a = h.cache({ local: { max: 10 } });
+    const b = createCache({ redis: h.cacheClient(), prefix: prefixOf(a), local: { max: 10 } });
+    expect(await a.ready()).toBe(true);
+    const made = { nested: { n: 1 }, list: [1, 2] };
+    expect(await a.getOrCompute('same', () => made, 60_000)).toBe(made); // the loader's own answer
+    expect(await a.getOrCompute('same', () => ({ other: true }), 60_000)).toBe(made); // an L1 hit: the same object
+    const copy = await b.getOrCompute('same', () => ({ other: true }), 60_000);
+    expect(copy).toEqual(made);
+    expect(copy).not.toBe(made); // through Redis: a msgpack round trip
+    await b.close();
+  });
+
   it('values msgpackr carries round-trip through Redis: objects, arrays, Date, Map, Set, Buffer, bigint, null', async () => {
     const writer = h.cache();
     const reader = createCache({ redis: h.cacheClient(), prefix: prefixOf(writer) });
