@@ -10,7 +10,9 @@ import { script, type RedisPort } from './client/port.js';
  *
  * A key `k` of the namespace path `users/admins` is stored under the internal cache key
  *   `\0` depth `\0` `users` `\0` g(users) `\0` `admins` `\0` g(users/admins) `\0` k
- * where g(p) is the current generation of path p, a counter in Redis at `<prefix>:ns:{<p>}`.
+ * where g(p) is the current generation of path p, a counter in Redis at `<prefix>:ns:{<p>}` — created
+ * from the server's TIME in µs when missing, never from 0 (SEED_GENERATION: a lost counter must not
+ * bring back the generations it had passed).
  * Invariants:
  * - injective: user keys of the cache itself may not start with `\0` (InvalidKeyError), segment names
  *   contain no `\0`, the depth fixes how many (name, generation) pairs precede the key, and the key is
@@ -57,12 +59,38 @@ export function unknownGenerationKey(segments: readonly string[], key: string): 
 export const RESERVED_KEY_START = '\0';
 
 /**
- * A clear, atomically: the acknowledgement counter starts at 0, the generation goes up, the note goes
- * out; returns how many subscribers received it (one script instead of MULTI: it
- * runs the same on every client family). Both keys share the path's `{slot}`.
+ * A generation counter that is missing — never used, or lost: evicted (allkeys-*), a restart without
+ * persistence — is (re-)created at the server's TIME in µs, never at 0. Were a lost counter to restart
+ * at 0 (or at any small number), the generations it had already passed would come back, and with them
+ * every entry written under them that has not expired yet: values from before a clear would be served.
+ * A seed from TIME is above every generation handed out before it (the same argument, and the same
+ * bounds, as the fence's re-seed in lock/scripts.ts), so the entries of every earlier generation stay
+ * unreachable. Digits are concatenated as strings: Lua would print a large number in exponent form.
  */
-const CLEAR = script('sgNsClearV1', 2, `
+const SEED_GENERATION = `
+local function generation(key)
+  local g = redis.call('GET', key)
+  if g then return g end
+  local t = redis.call('TIME')
+  g = t[1] .. string.format('%06d', tonumber(t[2]))
+  redis.call('SET', key, g)
+  return g
+end
+`;
+
+/** The path's generation, (re-)seeded if its counter is missing (SEED_GENERATION). */
+const GENERATION = script('sgNsGenV1', 1, `${SEED_GENERATION}
+return generation(KEYS[1])
+`);
+
+/**
+ * A clear, atomically: the acknowledgement counter starts at 0, the generation goes up (from a seed if
+ * the counter is missing), the note goes out; returns how many subscribers received it (one script
+ * instead of MULTI: it runs the same on every client family). Both keys share the path's `{slot}`.
+ */
+const CLEAR = script('sgNsClearV2', 2, `${SEED_GENERATION}
 redis.call('SET', KEYS[2], '0', 'PX', ARGV[1])
+generation(KEYS[1])
 redis.call('INCR', KEYS[1])
 return redis.call('PUBLISH', ARGV[2], ARGV[3])
 `);
@@ -126,8 +154,7 @@ export class Generations {
     if (known !== undefined) return known;
     const ticket = this.seq;
     const key = this.redisKey(path);
-    const raw = await this.io.run('read', () => this.port.command(key, ['GET', key]), path);
-    const generation = raw === null || raw === undefined ? 0 : Number(raw);
+    const generation = Number(await this.io.run('read', () => this.port.run(GENERATION, [key], []), path));
     if (this.trusted && ticket >= this.floor && (this.droppedAt.get(path) ?? -1) <= ticket) this.known.set(path, generation);
     return generation;
   }
