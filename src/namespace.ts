@@ -1,3 +1,4 @@
+import { LRUCache } from 'lru-cache';
 import { InvalidOptionError, RedisUnavailableError } from './errors.js';
 import type { Io } from './io.js';
 import type { LoaderContext } from './loader.js';
@@ -102,6 +103,9 @@ return 1
 `);
 
 
+/** How many namespace paths' generations a process keeps cached. */
+const MAX_KNOWN_PATHS = 10_000;
+
 /** How long a clear's acknowledgement counter lives in Redis. */
 const ACK_TTL_MS = 60_000;
 /** How often clear() looks at the acknowledgement counter. */
@@ -125,8 +129,12 @@ export function parseClearNote(key: string): { readonly path: PathId; readonly i
  * older generation.
  */
 export class Generations {
-  /** Invariant: holds only generations read (or set by this process's clear) while trusted, with no drop of the path since. */
-  private readonly known = new Map<PathId, number>();
+  /**
+   * Invariant: holds only generations read (or set by this process's clear) while trusted, with no drop
+   * of the path since. Bounded (LRU): namespace names may be made per tenant or per request, and a
+   * forgotten path costs one read, never a wrong answer.
+   */
+  private readonly known = new LRUCache<PathId, number>({ max: MAX_KNOWN_PATHS });
   /** Per path, the seq of its latest drop; and the seq of the latest flush. */
   private readonly droppedAt = new Map<PathId, number>();
   private seq = 0;

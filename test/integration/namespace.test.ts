@@ -140,6 +140,16 @@ describe('clear()', () => {
     }
   });
 
+  it('the cached generations are bounded: 10,050 namespace paths in one process keep at most 10,000', async () => {
+    const cache = h.cache();
+    expect(await cache.ready()).toBe(true); // generations are cached only while subscribed
+    for (let i = 0; i < 10_050; i += 1_000) {
+      await Promise.all(Array.from({ length: Math.min(1_000, 10_050 - i) }, (_, j) => cache.namespace(`tenant-${i + j}`).get('k')));
+    }
+    const known = (cache as unknown as { generations: { known: { size: number } } }).generations.known;
+    expect(known.size).toBe(10_000);
+  });
+
   it('costs O(1) in Redis: the old entries are not touched (they expire by their TTL), one generation counter moves', async () => {
     const cache = h.cache();
     const ns = cache.namespace('big');
