@@ -22,7 +22,7 @@ import { withReplicaAck } from './replica-ack.js';
 import { Store } from './store.js';
 import { getOrComputeChannel, Telemetry, traced, type CacheStats, type GetOrComputeContext } from './telemetry.js';
 import { computeMany, type BatchLoader } from './many.js';
-import { clearNoteKey, Generations, Namespace, parseClearNote, RESERVED_KEY_START, validateNamespace, type NamespaceHost } from './namespace.js';
+import { clearNoteKey, Generations, Namespace, parseClearNote, RESERVED_KEY_START, validateNamespace, withDegradedKeys, type NamespaceHost } from './namespace.js';
 import { Bus, Waiters, type Note } from './wait.js';
 
 export type { Loader, LoaderContext } from './loader.js';
@@ -83,7 +83,8 @@ export class Cache extends EventEmitter<CacheEvents> {
     // Every running loader listens to the lifetime signal (and detaches when done): not a leak.
     setMaxListeners(0, this.lifetime.signal);
     this.retries = new ReleaseRetries(o.clock);
-    this.memo = o.degradedMemo > 0 ? new LruDegradedMemo(o.degradedMemo, o.clock) : NO_DEGRADED_MEMO;
+    const memo = o.degradedMemo > 0 ? new LruDegradedMemo(o.degradedMemo, o.clock) : NO_DEGRADED_MEMO;
+    this.memo = memo === NO_DEGRADED_MEMO ? memo : withDegradedKeys(memo, (key) => this.generations.degradedKeyOf(key));
     const port = portFor(o.redis);
     // WAIT must run on the connection that ran the script; a node-redis Cluster does not expose it.
     if (o.replicaAck && port.family === 'node-redis cluster') {
@@ -234,23 +235,29 @@ export class Cache extends EventEmitter<CacheEvents> {
 
   /**
    * A namespace call whose generation Redis could not give (namespace.ts): the loader runs on the
-   * degraded path at once — in-process flight, degraded memo, a `degraded` event — and nothing is
-   * sent to Redis, since the entry's key depends on the generation.
+   * degraded path at once — the call's flight, the degraded memo, a `degraded` event — and nothing
+   * is sent to Redis, since the entry's key depends on the generation. Traced like getOrCompute.
    */
-  private async computeDegraded(key: string, loader: (ctx: LoaderContext) => unknown, ttlOrOptions: number | CallOptions | undefined, cause: RedisUnavailableError): Promise<unknown> {
+  private computeDegraded(key: string, loader: (ctx: LoaderContext) => unknown, ttlOrOptions: number | CallOptions | undefined, cause: RedisUnavailableError): Promise<unknown> {
+    if (!traced()) return this.degradedTrip(key, loader, ttlOrOptions, cause, undefined);
+    const context: GetOrComputeContext = { key, lock: undefined };
+    return getOrComputeChannel.tracePromise(() => this.degradedTrip(key, loader, ttlOrOptions, cause, context), context);
+  }
+
+  private async degradedTrip(key: string, loader: (ctx: LoaderContext) => unknown, ttlOrOptions: number | CallOptions | undefined, cause: RedisUnavailableError, trace: GetOrComputeContext | undefined): Promise<unknown> {
     const call = this.resolveCall(key, ttlOrOptions);
+    if (trace) trace.lock = call.lock;
     if (typeof loader !== 'function') throw new InvalidOptionError('loader', loader, 'a function (ctx) => value | Promise<value>', key);
     if (call.signal?.aborted) throw new AbortedError(key, call.signal.reason);
     const keys = entryKeys(this.options.prefix, key);
     let led = false;
-    const answering = this.coalescers.local.run(key, call.signal, (stop) => {
+    const answered = await this.coalescers[call.lock].run(key, call.signal, (stop) => {
       led = true;
       return new Rebuild(this.deps, key, keys, loader, call, stop).answerDegraded(cause);
     });
-    return answering.then((answered) => {
-      this.telemetry.caller(answered, led);
-      return answered.value;
-    });
+    const outcome = this.telemetry.caller(answered, led);
+    if (trace) trace.outcome = outcome;
+    return answered.value;
   }
 
   /** `forceFresh`: L1 is skipped, and the trip is coalesced only with other forceFresh calls (a normal trip may answer from the cache). */
@@ -305,9 +312,12 @@ export class Cache extends EventEmitter<CacheEvents> {
       validateKey: (key: unknown): asserts key is string => this.assertUsable(key),
       degraded: (key, loader, ttlOrOptions, cause) => ops.computeDegraded(key, loader, ttlOrOptions, cause),
       degradedRead: (key, error) => this.safeEmit('degraded', { key, operation: 'read', error }),
+      invalidateDegraded: (key) => {
+        this.memo.invalidate(key);
+        this.forget(key);
+      },
       clear: (path) => {
         if (this.closed) return Promise.reject(new CacheClosedError());
-        this.memo.clear(); // see onNote: degraded values of unknown generations may predate this clear
         const id = randomBytes(9).toString('base64url');
         // A subscriber that has not acknowledged within 2 × redisTimeout is one the heartbeat counts as down by then.
         return this.generations.clear(path, id, this.bus.channel, this.bus.message('c', clearNoteKey(path, id)), 2 * this.options.redisTimeout, this.options.clock);
@@ -498,10 +508,6 @@ export class Cache extends EventEmitter<CacheEvents> {
   /** Another process's write, set or delete drops this process's copy before any waiter re-reads. */
   private onNote(note: Note): void {
     if (note.kind === 'c') {
-      // A namespace call that could not read its generation ran degraded under a key naming no
-      // generation (namespace.ts, unknownGenerationKey): its memo entry may predate this clear, and
-      // no other invalidation reaches it, so the memo goes (clears are rare; it refills in an outage).
-      this.memo.clear();
       const clear = parseClearNote(note.key);
       if (clear) this.generations.ack(clear.path, clear.id);
       return;
@@ -509,8 +515,10 @@ export class Cache extends EventEmitter<CacheEvents> {
     const change = REMOTE_CHANGES[note.kind];
     if (change && note.origin !== this.bus.origin) {
       this.local.invalidate(note.key);
-      this.memo.invalidate(note.key);
+      this.memo.invalidate(note.key); // a namespaced key's degraded copy too (withDegradedKeys)
       this.forget(note.key);
+      const degraded = this.generations.degradedKeyOf(note.key);
+      if (degraded !== undefined) this.forget(degraded); // and its degraded load in progress
       this.safeEmit('remoteChange', { key: note.key, kind: change });
     }
     this.waiters.wake(note.key, note.kind);

@@ -15,8 +15,7 @@ import type { Clock } from './options.js';
  *   process, or a store read that found a value for the key) drops the entry and voids every degraded
  *   load of the key that began before it, so a loader that was already running cannot put its older
  *   value back. A read that finds no value keeps the entry: it says nothing newer.
- * - `clear()` (a node's open breaker closed: an outage ended; the client reconnected; or a namespace
- *   clear was heard or made — a namespaced call without its generation is kept under a key naming none) drops
+ * - `clear()` (a node's open breaker closed: an outage ended; or the client reconnected) drops
  *   everything and voids every running load: once Redis is back its entries are the truth, and a
  *   memo entry kept across the recovery could later be served after the store had handed this
  *   process a newer value.

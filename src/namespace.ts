@@ -3,6 +3,7 @@ import { InvalidOptionError, RedisUnavailableError } from './errors.js';
 import type { Io } from './io.js';
 import type { LoaderContext } from './loader.js';
 import type { BatchLoader } from './many.js';
+import type { DegradedMemo } from './degraded-memo.js';
 import type { CallOptions } from './options.js';
 import { script, type RedisPort } from './client/port.js';
 
@@ -47,13 +48,34 @@ export function namespacedKey(segments: readonly string[], generations: readonly
   return `${out}\0${key}`;
 }
 
+/** The namespace path segments and the user key of an internal key (namespacedKey's inverse), or undefined for a plain key. */
+export function parseNamespacedKey(internal: string): { readonly segments: string[]; readonly key: string } | undefined {
+  if (!internal.startsWith('\0')) return undefined;
+  const parts = internal.split('\0'); // '', depth, (name, generation) × depth, then the key (which may hold \0)
+  const depth = Number(parts[1]);
+  if (!Number.isInteger(depth) || depth < 1 || parts.length < 3 + 2 * depth) return undefined;
+  const segments = Array.from({ length: depth }, (_, i) => parts[2 + 2 * i] as string);
+  return { segments, key: parts.slice(2 + 2 * depth).join('\0') };
+}
+
 /**
- * The key a namespace call runs under on the degraded path when Redis could not give the path's
- * generations: generation -1 is never a real one (counters start at 0), so no entry is ever stored or
- * found under it — such a call sends nothing to Redis (see Namespace.getOrCompute).
+ * The degraded memo as the cache uses it: an invalidation of a namespaced internal key (this process's
+ * delete, set or rebuild write, another process's note, a store read that found a value) also drops
+ * the copy kept under its degraded-path key (Generations.unknown), which no note names.
  */
-export function unknownGenerationKey(segments: readonly string[], key: string): string {
-  return namespacedKey(segments, segments.map(() => -1), key);
+export function withDegradedKeys(memo: DegradedMemo, degradedKeyOf: (internal: string) => string | undefined): DegradedMemo {
+  return {
+    get: (key) => memo.get(key),
+    begin: (key) => memo.begin(key),
+    fill: (ticket, value, ttlMs) => memo.fill(ticket, value, ttlMs),
+    abandon: (ticket) => memo.abandon(ticket),
+    invalidate: (key) => {
+      memo.invalidate(key);
+      const degraded = key.startsWith(RESERVED_KEY_START) ? degradedKeyOf(key) : undefined;
+      if (degraded !== undefined && degraded !== key) memo.invalidate(degraded);
+    },
+    clear: () => memo.clear(),
+  };
 }
 
 /** Keys starting with this are the namespaces' (see namespacedKey): refused as plain keys. */
@@ -198,6 +220,24 @@ export class Generations {
     return `${this.prefix}:ns:{${path}}:ack:${id}`;
   }
 
+  /**
+   * The generations a call uses while Redis cannot give the real ones (the degraded path: nothing is
+   * sent for the entry). Per prefix path, `-1 − its local epoch`: never a real generation (those are
+   * ≥ 0), so no stored entry is ever named; and new after every drop of the path in this process (a
+   * clear heard or made) or flush (a (re)subscription), so a degraded value or a degraded load in
+   * progress from before a clear is never found after it — each clear moves on to new keys, and
+   * the other keys' degraded copies are kept.
+   */
+  unknown(segments: readonly string[]): number[] {
+    return segments.map((_, i) => -1 - Math.max(this.droppedAt.get(segments.slice(0, i + 1).join('/')) ?? 0, this.floor));
+  }
+
+  /** The degraded-path key of an internal key (`unknown` generations), or undefined for a plain key. */
+  degradedKeyOf(internal: string): string | undefined {
+    const parsed = parseNamespacedKey(internal);
+    return parsed && namespacedKey(parsed.segments, this.unknown(parsed.segments), parsed.key);
+  }
+
   /** A clear of `path` (here or elsewhere): forget its generation. */
   drop(path: PathId): void {
     this.known.delete(path);
@@ -249,6 +289,8 @@ export interface NamespaceHost {
   degraded(key: string, loader: (ctx: LoaderContext) => unknown, ttlOrOptions: number | CallOptions | undefined, cause: RedisUnavailableError): Promise<unknown>;
   /** A read that could not reach Redis: the `degraded` event get() emits. */
   degradedRead(key: string, error: unknown): void;
+  /** The key is changing (a set or delete of this process): its degraded copy and degraded load in progress go, as a plain key's do. */
+  invalidateDegraded(key: string): void;
 }
 
 /** The generations could not be read: Redis was unavailable for the path's counter. */
@@ -330,7 +372,7 @@ export class Namespace {
     // The loader sees the key it was asked for, not the internal one.
     const asked = (ctx: LoaderContext<S>) => loader({ ...ctx, key });
     const at = await this.locate(key);
-    if (typeof at !== 'string') return (await this.host.degraded(unknownGenerationKey(this.segments, key), asked as (ctx: LoaderContext) => unknown, ttlOrOptions, at.cause)) as T;
+    if (typeof at !== 'string') return (await this.host.degraded(this.degradedKey(key), asked as (ctx: LoaderContext) => unknown, ttlOrOptions, at.cause)) as T;
     return this.host.ops.getOrCompute(at, asked, ttlOrOptions);
   }
 
@@ -342,16 +384,29 @@ export class Namespace {
 
   /** A read whose generation is unknown: reported as degraded (as get() reports a failed read), a miss. */
   private missed(key: string, at: Unknown): undefined {
-    this.host.degradedRead(unknownGenerationKey(this.segments, key), at.cause);
+    this.host.degradedRead(this.degradedKey(key), at.cause);
     return undefined;
   }
 
+  /** The key this namespace's `key` runs under on the degraded path (Generations.unknown). */
+  private degradedKey(key: string): string {
+    return namespacedKey(this.segments, this.host.generations.unknown(this.segments), key);
+  }
+
   async set<T>(key: string, value: T, ttlOrOptions?: number | CallOptions): Promise<void> {
+    this.changing(key);
     return this.host.ops.set(await this.internal(key), value, ttlOrOptions);
   }
 
   async delete(key: string): Promise<void> {
+    this.changing(key);
     return this.host.ops.delete(await this.internal(key));
+  }
+
+  /** Before a set or delete is sent — even one that then fails for want of the generation — the key's degraded copy goes. */
+  private changing(key: unknown): void {
+    this.host.validateKey(key);
+    this.host.invalidateDegraded(this.degradedKey(key));
   }
 
   async has(key: string): Promise<boolean> {
@@ -365,6 +420,8 @@ export class Namespace {
   }
 
   async deleteMany(keys: readonly string[]): Promise<void> {
+    const given: unknown = keys;
+    if (Array.isArray(given)) for (const key of given as unknown[]) this.changing(key);
     return this.host.ops.deleteMany(await this.internalMany(keys));
   }
 
@@ -385,41 +442,26 @@ export class Namespace {
   }
 
   /**
-   * getOrComputeMany with the generations unknown: each key takes the degraded path (its memo entry,
-   * if any, answers), and the keys left to load go to ONE `loadMany` call, made once every key's
-   * degraded call asked for its value (they all start before the first macrotask). Rejects, as the
-   * cache's own does, with the first failed key's error once every key settled.
+   * getOrComputeMany with the generations unknown: as the cache's own batch does for keys whose read
+   * failed, each key takes the degraded path on its own (its memo entry, if any, answers; else
+   * `loadMany([key])` under the call's signals and hardTimeout). Rejects, as the cache's does, with
+   * the first failed key's error once every key settled.
    */
   private async degradedMany<T>(keys: readonly string[], loadMany: BatchLoader<T>, ttlOrOptions: number | CallOptions | undefined, at: Unknown): Promise<(T | undefined)[]> {
-    const signal = typeof ttlOrOptions === 'object' ? ttlOrOptions.signal : undefined;
-    // The keys asked for until the next macrotask go to one call; a key asked for later starts another.
-    let batch: { readonly keys: string[]; readonly found: Promise<Map<string, T | Error>> } | undefined;
-    const load = (key: string): Promise<Map<string, T | Error>> => {
-      if (!batch) {
-        const keys: string[] = [];
-        const found = new Promise<void>((resolve) => setImmediate(resolve)).then(async () => {
-          batch = undefined;
-          const map = await loadMany([...new Set(keys)], { signal: signal ?? new AbortController().signal, fencingTokens: new Map() });
-          if (!(map instanceof Map)) throw new InvalidOptionError('loadMany', map, 'loadMany to return a Map<key, value>', keys[0]);
-          return map;
-        });
-        batch = { keys, found };
-      }
-      batch.keys.push(key);
-      return batch.found;
+    if (typeof loadMany !== 'function') throw new InvalidOptionError('loadMany', loadMany, 'a function (missing, ctx) => Map<key, value>');
+    const one = async (key: string, ctx: LoaderContext): Promise<unknown> => {
+      const found: unknown = await loadMany([key], { signal: ctx.signal, fencingTokens: new Map([[key, undefined]]) });
+      if (!(found instanceof Map)) throw new InvalidOptionError('loadMany', found, 'loadMany to return a Map<key, value>', key);
+      const value: unknown = found.get(key);
+      if (value instanceof Error) throw value;
+      return value;
     };
-    const settled = await Promise.allSettled(
-      keys.map((key) =>
-        this.host.degraded(unknownGenerationKey(this.segments, key), async () => {
-          const value = (await load(key)).get(key);
-          if (value instanceof Error) throw value;
-          return value;
-        }, ttlOrOptions, at.cause),
-      ),
-    );
+    const unique = [...new Set(keys)];
+    const settled = await Promise.allSettled(unique.map((key) => this.host.degraded(this.degradedKey(key), (ctx) => one(key, ctx), ttlOrOptions, at.cause)));
     const failed = settled.find((r): r is PromiseRejectedResult => r.status === 'rejected');
     if (failed) throw failed.reason;
-    return settled.map((r) => (r as PromiseFulfilledResult<unknown>).value as T | undefined);
+    const values = new Map(unique.map((key, i) => [key, (settled[i] as PromiseFulfilledResult<unknown>).value as T | undefined]));
+    return keys.map((key) => values.get(key));
   }
 
   /**

@@ -121,7 +121,8 @@ export class Rebuild implements Answered {
    * whose generation Redis could not give (the entry's key is unknown, so the store cannot be asked).
    */
   async answerDegraded(cause: RedisUnavailableError): Promise<Answered> {
-    this.value = await this.degraded('read', cause);
+    // No L1 copy: nothing reads L1 under a degraded-path key, so one would only push real entries out.
+    this.value = await this.degraded('read', cause, false);
     this.outcome = this.current;
     return this;
   }
@@ -387,7 +388,7 @@ export class Rebuild implements Answered {
    * Redis failed: serve the value this process computed degraded within the last ttl (the memo), or run
    * the loader here (still one per key per process through the flight) and keep its value; no store write.
    */
-  private async degraded(operation: string, error: unknown): Promise<unknown> {
+  private async degraded(operation: string, error: unknown, fillLocal = true): Promise<unknown> {
     const { key, d } = this;
     if (error instanceof CacheClosedError) throw error; // close(), not a Redis failure
     d.emit('degraded', { key, operation, error });
@@ -418,7 +419,7 @@ export class Rebuild implements Answered {
     }
     if (result.value !== undefined && !result.entry.skipped) {
       const { ttl } = entryCall(this.call, result.entry.overrides);
-      d.local.fill(ticket, key, result.value, ttl);
+      if (fillLocal) d.local.fill(ticket, key, result.value, ttl);
       d.memo.fill(memoTicket, result.value, ttl);
     }
     d.emit('computed', { key, lock: 'degraded', fence: undefined, loadMs: result.loadMs, written: false });

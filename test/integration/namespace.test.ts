@@ -5,7 +5,7 @@
 import { describe, expect, it } from 'vitest';
 import { createCache, InvalidKeyError, InvalidOptionError, type Cache } from '../../src/index.js';
 import { Redis } from 'ioredis';
-import { deferred, prefixOf, useRedis } from '../support/harness.js';
+import { deferred, nextEvent, prefixOf, useRedis } from '../support/harness.js';
 import { startProxy } from '../support/proxy.js';
 
 const h = useRedis();
@@ -197,6 +197,19 @@ describe('namespaces while Redis cannot give the generation (issue #11 review: c
     return { cache, outage, heal, done };
   }
 
+  /** slowCommands plus a second process (direct, subscribed), both closed after `body`. */
+  async function withTwin(body: (s: Awaited<ReturnType<typeof slowCommands>> & { other: Cache }) => Promise<void>): Promise<void> {
+    const slow = await slowCommands();
+    const other = twin(slow.cache);
+    try {
+      expect(await other.ready()).toBe(true);
+      await body({ ...slow, other });
+    } finally {
+      await other.close();
+      await slow.done();
+    }
+  }
+
   it('reads are misses and loads run here (degraded, once per key within its ttl); writes reject with ERR_REDIS_UNAVAILABLE; nothing is stored under an unknown generation', async () => {
     const { cache, outage, heal, done } = await slowCommands();
     try {
@@ -219,8 +232,8 @@ describe('namespaces while Redis cannot give the generation (issue #11 review: c
         batches.push(missing);
         return new Map(missing.map((k) => [k, `m:${k}`]));
       };
-      expect(await users.getOrComputeMany(['a', 'b'], loadMany, 60_000)).toEqual(['m:a', 'm:b']);
-      expect(batches).toEqual([['a', 'b']]); // one loadMany call for the batch
+      expect(await users.getOrComputeMany(['a', 'b', 'a'], loadMany, 60_000)).toEqual(['m:a', 'm:b', 'm:a']);
+      expect(batches).toEqual([['a'], ['b']]); // as the cache's own batch in an outage: each key on its own degraded path
       await expect(users.set('k', 'x', 60_000)).rejects.toMatchObject({ code: 'ERR_REDIS_UNAVAILABLE' });
       await expect(users.delete('k')).rejects.toMatchObject({ code: 'ERR_REDIS_UNAVAILABLE' });
       expect(degraded.length).toBeGreaterThan(0);
@@ -238,10 +251,7 @@ describe('namespaces while Redis cannot give the generation (issue #11 review: c
   });
 
   it('a value computed degraded before a clear() is never served after it, even when the next call runs degraded too', async () => {
-    const { cache, outage, heal, done } = await slowCommands();
-    const other = twin(cache);
-    try {
-      expect(await other.ready()).toBe(true);
+    await withTwin(async ({ cache, other, outage, heal }) => {
       const users = cache.namespace('users');
       outage();
       expect(await users.getOrCompute('k', () => 'before clear', 60_000)).toBe('before clear');
@@ -250,9 +260,43 @@ describe('namespaces while Redis cannot give the generation (issue #11 review: c
       outage();
       expect(await users.getOrCompute('k', () => 'after clear', 60_000)).toBe('after clear');
       await heal();
-    } finally {
-      await other.close();
-      await done();
-    }
+    });
+  });
+
+  it('a degraded load that began before a clear() is not joined by a call made after it', async () => {
+    await withTwin(async ({ cache, other, outage, heal }) => {
+      const users = cache.namespace('users');
+      outage();
+      const gate = deferred<string>();
+      const started = deferred<void>();
+      const first = users.getOrCompute('k', () => (started.resolve(), gate.promise), 60_000);
+      await started.promise;
+      await other.namespace('users').clear(); // this cache's subscriber (direct) heard it before acknowledging
+      const second = users.getOrCompute('k', () => 'after clear', 60_000);
+      gate.resolve('before clear');
+      expect(await second).toBe('after clear');
+      expect(await first).toBe('before clear'); // its own caller still gets it
+      expect(await users.getOrCompute('k', () => 'again', 60_000)).toBe('after clear'); // the memo holds the newer one
+      await heal();
+    });
+  });
+
+  it("a delete or set — this process's, even one that failed, or another process's — drops the degraded copy", async () => {
+    await withTwin(async ({ cache, other, outage, heal }) => {
+      const users = cache.namespace('users');
+      outage();
+      expect(await users.getOrCompute('k', () => 'v1', 60_000)).toBe('v1');
+      await expect(users.delete('k')).rejects.toMatchObject({ code: 'ERR_REDIS_UNAVAILABLE' }); // own, failed
+      expect(await users.getOrCompute('k', () => 'v2', 60_000)).toBe('v2');
+      await expect(users.set('k', 'x', 60_000)).rejects.toMatchObject({ code: 'ERR_REDIS_UNAVAILABLE' });
+      expect(await users.getOrCompute('k', () => 'v3', 60_000)).toBe('v3');
+      await heal();
+      const deleted = nextEvent(cache, 'remoteChange');
+      await other.namespace('users').delete('k'); // another process's: its note names the real key
+      await deleted;
+      outage();
+      expect(await users.getOrCompute('k', () => 'v4', 60_000)).toBe('v4');
+      await heal();
+    });
   });
 });

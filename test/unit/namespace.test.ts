@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { clearNoteKey, namespacedKey, parseClearNote, validateNamespace } from '../../src/namespace.js';
+import { clearNoteKey, namespacedKey, parseClearNote, parseNamespacedKey, validateNamespace } from '../../src/namespace.js';
 
 describe('namespacedKey: (path, generations, key) → internal key, injective', () => {
   const triples: [string[], number[], string][] = [
@@ -18,6 +18,16 @@ describe('namespacedKey: (path, generations, key) → internal key, injective', 
     const keys = triples.map(([s, g, k]) => namespacedKey(s, g, k));
     expect(new Set(keys).size).toBe(triples.length);
     for (const key of keys) expect(key.startsWith('\u0000')).toBe(true);
+  });
+
+  it('parseNamespacedKey inverts it: the segments and the key come back, keys holding U+0000 included', () => {
+    for (const [segments, generations, key] of [...triples, [['users'], [-3], 'k'] as [string[], number[], string]]) {
+      expect(parseNamespacedKey(namespacedKey(segments, generations, key))).toEqual({ segments, key });
+    }
+  });
+
+  it.each([['plain'], [''], ['\u0000'], ['\u0000x\u0000users\u00000\u0000k'], ['\u00002\u0000users\u00000\u0000k'], ['\u00000\u0000k']])('parseNamespacedKey(%o) is undefined (not an internal key)', (key) => {
+    expect(parseNamespacedKey(key)).toBeUndefined();
   });
 
   it.each([['users'], ['a.b-c_d:e'], ['x'.repeat(128)]])('accepts the name %s', (name) => {
