@@ -92,7 +92,7 @@ export class Cache extends EventEmitter<CacheEvents> {
     }
     // Redis answering again after failures ends every degraded copy (see degraded-memo.ts) and sends
     // the releases it did not answer again (lock/grant.ts); one breaker per node.
-    this.io = new Io(o.redisTimeout, o.breakerThreshold, o.breakerCooldown, o.clock, this.onAnswer, (key) => (key === undefined ? '' : port.nodeOf(`{${slotTag(key)}}`)));
+    this.io = new Io(o.redisTimeout, o.breakerThreshold, o.breakerCooldown, o.clock, this.onAnswer, (key) => (key === undefined ? '' : port.nodeOf(`{${slotTag(key)}}`)), (redisKey) => port.nodeOf(redisKey));
     const scripts = withReplicaAck(defineScripts(port), port, o.replicaAck);
     // The subscriber's heartbeat: a silently dead socket counts as down within 2 × redisTimeout.
     this.bus = new Bus(o.prefix, o.redisTimeout);

@@ -1,6 +1,6 @@
 import { Breaker } from './breaker.js';
 import { BreakerOpen, CacheClosedError, RedisPermissionError, RedisTimeout, RedisUnavailableError, redisText } from './errors.js';
-import type { NodeOf } from './node-of.js';
+import type { NodeOf, OwnKey } from './node-of.js';
 import type { Clock } from './options.js';
 
 /**
@@ -50,11 +50,14 @@ export class Io {
     private readonly onAnswer: (recovered: boolean) => void = () => undefined,
     /** The node that owns a key: one breaker each. */
     private readonly nodeOf: NodeOf = () => '',
+    /** The node that owns a Redis key given as is (OwnKey). */
+    private readonly nodeOfRedisKey: (redisKey: string) => string = () => '',
   ) {}
 
-  run<T>(operation: string, fn: () => Promise<T>, key?: string, compensate?: () => void): Promise<T> {
+  run<T>(operation: string, fn: () => Promise<T>, target?: string | OwnKey, compensate?: () => void): Promise<T> {
+    const key = typeof target === 'object' ? target.key : target;
     if (this.closed) return Promise.reject(new CacheClosedError(key));
-    const breaker = this.breakerOf(key);
+    const breaker = this.breakerOf(target);
     if (!breaker.admit(this.clock.now())) {
       return Promise.reject(new RedisUnavailableError(operation, new BreakerOpen(breaker.failures, breaker.lastFailure), key));
     }
@@ -103,8 +106,9 @@ export class Io {
     this.onAnswer(true);
   }
 
-  private breakerOf(key: string | undefined): Breaker {
-    const node = this.nodeOf(key);
+  /** The breaker of the node that owns `target`: a user key's entry, or a Redis key of its own. */
+  private breakerOf(target: string | OwnKey | undefined): Breaker {
+    const node = typeof target === 'object' ? this.nodeOfRedisKey(target.redisKey) : this.nodeOf(target);
     let breaker = this.breakers.get(node);
     if (!breaker) {
       // Node names come from the client's slot table: few, but a long-lived cache across many

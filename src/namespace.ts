@@ -184,7 +184,7 @@ export class Generations {
     if (known !== undefined) return known;
     const ticket = this.seq;
     const key = this.redisKey(path);
-    const generation = Number(await this.io.run('read', () => this.port.run(GENERATION, [key], []), path));
+    const generation = Number(await this.io.run('read', () => this.port.run(GENERATION, [key], []), { key: path, redisKey: key }));
     if (this.trusted && ticket >= this.floor && (this.droppedAt.get(path) ?? -1) <= ticket) this.known.set(path, generation);
     return generation;
   }
@@ -199,11 +199,12 @@ export class Generations {
   async clear(path: PathId, id: string, channel: string, message: string, ackWaitMs: number, clock: { now(): number }): Promise<void> {
     this.drop(path);
     const acks = this.ackKey(path, id);
-    const receivers = Number(await this.io.run('clear', () => this.port.run(CLEAR, [this.redisKey(path), acks], [ACK_TTL_MS, channel, message]), path));
+    const counter = { key: path, redisKey: this.redisKey(path) }; // the breaker of the counter's node
+    const receivers = Number(await this.io.run('clear', () => this.port.run(CLEAR, [this.redisKey(path), acks], [ACK_TTL_MS, channel, message]), counter));
     this.drop(path); // a read that raced the INCR must not keep the old generation
     const deadline = clock.now() + ackWaitMs;
     while (clock.now() < deadline) {
-      const acked = Number((await this.io.run('clear', () => this.port.command(acks, ['GET', acks]), path)) ?? 0);
+      const acked = Number((await this.io.run('clear', () => this.port.command(acks, ['GET', acks]), counter)) ?? 0);
       if (acked >= receivers) return;
       await new Promise((resolve) => setTimeout(resolve, ACK_POLL_MS));
     }
@@ -213,7 +214,7 @@ export class Generations {
   ack(path: PathId, id: string): void {
     this.drop(path);
     const acks = this.ackKey(path, id);
-    this.io.run('clear', () => this.port.run(ACK, [acks], [ACK_TTL_MS]), path).catch(() => undefined);
+    this.io.run('clear', () => this.port.run(ACK, [acks], [ACK_TTL_MS]), { key: path, redisKey: acks }).catch(() => undefined);
   }
 
   private ackKey(path: PathId, id: string): string {

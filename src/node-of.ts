@@ -3,3 +3,12 @@
  * master of the entry's slot, on a plain client one node. The client port answers it (client/port.ts).
  */
 export type NodeOf = (key: string | undefined) => string;
+
+/**
+ * A command on a Redis key that is not one of an entry's (a namespace's generation counter): `key`
+ * names it in errors, `redisKey` is routed — the breaker charged is that of the node owning it.
+ */
+export interface OwnKey {
+  readonly key: string;
+  readonly redisKey: string;
+}

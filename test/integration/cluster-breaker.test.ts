@@ -1,7 +1,8 @@
 import { Cluster } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createCache, type Cache } from '../../src/index.js';
-import { entryKeys } from '../../src/keys.js';
+import { entryKeys, slotTag } from '../../src/keys.js';
+import { namespacedKey } from '../../src/namespace.js';
 import { portFor } from '../../src/client/detect.js';
 import { clusterClient as sharedClusterClient } from '../support/harness.js';
 import { startRedisCluster, type RedisClusterHandle } from '../support/redis-server.js';
@@ -61,6 +62,13 @@ describe('the port routes by slot owner on a real cluster (the breaker\'s nodeOf
   });
 });
 
+let killed = false;
+/** The first master, killed once for the file (no failover: it stays dead). */
+async function killDead(): Promise<void> {
+  if (!killed) await cluster.nodes[0]!.kill();
+  killed = true;
+}
+
 describe('Redis Cluster, one master dead without failover', () => {
   it('keys on the live masters keep their lock (no degraded run) while the dead shard\'s keys degrade', async () => {
     const prefix = 'cb';
@@ -87,7 +95,7 @@ describe('Redis Cluster, one master dead without failover', () => {
     await Promise.all(all.map((k) => cache.getOrCompute(k, loader, 50)));
     locks.clear();
 
-    await dead.kill();
+    await killDead();
     for (let round = 0; round < 8; round++) {
       // Every contender starts before any is awaited; the short ttl makes every round a rebuild.
       const results = await Promise.allSettled(all.map((k) => cache.getOrCompute(k, loader, 50)));
@@ -101,5 +109,47 @@ describe('Redis Cluster, one master dead without failover', () => {
     // … and the live shards never do: every one of their rebuilds ran under the store lock.
     for (const k of onLive) expect(locks.get(k)?.length ?? 0).toBeGreaterThan(0);
     expect(liveLocks.filter((l) => l !== 'single')).toEqual([]);
+  });
+
+  it("a namespace's generation counter on a live master is charged to that master's breaker, not the dead one's: its live keys keep their lock", async () => {
+    const prefix = 'cbns';
+    const admin = clusterClient(true);
+    const ranges = await admin.cluster('SLOTS');
+    const ownerOf = async (redisKey: string) => {
+      const slot = await admin.cluster('KEYSLOT', redisKey);
+      return ranges.find(([from, to]) => slot >= from && slot <= to)?.[2]?.[1];
+    };
+    const dead = cluster.nodes[0]!;
+    // A path whose counter lives on a live master, while its name routed as an entry's key would land on the dead one.
+    let path: string | undefined;
+    for (let i = 0; i < 1000 && path === undefined; i++) {
+      const p = `t${i}`;
+      if ((await ownerOf(`${prefix}:ns:{${p}}`)) !== dead.port && (await ownerOf(`{${slotTag(p)}}`)) === dead.port) path = p;
+    }
+    expect(path).toBeDefined();
+    const seed = createCache({ redis: clusterClient(), prefix });
+    caches.push(seed);
+    await seed.namespace(path as string).get('x'); // creates the counter (seeded from TIME)
+    const generation = Number(await admin.get(`${prefix}:ns:{${path as string}}`));
+    const candidates = Array.from({ length: 30 }, (_, i) => `k${i}`);
+    const live: string[] = [];
+    for (const k of candidates) if ((await ownerOf(entryKeys(prefix, namespacedKey([path as string], [generation], k)).value)) !== dead.port) live.push(k);
+    const plainOnDead = [...(await ownerPorts(admin, prefix, candidates.map((k) => `plain-${k}`)))].find(([, port]) => port === dead.port)?.[0];
+    expect(live.length).toBeGreaterThan(0);
+    expect(plainOnDead).toBeDefined();
+
+    await killDead();
+    const cache = createCache({ redis: clusterClient(), prefix, redisTimeout: 200, breakerThreshold: 3, breakerCooldown: 60_000 });
+    caches.push(cache);
+    const locks: string[] = [];
+    cache.on('computed', (e) => locks.push(String(e.lock)));
+    // Open the dead shard's breaker (its keys degrade; that is expected).
+    for (let i = 0; i < 4; i++) await cache.getOrCompute(plainOnDead as string, () => 'plain', 50);
+    locks.length = 0;
+    const ns = cache.namespace(path as string);
+    const results = await Promise.allSettled(live.map((k) => ns.getOrCompute(k, () => `v-${k}`, 50)));
+    expect(results.filter((r) => r.status === 'rejected')).toEqual([]);
+    expect(locks).toHaveLength(live.length);
+    expect(locks.filter((l) => l !== 'single')).toEqual([]); // not one degraded run on a live shard
   });
 });
