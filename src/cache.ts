@@ -84,7 +84,7 @@ export class Cache extends EventEmitter<CacheEvents> {
     setMaxListeners(0, this.lifetime.signal);
     this.retries = new ReleaseRetries(o.clock);
     const memo = o.degradedMemo > 0 ? new LruDegradedMemo(o.degradedMemo, o.clock) : NO_DEGRADED_MEMO;
-    this.memo = memo === NO_DEGRADED_MEMO ? memo : withDegradedKeys(memo, (key) => this.generations.degradedKeyOf(key));
+    this.memo = withDegradedKeys(memo, (key) => this.generations.degradedKeyOf(key), (key) => this.forget(key));
     const port = portFor(o.redis);
     // WAIT must run on the connection that ran the script; a node-redis Cluster does not expose it.
     if (o.replicaAck && port.family === 'node-redis cluster') {
@@ -251,7 +251,9 @@ export class Cache extends EventEmitter<CacheEvents> {
     if (call.signal?.aborted) throw new AbortedError(key, call.signal.reason);
     const keys = entryKeys(this.options.prefix, key);
     let led = false;
-    const answered = await this.coalescers[call.lock].run(key, call.signal, (stop) => {
+    // forceFresh joins only forceFresh calls, as in forced().
+    const coalescer = call.forceFresh === true && call.lock !== 'none' ? this.freshFlight : this.coalescers[call.lock];
+    const answered = await coalescer.run(key, call.signal, (stop) => {
       led = true;
       return new Rebuild(this.deps, key, keys, loader, call, stop).answerDegraded(cause);
     });
@@ -515,10 +517,8 @@ export class Cache extends EventEmitter<CacheEvents> {
     const change = REMOTE_CHANGES[note.kind];
     if (change && note.origin !== this.bus.origin) {
       this.local.invalidate(note.key);
-      this.memo.invalidate(note.key); // a namespaced key's degraded copy too (withDegradedKeys)
+      this.memo.invalidate(note.key); // a namespaced key's degraded copy and load too (withDegradedKeys)
       this.forget(note.key);
-      const degraded = this.generations.degradedKeyOf(note.key);
-      if (degraded !== undefined) this.forget(degraded); // and its degraded load in progress
       this.safeEmit('remoteChange', { key: note.key, kind: change });
     }
     this.waiters.wake(note.key, note.kind);

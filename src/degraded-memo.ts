@@ -32,6 +32,11 @@ export interface DegradedMemo {
   abandon(ticket: MemoTicket): void;
   invalidate(key: string): void;
   clear(): void;
+  /**
+   * True only when nothing is kept and no degraded load is running, so an invalidation has nothing
+   * to reach (lets a caller skip working out which keys to invalidate). False when it cannot tell.
+   */
+  readonly idle: boolean;
 }
 
 /** One degraded load in progress. Opaque to callers. */
@@ -55,6 +60,10 @@ export class LruDegradedMemo implements DegradedMemo {
 
   constructor(max: number, private readonly clock: Clock) {
     this.kept = new LRUCache<string, Kept>({ max });
+  }
+
+  get idle(): boolean {
+    return this.kept.size === 0 && this.running.size === 0;
   }
 
   get(key: string): { readonly value: unknown } | undefined {
@@ -112,4 +121,6 @@ export const NO_DEGRADED_MEMO: DegradedMemo = {
   abandon: () => undefined,
   invalidate: () => undefined,
   clear: () => undefined,
+  // Degraded loads run untracked here (every call runs its own), so whether one is running is unknown.
+  idle: false,
 };

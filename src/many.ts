@@ -21,7 +21,7 @@ export interface BatchLoaderContext {
  * `undefined`) is not found and not cached; a key mapped to an `Error` instance failed on its own
  * (only that key: its fail-safe value, `loaderError`, `failBackoff`). Throwing fails every key of the call.
  */
-export type BatchLoader<T> = (missing: string[], ctx: BatchLoaderContext) => Map<string, T> | PromiseLike<Map<string, T>>;
+export type BatchLoader<T> = (missing: string[], ctx: BatchLoaderContext) => Map<string, T | Error> | PromiseLike<Map<string, T | Error>>;
 
 /** What the batch needs of its cache. */
 export interface ManyHost {

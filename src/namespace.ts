@@ -61,9 +61,12 @@ export function parseNamespacedKey(internal: string): { readonly segments: strin
 /**
  * The degraded memo as the cache uses it: an invalidation of a namespaced internal key (this process's
  * delete, set or rebuild write, another process's note, a store read that found a value) also drops
- * the copy kept under its degraded-path key (Generations.unknown), which no note names.
+ * the copy kept under its degraded-path key (Generations.unknown), which no note names, and detaches
+ * a degraded load of it in progress (`forget`), so no later call joins a load older than the change.
+ * Only while the memo holds or runs something: otherwise there is nothing to reach, and the hot path
+ * (a store read finding a value) pays a `startsWith` and one check.
  */
-export function withDegradedKeys(memo: DegradedMemo, degradedKeyOf: (internal: string) => string | undefined): DegradedMemo {
+export function withDegradedKeys(memo: DegradedMemo, degradedKeyOf: (internal: string) => string | undefined, forget: (key: string) => void): DegradedMemo {
   return {
     get: (key) => memo.get(key),
     begin: (key) => memo.begin(key),
@@ -71,10 +74,16 @@ export function withDegradedKeys(memo: DegradedMemo, degradedKeyOf: (internal: s
     abandon: (ticket) => memo.abandon(ticket),
     invalidate: (key) => {
       memo.invalidate(key);
-      const degraded = key.startsWith(RESERVED_KEY_START) ? degradedKeyOf(key) : undefined;
-      if (degraded !== undefined && degraded !== key) memo.invalidate(degraded);
+      if (!key.startsWith(RESERVED_KEY_START) || memo.idle) return;
+      const degraded = degradedKeyOf(key);
+      if (degraded === undefined || degraded === key) return;
+      memo.invalidate(degraded);
+      forget(degraded);
     },
     clear: () => memo.clear(),
+    get idle() {
+      return memo.idle;
+    },
   };
 }
 

@@ -197,6 +197,15 @@ describe('namespaces while Redis cannot give the generation (issue #11 review: c
     return { cache, outage, heal, done };
   }
 
+  /** A degraded load of users/'k' that has started and waits for `gate`. */
+  async function degradedLoadRunning(users: ReturnType<Cache['namespace']>) {
+    const gate = deferred<string>();
+    const started = deferred<void>();
+    const first = users.getOrCompute('k', () => (started.resolve(), gate.promise), 60_000);
+    await started.promise;
+    return { first, gate };
+  }
+
   /** slowCommands plus a second process (direct, subscribed), both closed after `body`. */
   async function withTwin(body: (s: Awaited<ReturnType<typeof slowCommands>> & { other: Cache }) => Promise<void>): Promise<void> {
     const slow = await slowCommands();
@@ -250,6 +259,25 @@ describe('namespaces while Redis cannot give the generation (issue #11 review: c
     }
   });
 
+  it('forceFresh on the degraded path does not join a degraded load that began before it', async () => {
+    const { cache, outage, heal, done } = await slowCommands();
+    try {
+      const users = cache.namespace('users');
+      outage();
+      const { first, gate } = await degradedLoadRunning(users);
+      const forcedStarted = deferred<void>();
+      const forced = users.getOrCompute('k', () => (forcedStarted.resolve(), 'forced'), { ttl: 60_000, forceFresh: true });
+      // The earlier load ends once the forced call's own loader started (or, had it joined, after 2 s: then it gets 'earlier').
+      await Promise.race([forcedStarted.promise, sleep(2000)]);
+      gate.resolve('earlier');
+      expect(await forced).toBe('forced');
+      expect(await first).toBe('earlier');
+      await heal();
+    } finally {
+      await done();
+    }
+  });
+
   it('a value computed degraded before a clear() is never served after it, even when the next call runs degraded too', async () => {
     await withTwin(async ({ cache, other, outage, heal }) => {
       const users = cache.namespace('users');
@@ -267,10 +295,7 @@ describe('namespaces while Redis cannot give the generation (issue #11 review: c
     await withTwin(async ({ cache, other, outage, heal }) => {
       const users = cache.namespace('users');
       outage();
-      const gate = deferred<string>();
-      const started = deferred<void>();
-      const first = users.getOrCompute('k', () => (started.resolve(), gate.promise), 60_000);
-      await started.promise;
+      const { first, gate } = await degradedLoadRunning(users);
       await other.namespace('users').clear(); // this cache's subscriber (direct) heard it before acknowledging
       const second = users.getOrCompute('k', () => 'after clear', 60_000);
       gate.resolve('before clear');

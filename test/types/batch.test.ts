@@ -30,7 +30,21 @@ describe('getOrComputeMany types', () => {
           return new Map(missing.map((k) => [k, { id: k }]));
         }, 60_000),
       ).toEqualTypeOf<Promise<({ id: string } | undefined)[]>>();
-      expectTypeOf<BatchLoader<number>>().toEqualTypeOf<(missing: string[], ctx: BatchLoaderContext) => Map<string, number> | PromiseLike<Map<string, number>>>();
+      expectTypeOf<BatchLoader<number>>().toEqualTypeOf<(missing: string[], ctx: BatchLoaderContext) => Map<string, number | Error> | PromiseLike<Map<string, number | Error>>>();
+    });
+  });
+
+  it('an Error value (that key alone fails) is allowed in the Map and does not widen the values', () => {
+    void (() => {
+      expectTypeOf(
+        cache.getOrComputeMany(['a', 'b'], async (missing) => {
+          const found = new Map<string, { id: string } | Error>();
+          for (const k of missing) found.set(k, k === 'b' ? new Error('b is gone') : { id: k });
+          return found;
+        }, 60_000),
+      ).toEqualTypeOf<Promise<({ id: string } | undefined)[]>>();
+      // A loader that returns only values still infers them.
+      expectTypeOf(cache.getOrComputeMany(['a'], () => new Map([['a', 1]]), 60_000)).toEqualTypeOf<Promise<(number | undefined)[]>>();
     });
   });
 });

@@ -9,6 +9,20 @@ function memo(max = 10) {
 }
 
 describe('LruDegradedMemo', () => {
+  it('is idle only while nothing is kept and no load is running; the no-op memo never claims to be', () => {
+    const { m } = memo();
+    expect(m.idle).toBe(true);
+    const t = m.begin('k');
+    expect(m.idle).toBe(false); // a load is running
+    m.abandon(t);
+    expect(m.idle).toBe(true);
+    m.fill(m.begin('k'), 'v', 1000);
+    expect(m.idle).toBe(false); // a value is kept
+    m.invalidate('k');
+    expect(m.idle).toBe(true);
+    expect(NO_DEGRADED_MEMO.idle).toBe(false);
+  });
+
   it('a degraded value is served for its ttl and not a millisecond longer', () => {
     const { m, advance } = memo();
     m.fill(m.begin('k'), 'v', 1000);
