@@ -18,6 +18,7 @@ export interface IoredisClient {
 
 /** What ioredis's subscriber connection (our duplicate) offers. */
 interface IoredisSubscriber {
+  readonly isCluster?: boolean;
   subscribe(...channels: string[]): Promise<unknown>;
   on(event: 'message', listener: (channel: string, message: string) => void): unknown;
   on(event: 'error', listener: (err: Error) => void): unknown;
@@ -121,23 +122,77 @@ export class IoredisPort implements RedisPort {
 /**
  * ioredis's event contract, which the Bus relies on: 'ready' after every (re)connection's ready check,
  * 'close' after every closed or failed connection, both on nextTick after the status change.
+ *
+ * An ioredis Cluster breaks it for pub/sub: its subscriber is one internal connection (ClusterSubscriber)
+ * that, when it ends, is replaced by a new one to a random node and re-subscribed silently — the
+ * Cluster itself emits neither 'close' nor 'ready', so the notes published in the gap were lost
+ * without the Bus knowing (L1 kept copies a delete had dropped elsewhere). The port therefore watches
+ * that connection (ClusterSubscriber.getInstance(), which ioredis exposes for debugging and tests)
+ * and reports its end as 'close' and its replacement's readiness as 'ready', as for a plain client.
  */
 class IoredisSubscriberPort implements SubscriberPort {
   private listening = false;
+  private readonly readies: (() => void)[] = [];
+  private readonly closes: (() => void)[] = [];
+  /** The ClusterSubscriber connection being watched (Cluster only). */
+  private watched: WatchedConnection | undefined;
+  private closed = false;
 
-  constructor(private readonly sub: IoredisSubscriber) {}
+  constructor(private readonly sub: IoredisSubscriber) {
+    sub.on('ready', () => this.readies.forEach((l) => l()));
+    sub.on('close', () => this.closes.forEach((l) => l()));
+  }
 
   subscribe(channel: string, onMessage: (channel: string, message: string) => void): Promise<unknown> {
     if (!this.listening) {
       this.listening = true;
       this.sub.on('message', onMessage);
     }
-    return this.sub.subscribe(channel);
+    return this.sub.subscribe(channel).then((reply) => {
+      this.watchClusterSubscriber();
+      return reply;
+    });
   }
 
   on(event: 'ready' | 'close' | 'error', listener: (err: unknown) => void): void {
     if (event === 'error') this.sub.on('error', listener);
-    else this.sub.on(event, () => listener(undefined));
+    else (event === 'ready' ? this.readies : this.closes).push(() => listener(undefined));
+  }
+
+  /** The Cluster's current subscriber connection, or undefined (not a Cluster, none yet, or an ioredis without it). */
+  private clusterConnection(): WatchedConnection | undefined {
+    const cs = prop(this.sub, 'subscriber') as { getInstance?: () => unknown } | undefined;
+    const instance = typeof cs?.getInstance === 'function' ? cs.getInstance() : undefined;
+    return instance && typeof (instance as WatchedConnection).once === 'function' ? (instance as WatchedConnection) : undefined;
+  }
+
+  /** Subscribed: watch the connection that holds the subscription, once per connection. */
+  private watchClusterSubscriber(): void {
+    if (!this.sub.isCluster || this.closed) return;
+    const connection = this.clusterConnection();
+    if (!connection || connection === this.watched) return;
+    this.watched = connection;
+    connection.once('end', () => {
+      if (this.closed || this.watched !== connection) return;
+      this.watched = undefined;
+      this.closes.forEach((l) => l());
+      this.followReplacement(connection);
+    });
+  }
+
+  /**
+   * ClusterSubscriber has already picked the replacement of `ended` (its own 'end' listener ran first):
+   * once it is ready the Bus subscribes again (and then watches it); if it ends first, the next one.
+   */
+  private followReplacement(ended: WatchedConnection): void {
+    const next = this.clusterConnection();
+    if (!next || next === ended) return;
+    next.once('ready', () => {
+      if (!this.closed) this.readies.forEach((l) => l());
+    });
+    next.once('end', () => {
+      if (!this.closed && this.watched === undefined) this.followReplacement(next);
+    });
   }
 
   ping(): Promise<unknown> {
@@ -149,8 +204,14 @@ class IoredisSubscriberPort implements SubscriberPort {
   }
 
   close(): void {
+    this.closed = true;
     // disconnect, not quit: quit waits for a reply that never comes while Redis is down.
     this.sub.disconnect();
   }
+}
+
+/** The events of ioredis's ClusterSubscriber connection that the port watches. */
+interface WatchedConnection {
+  once(event: 'end' | 'ready', listener: () => void): unknown;
 }
 

@@ -121,6 +121,55 @@ describe.each<Family>(['ioredis', 'node-redis'])('Redis Cluster (3 masters), %s 
     expect(await b.get('{d}')).toBeUndefined();
   });
 
+  it('a delete made while its pub/sub connection was killed and held out does not survive in its L1; the subscription comes back', async () => {
+    const a = await cache('cl4k', { local: { max: 10 } });
+    const b = await cache('cl4k', { local: { max: 10 }, redisTimeout: 3000 });
+    expect(await a.ready()).toBe(true);
+    expect(await b.ready()).toBe(true);
+    const l1Of = (c: Cache) => (c as unknown as { local: { get(k: string): { value: unknown } | undefined } }).local;
+    const setSeen = nextEvent(b, 'remoteChange');
+    await a.set('{k}', 1, 60_000);
+    await setSeen; // (a read racing the set's note would rightly not fill L1)
+    expect(await b.get('{k}')).toBe(1);
+    expect(l1Of(b).get('{k}')?.value).toBe(1); // in b's L1
+    // Count the subscription's downs as b's bus reports them.
+    const handlers = (b as unknown as { bus: { handlers: { onDown: () => void } } }).bus.handlers;
+    let downs = 0;
+    const onDown = handlers.onDown;
+    handlers.onDown = () => {
+      downs++;
+      onDown();
+    };
+    const admin = clusterClient(true);
+    await admin.cluster('INFO'); // connected: its node list is known
+    const masters = admin.nodes('master');
+    // Hold every new connection out (maxclients = the clients left once the pub/sub ones are killed),
+    // then kill the pub/sub connections: no subscriber can come back before the delete is published.
+    const lines = (reply: unknown) => String(reply).split('\n').filter((l) => l.trim() !== '').length;
+    for (const n of masters) await n.config('SET', 'maxclients', String(lines(await n.client('LIST')) - lines(await n.call('CLIENT', 'LIST', 'TYPE', 'pubsub'))));
+    try {
+      const killed = await Promise.all(masters.map((n) => n.client('KILL', 'TYPE', 'pubsub')));
+      expect(killed.map(Number).reduce((x, y) => x + y, 0)).toBeGreaterThanOrEqual(2);
+      await a.delete('{k}'); // its note reaches no subscriber of b
+      for (let i = 0; i < 100 && downs === 0; i++) await new Promise((r) => setTimeout(r, 10));
+    } finally {
+      for (const n of masters) await n.config('SET', 'maxclients', '10000');
+    }
+    expect(await b.ready()).toBe(true); // re-subscribed within redisTimeout
+    expect(await b.get('{k}')).toBeUndefined(); // L1 was flushed: the copy the delete dropped elsewhere is gone here too
+    expect(downs).toBeGreaterThan(0);
+    // And coherent again: a later delete reaches b's L1 over the new subscription.
+    const setAgain = nextEvent(b, 'remoteChange');
+    await a.set('{k}', 2, 60_000);
+    await setAgain;
+    expect(await b.get('{k}')).toBe(2);
+    expect(l1Of(b).get('{k}')?.value).toBe(2);
+    const dropped = nextEvent(b, 'remoteChange');
+    await a.delete('{k}');
+    await dropped;
+    expect(await b.get('{k}')).toBeUndefined();
+  });
+
   it('fencing: a set() during an in-flight rebuild wins', async () => {
     const c = await cache('cl5');
     const held = await heldRebuild<string>(c, '}f');
