@@ -22,6 +22,8 @@ export class Batch {
   constructor(
     private readonly port: RedisPort,
     private readonly io: Io,
+    /** replicaAck's WAIT (replica-ack.ts), for batches that change state; undefined when it is off. */
+    private readonly confirm?: (redisKey: string) => Promise<void>,
   ) {}
 
   /**
@@ -29,7 +31,7 @@ export class Batch {
    * Never rejects: a group whose pipeline failed answers each of its keys with that failure (a
    * RedisUnavailableError naming `operation`), and a command's own error reply answers its key alone.
    */
-  async run(operation: string, keys: readonly string[], send: (scripts: Scripts, index: number) => void): Promise<Reply[]> {
+  async run(operation: string, keys: readonly string[], send: (scripts: Scripts, index: number) => void, redisKeyOf?: (index: number) => string): Promise<Reply[]> {
     const replies = new Array<Reply>(keys.length);
     await Promise.all(
       this.groups(keys).map(async (group) => {
@@ -38,7 +40,7 @@ export class Batch {
         const queued = defineScripts(pipeline);
         for (const i of group) send(queued, i);
         try {
-          const answers = await this.io.run(operation, () => pipeline.exec(), keys[group[0] as number]);
+          const answers = await this.io.run(operation, () => this.exec(pipeline, redisKeyOf?.(group[0] as number)), keys[group[0] as number]);
           group.forEach((i, at) => {
             const [error, value] = answers?.[at] ?? [new Error('no reply in the pipeline'), undefined];
             replies[i] = error ? { ok: false, error: new RedisUnavailableError(operation, error, keys[i]) } : { ok: true, value };
@@ -49,6 +51,17 @@ export class Batch {
       }),
     );
     return replies;
+  }
+
+  /**
+   * Sends the pipeline; for a batch that changes state (`redisKey` given: a key of the group's node)
+   * with replicaAck on, then WAITs on that node's connection, inside the same operation — as a
+   * single-key delete does. Too few acknowledgements fail the whole group (failure 'replicaAck').
+   */
+  private async exec(pipeline: ReturnType<RedisPort['pipeline']>, redisKey: string | undefined): Promise<[Error | null, unknown][]> {
+    const answers = await pipeline.exec();
+    if (redisKey !== undefined && this.confirm) await this.confirm(redisKey);
+    return answers;
   }
 
   /** Indices of `keys` by hash slot on a Cluster; one group on a single Redis. */

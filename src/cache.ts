@@ -18,7 +18,7 @@ import { StoreLock, type LockDeps } from './lock/single.js';
 import type { Grant, Locker } from './lock/types.js';
 import { resolveCacheOptions, resolveCallOptions, writeTtl, type CacheOptions, type CallOptions, type LockMode, type ResolvedCache, type ResolvedCall } from './options.js';
 import { Background, entryRead, readEntry, Rebuild, refreshAheadOnHit, type Emit, type RebuildDeps } from './rebuild.js';
-import { withReplicaAck } from './replica-ack.js';
+import { replicaConfirm, withReplicaAck } from './replica-ack.js';
 import { Store } from './store.js';
 import { getOrComputeChannel, Telemetry, traced, type CacheStats, type GetOrComputeContext } from './telemetry.js';
 import { computeMany, type BatchLoader } from './many.js';
@@ -154,7 +154,7 @@ export class Cache extends EventEmitter<CacheEvents> {
       },
       onError: (error) => emit('degraded', { key: undefined, operation: 'subscribe', error }),
     });
-    this.batch = new Batch(port, this.io);
+    this.batch = new Batch(port, this.io, replicaConfirm(port, o.replicaAck));
     this.stopReadyListener = port.onReady(this.onReady);
   }
 
@@ -410,7 +410,8 @@ export class Cache extends EventEmitter<CacheEvents> {
         const key = keys[i] as string;
         const k = entryKeys(prefix, key);
         void scripts.invalidate(k.value, k.fence, lockTtl, this.bus.channel, this.bus.message('d', key));
-      });
+      }, (i) => entryKeys(prefix, keys[i] as string).value); // a delete changes state: replicaAck confirms each group
+
       const failed = replies.find((r) => !r.ok);
       keys.forEach((key, i) => {
         if (replies[i]?.ok) this.forget(key); // calls starting now join no rebuild begun before the delete

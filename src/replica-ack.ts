@@ -19,11 +19,8 @@ import type { RedisPort } from './client/port.js';
  * Off: the scripts are returned unchanged (no cost).
  */
 export function withReplicaAck(scripts: Scripts, port: RedisPort, ack: Readonly<ReplicaAckOptions> | undefined): Scripts {
-  if (!ack) return scripts;
-  const confirm = async (redisKey: string): Promise<void> => {
-    const acked = Number(await port.commandOnNodeOf(redisKey, ['WAIT', ack.replicas, ack.timeout]));
-    if (acked < ack.replicas) throw new ReplicaAckShort(acked, ack.replicas, ack.timeout);
-  };
+  const confirm = replicaConfirm(port, ack);
+  if (!confirm) return scripts;
   return {
     ...scripts,
     acquire: async (lockKey, ...rest) => {
@@ -41,5 +38,18 @@ export function withReplicaAck(scripts: Scripts, port: RedisPort, ack: Readonly<
       await confirm(valueKey);
       return answer;
     },
+  };
+}
+
+/**
+ * `WAIT replicas timeout` on the connection of the node that owns `redisKey` (the one that ran the
+ * commands it confirms); rejects with ReplicaAckShort when fewer replicas acknowledged. Undefined when
+ * replicaAck is off. Batches (a pipeline of deletes, batch.ts) confirm with it too.
+ */
+export function replicaConfirm(port: RedisPort, ack: Readonly<ReplicaAckOptions> | undefined): ((redisKey: string) => Promise<void>) | undefined {
+  if (!ack) return undefined;
+  return async (redisKey) => {
+    const acked = Number(await port.commandOnNodeOf(redisKey, ['WAIT', ack.replicas, ack.timeout]));
+    if (acked < ack.replicas) throw new ReplicaAckShort(acked, ack.replicas, ack.timeout);
   };
 }

@@ -73,6 +73,8 @@ describe('replicaAck: grants and writes too few replicas acknowledged are not tr
     expect(await c.getOrCompute('k', () => 'v', 60_000)).toBe('v');
     expect(locks).toEqual(['single:true']);
     expect(await c.get('k')).toBe('v');
+    await c.deleteMany(['k', 'k2']); // acknowledged: resolves
+    expect(await c.get('k')).toBeUndefined();
   });
 
   it('replication cut: the grant is released and the call runs degraded (not stored); set() and delete() reject with failure replicaAck', async () => {
@@ -91,6 +93,7 @@ describe('replicaAck: grants and writes too few replicas acknowledged are not tr
     expect(await redis.exists(entryKeys('ra', 'k').value)).toBe(0);
     await expect(c.set('k', 'x', 60_000)).rejects.toMatchObject({ code: 'ERR_REDIS_UNAVAILABLE', failure: 'replicaAck', operation: 'set' });
     await expect(c.delete('k')).rejects.toMatchObject({ code: 'ERR_REDIS_UNAVAILABLE', failure: 'replicaAck', operation: 'delete' });
+    await expect(c.deleteMany(['k', 'k2'])).rejects.toMatchObject({ code: 'ERR_REDIS_UNAVAILABLE', failure: 'replicaAck', operation: 'delete' });
   });
 
   /**
