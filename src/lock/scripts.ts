@@ -116,16 +116,20 @@ export const WRITE_UNFENCED = writeScript('true');
  * release: KEYS[1]=lock KEYS[2]=backoff; ARGV[1]=token ARGV[2]=channel ARGV[3]=message ('' = announce
  * nothing) ARGV[4]=backoff ms ('0' = none: set after a loader failure).
  * Deletes the lock only while it still holds our token: a release never frees another holder's lock.
+ * Announces only when no one else holds the lock: the waiters then wait on us (or on no one) and act
+ * on the note; once another holder has it, they wait on that holder, and our note (a late `u` or `e`,
+ * a release retried after a reconnect) would tell them about a rebuild that is not theirs.
  * → 1 released | 0 not ours (expired or taken over).
  */
 export const RELEASE = `
 local ok = 0
-if redis.call('GET', KEYS[1]) == ARGV[1] then
+local holder = redis.call('GET', KEYS[1])
+if holder == ARGV[1] then
   redis.call('DEL', KEYS[1])
   ok = 1
 end
 if ARGV[4] ~= '0' then redis.call('SET', KEYS[2], '1', 'PX', ARGV[4]) end
-if ARGV[3] ~= '' then redis.call('PUBLISH', ARGV[2], ARGV[3]) end
+if ARGV[3] ~= '' and (ok == 1 or not holder) then redis.call('PUBLISH', ARGV[2], ARGV[3]) end
 return ok
 `;
 

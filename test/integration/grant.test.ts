@@ -103,6 +103,17 @@ describe('grant release outcomes', () => {
     expect(await h.admin.get(s.keys('n').lock)).toBe('someone-else');
   });
 
+  it("a release whose lock another holder took announces nothing (that holder's waiters wait on it, not on a stale 'u'); one whose lock lapsed unheld still does", async () => {
+    const s = await setup();
+    const grant = await s.acquire('t');
+    await h.admin.set(s.keys('t').lock, 'someone-else', 'PX', 10_000);
+    expect(await grant.release('unstorable')).toBe('not-ours');
+    const lapsed = await s.acquire('l');
+    await h.admin.del(s.keys('l').lock);
+    expect(await lapsed.release('unstorable')).toBe('not-ours');
+    expect(await s.settled()).toEqual(['u:l']);
+  });
+
   it("'unknown' when Redis does not answer, and release still does not throw", async () => {
     const client = h.client({ enableOfflineQueue: false });
     const s = await setup(client);
