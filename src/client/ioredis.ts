@@ -128,7 +128,8 @@ export class IoredisPort implements RedisPort {
  * Cluster itself emits neither 'close' nor 'ready', so the notes published in the gap were lost
  * without the Bus knowing (L1 kept copies a delete had dropped elsewhere). The port therefore watches
  * that connection (ClusterSubscriber.getInstance(), which ioredis exposes for debugging and tests)
- * and reports its end as 'close' and its replacement's readiness as 'ready', as for a plain client.
+ * and reports its end as 'close' then 'ready' (the Bus subscribes again), as for a plain client; the
+ * heartbeat PINGs that connection itself.
  */
 class IoredisSubscriberPort implements SubscriberPort {
   private listening = false;
@@ -148,8 +149,10 @@ class IoredisSubscriberPort implements SubscriberPort {
       this.listening = true;
       this.sub.on('message', onMessage);
     }
+    // Cluster: the connection the SUBSCRIBE goes to (undefined until ioredis has made one).
+    const sentOn = this.clusterConnection();
     return this.sub.subscribe(channel).then((reply) => {
-      this.watchClusterSubscriber();
+      this.watchClusterSubscriber(sentOn);
       return reply;
     });
   }
@@ -166,36 +169,51 @@ class IoredisSubscriberPort implements SubscriberPort {
     return instance && typeof (instance as WatchedConnection).once === 'function' ? (instance as WatchedConnection) : undefined;
   }
 
-  /** Subscribed: watch the connection that holds the subscription, once per connection. */
-  private watchClusterSubscriber(): void {
+  /**
+   * Subscribed: watch the connection that holds the subscription, once per connection. If ioredis
+   * replaced it while the SUBSCRIBE was on the wire, the replacement may not hold our channel (its
+   * re-subscribe list was taken before the reply): count it as a reconnection, so the Bus subscribes again.
+   */
+  private watchClusterSubscriber(sentOn: WatchedConnection | undefined): void {
     if (!this.sub.isCluster || this.closed) return;
     const connection = this.clusterConnection();
     if (!connection || connection === this.watched) return;
+    if (sentOn !== undefined && sentOn !== connection) {
+      this.bounce();
+      return;
+    }
     this.watched = connection;
     connection.once('end', () => {
       if (this.closed || this.watched !== connection) return;
-      this.watched = undefined;
-      this.closes.forEach((l) => l());
-      this.followReplacement(connection);
+      this.bounce();
     });
   }
 
   /**
-   * ClusterSubscriber has already picked the replacement of `ended` (its own 'end' listener ran first):
-   * once it is ready the Bus subscribes again (and then watches it); if it ends first, the next one.
+   * The watched connection is gone (or not the one we think): report 'close' now and 'ready' on the
+   * next tick. The Bus then re-subscribes through the Cluster, which sends to ClusterSubscriber's
+   * current connection — queued there until it is ready, or refused (the Bus retries with backoff) —
+   * and goes up only once that SUBSCRIBE is answered. ('ready' is not awaited on the replacement: it
+   * may have been made, and be ready, before the old connection's end is seen.)
    */
-  private followReplacement(ended: WatchedConnection): void {
-    const next = this.clusterConnection();
-    if (!next || next === ended) return;
-    next.once('ready', () => {
+  private bounce(): void {
+    this.watched = undefined;
+    this.closes.forEach((l) => l());
+    process.nextTick(() => {
       if (!this.closed) this.readies.forEach((l) => l());
-    });
-    next.once('end', () => {
-      if (!this.closed && this.watched === undefined) this.followReplacement(next);
     });
   }
 
   ping(): Promise<unknown> {
+    if (this.sub.isCluster && this.watched) {
+      // The heartbeat must reach the subscriber connection itself (a Cluster's own PING goes to
+      // another node's); and a connection ioredis replaced meanwhile counts as a reconnection.
+      if (this.clusterConnection() !== this.watched) {
+        this.bounce();
+        return Promise.resolve('PONG');
+      }
+      return this.watched.ping();
+    }
     return this.sub.ping();
   }
 
@@ -210,8 +228,9 @@ class IoredisSubscriberPort implements SubscriberPort {
   }
 }
 
-/** The events of ioredis's ClusterSubscriber connection that the port watches. */
+/** What the port uses of ioredis's ClusterSubscriber connection. */
 interface WatchedConnection {
-  once(event: 'end' | 'ready', listener: () => void): unknown;
+  once(event: 'end', listener: () => void): unknown;
+  ping(): Promise<unknown>;
 }
 
