@@ -83,6 +83,14 @@ type RunRow = [string, number, number, number, string];
 const settles: SettleRow[] = [];
 const writes: WriteRow[] = [];
 const runs: RunRow[] = [];
+/**
+ * [key, fence] of every rebuild write the fence refused: that value went to its own callers (this
+ * process's flight) and never reached the store, so it says nothing about what the store holds.
+ */
+const refused: [string, number][] = [];
+cache.on('writeRejected', (e) => {
+  if (e.fence !== undefined) refused.push([e.key, e.fence]);
+});
 
 const codeOf = (err: unknown): string => String((err as { code?: string }).code ?? (err as Error).message);
 
@@ -148,8 +156,8 @@ async function loop(until: number): Promise<void> {
 
 /** Streams the history in batches, so a worker killed by the campaign loses at most the last 250 ms. */
 function flush(): void {
-  if (settles.length === 0 && runs.length === 0 && writes.length === 0) return;
-  process.send?.({ ev: 'batch', settles: settles.splice(0), writes: writes.splice(0), runs: runs.splice(0), unhandled: unhandled.splice(0) });
+  if (settles.length === 0 && runs.length === 0 && writes.length === 0 && refused.length === 0) return;
+  process.send?.({ ev: 'batch', settles: settles.splice(0), writes: writes.splice(0), runs: runs.splice(0), refused: refused.splice(0), unhandled: unhandled.splice(0) });
 }
 
 process.on('message', (m: { op: 'start'; until: number } | { op: 'exit' }) => {
@@ -172,7 +180,7 @@ process.on('message', (m: { op: 'start'; until: number } | { op: 'exit' }) => {
     const resources = open();
     // Which timers, when some are left: where they were set.
     if (resources.includes('Timeout')) for (const stack of liveTimers.values()) console.error(`campaign-worker ${proc}: timer left after close(), set at ${stack}`);
-    process.send?.({ ev: 'history', proc, settles, writes, runs, unhandled, resources }, () => process.exit(0));
+    process.send?.({ ev: 'history', proc, settles, writes, runs, refused, unhandled, resources }, () => process.exit(0));
   })();
 });
 process.send?.({ ev: 'ready', proc });
