@@ -491,25 +491,26 @@ describe('fault campaign', () => {
   /**
    * Issue #13 §4: a Redis that answers half of the time (1.5 s stalls every 3 s) plus connection flaps
    * (every client killed), ttl 1 s. The property of the degraded memo: while Redis is unavailable for
-   * a key, a process runs at most one loader for it per ttl, so the runs on the degraded path (no
-   * lock, no token) per key per ttl window stay within the number of processes. It is judged on the
-   * p99, as an efficiency property: a window holding a recovery (the memo is cleared then, for
-   * coherence) and a second failure can see a process run twice. The runs under the lock come on
-   * top: one per entry, and another after a fenced rebuild whose write a stall cut off; they are
-   * printed, not bounded here (a loaded run once saw 6 in all with 4 processes, where p99 = max = 5
-   * is the usual figure).
+   * a key, a process runs at most one loader for it per ttl — per outage: the memo is cleared when
+   * Redis comes back (for coherence: notes may have been lost), so a ttl window that holds a recovery
+   * and a new failure can see a process run twice. So the degraded runs (no lock, no token) per key
+   * per ttl window are judged on the median window (at most one per process: ≤ 4 with 4 processes)
+   * and on the p99 (at most two per process: ≤ 8). Seen: median 4, p99 4–5; the negative control
+   * (memo off) median 12–14, p99 32–34. The runs under the lock come on top and are printed only.
    */
-  it('slow Redis (periodic stalls) and connection flaps: hard properties hold; degraded loader runs per key per ttl window stay within the number of processes (p99)', async () => {
+  it('slow Redis (periodic stalls) and connection flaps: hard properties hold; degraded loader runs per key per ttl window stay within one per process (median) and two (p99)', async () => {
     const r = await campaign({ name: 'slow-redis', seed: 1313, seconds: 12, workers: 4, callers: 20, keys: 5, faults: ['flap'], aof: false, ttl: 1000, periodicStall: true });
     expect(r.violations).toEqual([]);
     expect(r.unhandled).toEqual([]);
     expect(r.leftoverLocks).toBe(0);
-    expect(r.degradedPerWindow.p99).toBeLessThanOrEqual(4);
+    expect(r.degradedPerWindow.p50).toBeLessThanOrEqual(4);
+    expect(r.degradedPerWindow.p99).toBeLessThanOrEqual(2 * 4);
   }, 120_000);
 
-  it('negative control: with the degraded memo off, the same slow Redis runs more degraded loaders per key per ttl window than there are processes', async () => {
+  it('negative control: with the degraded memo off, the same slow Redis runs more degraded loaders per key per ttl window than there are processes (median)', async () => {
     const r = await campaign({ name: 'negative-no-memo', seed: 1313, seconds: 12, workers: 4, callers: 20, keys: 5, faults: ['flap'], aof: false, ttl: 1000, periodicStall: true, cacheOptions: { degradedMemo: 0 } });
-    expect(r.degradedPerWindow.p99).toBeGreaterThan(4);
+    expect(r.degradedPerWindow.p50).toBeGreaterThan(4);
+    expect(r.degradedPerWindow.p99).toBeGreaterThan(2 * 4);
   }, 120_000);
 
   it('soak: 4 workers × 100 callers for 30 s, L1 on, sets, deletes and aborts under seeded random faults, hard properties hold', async () => {
