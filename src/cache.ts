@@ -20,7 +20,7 @@ import { resolveCacheOptions, resolveCallOptions, writeTtl, type CacheOptions, t
 import { Background, entryRead, readEntry, Rebuild, refreshAheadOnHit, type Emit, type RebuildDeps } from './rebuild.js';
 import { replicaConfirm, withReplicaAck } from './replica-ack.js';
 import { Store } from './store.js';
-import { getOrComputeChannel, Telemetry, traced, type CacheStats, type GetOrComputeContext } from './telemetry.js';
+import { getOrComputeChannel, Telemetry, traced, type Answered, type CacheStats, type GetOrComputeContext } from './telemetry.js';
 import { computeMany, type BatchLoader } from './many.js';
 import { clearNoteKey, Generations, Namespace, parseClearNote, RESERVED_KEY_START, validateNamespace, withDegradedKeys, type NamespaceHost } from './namespace.js';
 import { Bus, Waiters, type Note } from './wait.js';
@@ -209,11 +209,17 @@ export class Cache extends EventEmitter<CacheEvents> {
     return this.telemetry.stats();
   }
 
-  private async compute<T, S>(key: string, loader: (ctx: LoaderContext<S>) => T | PromiseLike<T>, ttlOrOptions: number | CallOptions | undefined, trace: GetOrComputeContext | undefined): Promise<T> {
+  /** A getOrCompute call's checks, before any Redis traffic: its options, its loader, its signal. */
+  private callOf(key: string, loader: unknown, ttlOrOptions: number | CallOptions | undefined, trace: GetOrComputeContext | undefined): ResolvedCall {
     const call = this.resolveCall(key, ttlOrOptions);
     if (trace) trace.lock = call.lock;
     if (typeof loader !== 'function') throw new InvalidOptionError('loader', loader, 'a function (ctx) => value | Promise<value>', key);
     if (call.signal?.aborted) throw new AbortedError(key, call.signal.reason);
+    return call;
+  }
+
+  private async compute<T, S>(key: string, loader: (ctx: LoaderContext<S>) => T | PromiseLike<T>, ttlOrOptions: number | CallOptions | undefined, trace: GetOrComputeContext | undefined): Promise<T> {
+    const call = this.callOf(key, loader, ttlOrOptions, trace);
     const untyped = loader as (ctx: LoaderContext) => unknown;
     if (call.forceFresh === true) return this.forced(key, untyped, call, trace) as Promise<T>;
     const l1 = this.local.get(key);
@@ -245,34 +251,28 @@ export class Cache extends EventEmitter<CacheEvents> {
   }
 
   private async degradedTrip(key: string, loader: (ctx: LoaderContext) => unknown, ttlOrOptions: number | CallOptions | undefined, cause: RedisUnavailableError, trace: GetOrComputeContext | undefined): Promise<unknown> {
-    const call = this.resolveCall(key, ttlOrOptions);
-    if (trace) trace.lock = call.lock;
-    if (typeof loader !== 'function') throw new InvalidOptionError('loader', loader, 'a function (ctx) => value | Promise<value>', key);
-    if (call.signal?.aborted) throw new AbortedError(key, call.signal.reason);
-    const keys = entryKeys(this.options.prefix, key);
-    let led = false;
-    // forceFresh joins only forceFresh calls, as in forced().
-    const coalescer = call.forceFresh === true && call.lock !== 'none' ? this.freshFlight : this.coalescers[call.lock];
-    const answered = await coalescer.run(key, call.signal, (stop) => {
-      led = true;
-      return new Rebuild(this.deps, key, keys, loader, call, stop).answerDegraded(cause);
-    });
-    const outcome = this.telemetry.caller(answered, led);
-    if (trace) trace.outcome = outcome;
-    return answered.value;
+    const call = this.callOf(key, loader, ttlOrOptions, trace);
+    const coalescer = call.forceFresh === true ? this.forcedFlight(call) : this.coalescers[call.lock];
+    return this.trip(coalescer, key, loader, call, trace, (trip) => trip.answerDegraded(cause));
   }
 
   /** `forceFresh`: L1 is skipped, and the trip is coalesced only with other forceFresh calls (a normal trip may answer from the cache). */
   private forced(key: string, loader: (ctx: LoaderContext) => unknown, call: ResolvedCall, trace: GetOrComputeContext | undefined): Promise<unknown> {
-    return this.trip(call.lock === 'none' ? this.coalescers.none : this.freshFlight, key, loader, call, trace);
+    return this.trip(this.forcedFlight(call), key, loader, call, trace);
   }
 
-  private async trip(coalescer: Coalescer, key: string, untyped: (ctx: LoaderContext) => unknown, call: ResolvedCall, trace: GetOrComputeContext | undefined): Promise<unknown> {
+  /** forceFresh: coalesced only with other forceFresh calls (a normal trip may answer from the cache). */
+  private forcedFlight(call: ResolvedCall): Coalescer {
+    return call.lock === 'none' ? this.coalescers.none : this.freshFlight;
+  }
+
+  /** Runs `answer` on this caller's Rebuild, or joins the flight already running it; counts and traces the outcome. */
+  private async trip(coalescer: Coalescer, key: string, untyped: (ctx: LoaderContext) => unknown, call: ResolvedCall, trace: GetOrComputeContext | undefined, answer: (trip: Rebuild) => Promise<Answered> = (trip) => trip.answer()): Promise<unknown> {
     const keys = entryKeys(this.options.prefix, key);
     let led = false; // this caller's work ran the trip (else it joined another caller's flight)
     const answered = await coalescer.run(key, call.signal, (stop) => {
       led = true;
-      return new Rebuild(this.deps, key, keys, untyped, call, stop).answer();
+      return answer(new Rebuild(this.deps, key, keys, untyped, call, stop));
     });
     const outcome = this.telemetry.caller(answered, led);
     if (trace) trace.outcome = outcome;
