@@ -203,7 +203,7 @@ const SCRIPTS = {
   acquire: script('sgAcquireV3', 3, ACQUIRE),
   write: script('sgWriteV3', 3, WRITE),
   writeUnfenced: script('sgWriteUnfencedV3', 3, WRITE_UNFENCED),
-  release: script('sgReleaseV2', 2, RELEASE),
+  release: script('sgReleaseV3', 2, RELEASE),
   extend: script('sgExtendV1', 2, EXTEND),
   invalidate: script('sgInvalidateV3', 2, INVALIDATE),
   redlockAcquire: script('sgRedlockAcquireV1', 1, REDLOCK_ACQUIRE),

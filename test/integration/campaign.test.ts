@@ -112,7 +112,7 @@ interface WorkerHandle {
   loading: number;
   /** Called (once) on this worker's next loader start. */
   onLoaderStart?: (key: string) => void;
-  history: Promise<{ settles: Settle[]; writes: Write[]; runs: LoaderRun[]; unstored: string[]; unhandled: string[]; resources: string[]; killed: boolean } | undefined>;
+  history: Promise<{ settles: Settle[]; writes: Write[]; runs: LoaderRun[]; unstored: [string, number][]; unhandled: string[]; resources: string[]; killed: boolean } | undefined>;
 }
 
 async function campaign(c: CampaignConfig) {
@@ -168,13 +168,13 @@ async function campaign(c: CampaignConfig) {
     });
     const handle: WorkerHandle = { proc, child, loading: 0, history: Promise.resolve(undefined) };
     // The history arrives in batches; a killed worker keeps what it sent (killed: true, no handle check).
-    // unstored: `proc \0 key \0 fence` of the rebuilds whose write the fence refused (their value reached only their own callers).
-    const acc = { settles: [] as Settle[], writes: [] as Write[], runs: [] as LoaderRun[], unstored: [] as string[], unhandled: [] as string[] };
+    // unstored: [`proc \0 key \0 fence`, when] of the rebuilds whose write the fence refused (their value reached only their flight's callers).
+    const acc = { settles: [] as Settle[], writes: [] as Write[], runs: [] as LoaderRun[], unstored: [] as [string, number][], unhandled: [] as string[] };
     type Raw = {
       settles?: [string, number, number, boolean, number, string, string, boolean][];
       writes?: ['set' | 'delete', string, number, number, boolean, string, string][];
       runs?: [string, number, number, number, string][];
-      refused?: [string, number][];
+      refused?: [string, number, number][];
       unhandled?: string[];
       resources?: string[];
     };
@@ -186,7 +186,7 @@ async function campaign(c: CampaignConfig) {
         acc.writes.push({ proc, key, kind, start, end, ok, value: value === '' ? undefined : value, code: code === '' ? undefined : code });
       }
       for (const [key, start, end, fence, value] of m.runs ?? []) acc.runs.push({ proc, key, start, end, fence: fence === -1 ? undefined : fence, value });
-      for (const [key, fence] of m.refused ?? []) acc.unstored.push(unstoredId(proc, key, fence));
+      for (const [key, fence, at] of m.refused ?? []) acc.unstored.push([unstoredId(proc, key, fence), at]);
       acc.unhandled.push(...(m.unhandled ?? []));
     };
     handle.history = new Promise((resolve) => {
@@ -327,11 +327,14 @@ async function campaign(c: CampaignConfig) {
   const settles = histories.flatMap((h) => h.settles);
   const writes = [...parentWrites, ...histories.flatMap((h) => h.writes)];
   const runs = histories.flatMap((h) => h.runs);
-  // "No stale overwrite" is about the store: an answer whose own write the fence refused (e.g. its
-  // fence hash was deleted or evicted meanwhile) never reached it, so the next read returning the
-  // stored, older value is no overwrite. Those answers are left out of the check (and counted).
-  const unstored = new Set(histories.flatMap((h) => h.unstored));
-  const fromRefusedWrites = new Set(settles.filter((s) => s.fence !== undefined && unstored.has(unstoredId(s.proc, s.key, s.fence))));
+  // "No stale overwrite" is about the store: the answers of a rebuild whose write the fence refused
+  // (e.g. its fence hash was deleted or evicted meanwhile) never reached it, so the next read returning
+  // the stored, older value is no overwrite. Those answers — calls of that process, key and token that
+  // started before the refusal, i.e. its flight's callers — are left out of the check (and counted).
+  // A later read of the same token is checked as any other (were it in the store after all, e.g. a
+  // write applied whose reply was lost and whose resend was refused, it must not go backwards either).
+  const refusedAt = new Map(histories.flatMap((h) => h.unstored));
+  const fromRefusedWrites = new Set(settles.filter((s) => s.fence !== undefined && s.start <= (refusedAt.get(unstoredId(s.proc, s.key, s.fence)) ?? -Infinity)));
   const reads = monotonicReads(settles.filter((s) => !fromRefusedWrites.has(s)));
   const bounded = boundedSettles(settles, SETTLE_BOUND, pauses);
   const superseded = noSupersededReads(settles, writes, producedAt(runs, writes), SUPERSEDE_BOUND, pauses);

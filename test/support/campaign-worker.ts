@@ -84,12 +84,12 @@ const settles: SettleRow[] = [];
 const writes: WriteRow[] = [];
 const runs: RunRow[] = [];
 /**
- * [key, fence] of every rebuild write the fence refused: that value went to its own callers (this
- * process's flight) and never reached the store, so it says nothing about what the store holds.
+ * [key, fence, when] of every rebuild write the fence refused: that value went to the callers of its
+ * flight and never reached the store, so their answers say nothing about what the store holds.
  */
-const refused: [string, number][] = [];
+const refused: [string, number, number][] = [];
 cache.on('writeRejected', (e) => {
-  if (e.fence !== undefined) refused.push([e.key, e.fence]);
+  if (e.fence !== undefined) refused.push([e.key, e.fence, now()]);
 });
 
 const codeOf = (err: unknown): string => String((err as { code?: string }).code ?? (err as Error).message);
