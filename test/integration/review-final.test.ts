@@ -79,8 +79,14 @@ describe('lost-lock hold-off', () => {
     await a.getOrCompute('w', () => 'v1', options);
     await sleep(80);
     let fail!: () => void;
+    // The stale answer comes at once; the refresh's loader starts after its lock is granted.
+    const refreshing = new Promise<void>((started) => {
+      void a
+        .getOrCompute('w', () => new Promise<string>((_, rej) => ((fail = () => rej(new Error('boom'))), started())), options)
+        .then((v) => expect(v).toBe('v1'));
+    });
     const aFailed = nextEvent(a, 'refreshError');
-    expect(await a.getOrCompute('w', () => new Promise<string>((_, rej) => (fail = () => rej(new Error('boom')))), options)).toBe('v1');
+    await refreshing; // a holds the refresh lock, its loader running
     const b = createCache({ redis: h.client(), prefix: prefixOf(a) });
     let bRuns = 0;
     expect(await b.getOrCompute('w', () => (bRuns++, 'from-b'), options)).toBe('v1'); // lost: held off
