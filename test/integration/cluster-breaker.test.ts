@@ -30,16 +30,23 @@ function clusterClient(admin = false): Cluster {
   return sharedClusterClient(cluster, clients, admin);
 }
 
-/** The port of the master owning each user key's entry, asked of the cluster itself (CLUSTER KEYSLOT + SLOTS). */
-async function ownerPorts(admin: Cluster, prefix: string, keys: readonly string[]): Promise<Map<string, number>> {
-  const ranges = await admin.cluster('SLOTS');
-  const owners = new Map<string, number>();
-  for (const key of keys) {
-    const slot = await admin.cluster('KEYSLOT', entryKeys(prefix, key).value);
-    const owner = ranges.find(([from, to]) => slot >= from && slot <= to)?.[2];
+/** The port of the master owning `redisKey`, asked of the cluster itself (CLUSTER KEYSLOT + SLOTS). */
+function redisKeyOwner(admin: Cluster): (redisKey: string) => Promise<number> {
+  let ranges: ReturnType<Cluster['cluster']> | undefined; // asked once, on first use
+  return async (redisKey) => {
+    const table = await (ranges ??= admin.cluster('SLOTS'));
+    const slot = await admin.cluster('KEYSLOT', redisKey);
+    const owner = table.find(([from, to]) => slot >= from && slot <= to)?.[2];
     if (!owner) throw new Error(`slot ${slot} unassigned`);
-    owners.set(key, owner[1]);
-  }
+    return owner[1];
+  };
+}
+
+/** The port of the master owning each user key's entry. */
+async function ownerPorts(admin: Cluster, prefix: string, keys: readonly string[]): Promise<Map<string, number>> {
+  const ownerOf = redisKeyOwner(admin);
+  const owners = new Map<string, number>();
+  for (const key of keys) owners.set(key, await ownerOf(entryKeys(prefix, key).value));
   return owners;
 }
 
@@ -114,11 +121,7 @@ describe('Redis Cluster, one master dead without failover', () => {
   it("a namespace's generation counter on a live master is charged to that master's breaker, not the dead one's: its live keys keep their lock", async () => {
     const prefix = 'cbns';
     const admin = clusterClient(true);
-    const ranges = await admin.cluster('SLOTS');
-    const ownerOf = async (redisKey: string) => {
-      const slot = await admin.cluster('KEYSLOT', redisKey);
-      return ranges.find(([from, to]) => slot >= from && slot <= to)?.[2]?.[1];
-    };
+    const ownerOf = redisKeyOwner(admin);
     const dead = cluster.nodes[0]!;
     // A path whose counter lives on a live master, while its name routed as an entry's key would land on the dead one.
     let path: string | undefined;
