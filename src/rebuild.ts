@@ -10,7 +10,7 @@ import { runLoader, type Loader, type LoadResult } from './loader.js';
 import type { LocalTier, Ticket } from './local-tier.js';
 import { entryCall, loaderTimeout, pollDelay, writeTtl, type Clock, type EntryOverrides, type LockMode, type ResolvedCall } from './options.js';
 import type { Found, Store } from './store.js';
-import type { Answered, Outcome, Telemetry } from './telemetry.js';
+import type { Answered, Outcome, RefreshCounted, Telemetry } from './telemetry.js';
 import type { Waiters } from './wait.js';
 
 /** Emits a cache event; a throwing listener is reported, never propagated into the protocol. */
@@ -499,7 +499,11 @@ export function refreshAheadOnHit(d: RebuildDeps, key: string, keysOf: () => Ent
   if (!refreshDue(refreshPolicyFor(call.refreshAhead, seen.facts), seen.facts, call.ttl, seen.freshUntil - now, unitInterval)) return;
   const { background, emit } = d;
   if (!background.mayStart(key, seen.facts.fence, now) || d.lifetime.aborted) return;
-  emit('refresh', { key, outcome: 'started' });
+  const report = (outcome: RefreshCounted): void => {
+    d.telemetry.refresh(outcome);
+    emit('refresh', { key, outcome });
+  };
+  report('started');
   const keys = keysOf(); // only now: hashing the key is the costliest part of a hit not due
   const work = (async () => {
     let retryAt = seen.freshUntil;
@@ -514,11 +518,11 @@ export function refreshAheadOnHit(d: RebuildDeps, key: string, keysOf: () => Ent
         throw error;
       }
       if (!grant) {
-        emit('refresh', { key, outcome: 'lost' });
+        report('lost');
         retryAt = soon();
         return;
       }
-      emit('refresh', { key, outcome: 'won' });
+      report('won');
       // Already done unless the re-read finds the very entry that was hit, still fresh.
       const done = (again: Found | undefined): boolean => {
         if (again === undefined) {

@@ -50,7 +50,24 @@ export interface CacheStats {
   writeRejected: number;
   /** Callers answered on the degraded path (Redis failed or timed out; the loader ran here, nothing was written). */
   degraded: number;
+  /**
+   * Early refreshes (`refreshAhead`) this process started: a hit passed the entry's refresh point and
+   * no refresh of that entry was running or held off here. Each then counts in `refreshWon` or
+   * `refreshLost`, or in neither when the lock attempt could not reach Redis.
+   */
+  refreshStarted: number;
+  /**
+   * Early refreshes that won the rebuild lock. A winner whose re-read found the entry already replaced
+   * loads nothing; the others' loader runs are in `loaderRuns` too.
+   */
+  refreshWon: number;
+  /** Early refreshes that lost the lock (another process refreshes): this process loaded nothing. */
+  refreshLost: number;
 }
+
+/** The outcomes of an early refresh that the counters keep (the `refresh` event also reports `already-refreshed`). */
+export type RefreshCounted = 'started' | 'won' | 'lost';
+const REFRESH_COUNTER = { started: 'refreshStarted', won: 'refreshWon', lost: 'refreshLost' } as const satisfies Record<RefreshCounted, keyof CacheStats>;
 
 /** How a `getOrCompute` call was answered, as the tracing channel's context reports it. */
 export type Outcome = 'hit' | 'localHit' | 'stale' | 'computed' | 'coalesced' | 'waited' | 'degraded';
@@ -99,7 +116,7 @@ const OWN_WRITES_KEPT = 1000;
 
 /** Owns the counters. Invariant: fields only ever increase; stats() copies them. */
 export class Telemetry {
-  private readonly c: CacheStats = { hits: 0, localHits: 0, staleServed: 0, misses: 0, loaderRuns: 0, coalesced: 0, waited: 0, lockLost: 0, writeRejected: 0, degraded: 0 };
+  private readonly c: CacheStats = { hits: 0, localHits: 0, staleServed: 0, misses: 0, loaderRuns: 0, coalesced: 0, waited: 0, lockLost: 0, writeRejected: 0, degraded: 0, refreshStarted: 0, refreshWon: 0, refreshLost: 0 };
 
   /**
    * The fence of this process's latest write per key, recorded when the write is sent (bounded: the
@@ -128,6 +145,10 @@ export class Telemetry {
 
   writeRejected(): void {
     this.c.writeRejected++;
+  }
+
+  refresh(outcome: RefreshCounted): void {
+    this.c[REFRESH_COUNTER[outcome]]++;
   }
 
   localHit(): void {

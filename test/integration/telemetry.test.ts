@@ -5,7 +5,7 @@ import { createCache, GET_OR_COMPUTE_CHANNEL, type Cache, type CacheStats, type 
 import { entryKeys } from '../../src/keys.js';
 import { getOrComputeChannel } from '../../src/telemetry.js';
 import { runsKey } from '../support/counting-loader.js';
-import { heldRebuild, lockTakenOver, nextEvent, useRedis } from '../support/harness.js';
+import { deferred, heldRebuild, lockTakenOver, nextEvent, untilPttlAtMost, useRedis } from '../support/harness.js';
 import { useWorkerFleet } from '../support/workers.js';
 
 const h = useRedis();
@@ -30,7 +30,7 @@ describe('cache.stats()', () => {
   it('starts at zero with exactly the documented names, and is a copy', () => {
     const cache = h.cache();
     const s = cache.stats();
-    expect(s).toEqual({ hits: 0, localHits: 0, staleServed: 0, misses: 0, loaderRuns: 0, coalesced: 0, waited: 0, lockLost: 0, writeRejected: 0, degraded: 0 });
+    expect(s).toEqual({ hits: 0, localHits: 0, staleServed: 0, misses: 0, loaderRuns: 0, coalesced: 0, waited: 0, lockLost: 0, writeRejected: 0, degraded: 0, refreshStarted: 0, refreshWon: 0, refreshLost: 0 });
     s.hits = 99;
     expect(cache.stats().hits).toBe(0);
   });
@@ -107,6 +107,34 @@ describe('cache.stats()', () => {
     }
   });
 
+  it('early refreshes count in refreshStarted, then refreshWon (the winner, its loader in loaderRuns) or refreshLost (the other cache)', async () => {
+    const a = h.cache();
+    const b = createCache({ redis: h.client(), prefix: prefixOf(a) });
+    try {
+      expect(await b.ready()).toBe(true);
+      const options = { ttl: 1000, refreshAhead: 0.5 };
+      const gate = deferred<void>();
+      let runs = 0;
+      const loader = async () => (++runs > 1 && (await gate.promise), `v${runs}`);
+      expect(await a.getOrCompute('ra', loader, options)).toBe('v1');
+      await untilPttlAtMost(h.admin, a, 'ra', 450);
+      const before = [a.stats(), b.stats()] as const;
+      const decided = [a, b].map((c) => new Promise<void>((resolve) => c.on('refresh', (e) => e.outcome !== 'started' && resolve())));
+      // Both hits are sent before either is awaited: one cache wins the lock, the other loses it.
+      expect(await Promise.all([a.getOrCompute('ra', loader, options), b.getOrCompute('ra', loader, options)])).toEqual(['v1', 'v1']);
+      await Promise.all(decided);
+      const written = new Promise<void>((resolve) => [a, b].forEach((c) => c.on('computed', () => resolve())));
+      gate.resolve();
+      await written;
+      const deltas = [moved(a.stats(), before[0]), moved(b.stats(), before[1])];
+      const won = { hits: 1, refreshStarted: 1, refreshWon: 1, loaderRuns: 1 };
+      const lost = { hits: 1, refreshStarted: 1, refreshLost: 1 };
+      expect([[won, lost], [lost, won]]).toContainEqual(deltas);
+    } finally {
+      await b.close();
+    }
+  });
+
   it('a lost lock counts in lockLost', async () => {
     const cache = h.cache();
     const { call } = await lockTakenOver(cache, 'lost', entryKeys(prefixOf(cache), 'lost').lock, h.admin);
@@ -146,7 +174,7 @@ describe('cache.stats()', () => {
 });
 
 function zero(): CacheStats {
-  return { hits: 0, localHits: 0, staleServed: 0, misses: 0, loaderRuns: 0, coalesced: 0, waited: 0, lockLost: 0, writeRejected: 0, degraded: 0 };
+  return { hits: 0, localHits: 0, staleServed: 0, misses: 0, loaderRuns: 0, coalesced: 0, waited: 0, lockLost: 0, writeRejected: 0, degraded: 0, refreshStarted: 0, refreshWon: 0, refreshLost: 0 };
 }
 
 describe(`diagnostics_channel TracingChannel "${GET_OR_COMPUTE_CHANNEL}"`, () => {
