@@ -7,7 +7,7 @@ import { fork, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import type { CallOptions } from '../../src/index.js';
-import { useRedis } from '../support/harness.js';
+import { keysOf, useRedis } from '../support/harness.js';
 import type { Done, Load, Made, RunMsg } from '../support/refresh-worker.js';
 
 const h = useRedis();
@@ -98,6 +98,58 @@ describe.each([
       // Keys read only before their refresh point were never refreshed.
       expect(loads.filter((l) => cold.includes(l.key))).toEqual([]);
       expect(events.filter((e) => e.name === 'refresh' && cold.includes(e.key))).toEqual([]);
+    } finally {
+      await Promise.all(workers.map(stop));
+    }
+  }, 30_000);
+});
+
+describe('a failing refresh across 3 processes under steady load', () => {
+  it('the value is served until it expires, each process tries the entry at most once before then, then the miss path falls back to fail-safe; other keys keep refreshing', async () => {
+    const prefix = `fleetfail${process.pid}`;
+    const options: CallOptions = { ttl: TTL, refreshAhead: RA, failSafeTtl: 60_000 };
+    const workers = await Promise.all([0, 1, 2].map(() => start(prefix, 0)));
+    try {
+      const filler = h.cache({ prefix });
+      const filledFrom = performance.timeOrigin + performance.now(); // no entry written before this expires before filledFrom + TTL
+      for (const key of ['bad', 'good']) {
+        const made: Made = { run: `fill.${key}`, at: performance.timeOrigin + performance.now() };
+        expect(await filler.getOrCompute(key, () => made, options)).toEqual(made);
+      }
+      // The entry expires in [expiredFrom, expiredBy]: from the fill's start + ttl, to its PTTL read + PTTL
+      // (which counts the fail-safe window too).
+      const pttl = (await h.admin.pttl(keysOf(filler, 'bad').value)) - 60_000;
+      const expiredBy = performance.timeOrigin + performance.now() + pttl + 1;
+      const expiredFrom = filledFrom + TTL;
+      const done = await Promise.all(workers.map((w) => runOn(w, { hot: ['bad', 'good'], cold: [], options, everyMs: 10, forMs: 3 * TTL, loadMs: LOAD_MS, failing: ['bad'] })));
+      const answers = done.flatMap((d) => d.answers);
+      const loads = done.flatMap((d) => d.loads);
+      const events = done.flatMap((d) => d.events);
+      // Before and after its expiry, every caller of the failing key got its one value: never an error.
+      expect(done.flatMap((d) => d.errors)).toEqual([]);
+      expect(new Set(answers.filter((a) => a.key === 'bad').map((a) => a.made.run))).toEqual(new Set(['fill.bad']));
+
+      const bad = loads.filter((l) => l.key === 'bad').sort((x, y) => x.start - y.start);
+      // Early refreshes of the entry (loads started while it was fresh): one per process at most, never two at once.
+      const early = bad.filter((l) => l.start < expiredBy);
+      expect(bad.filter((l) => l.start < expiredFrom).length).toBeGreaterThanOrEqual(1);
+      expect(early.length).toBeLessThanOrEqual(workers.length);
+      expect(early.filter((l, i) => i > 0 && l.start < (early[i - 1] as Load).end)).toEqual([]);
+      // Each failed in the background (the callers never saw it).
+      expect(events.filter((e) => e.name === 'refreshError' && e.key === 'bad').length).toBeLessThanOrEqual(early.length);
+      expect(events.filter((e) => e.name === 'refreshError' && e.key === 'bad').length).toBeGreaterThanOrEqual(1);
+      // No caller of it missed before it expired; after, the miss path ran and fell back to the kept value.
+      const badEvents = events.filter((e) => e.key === 'bad');
+      expect(badEvents.filter((e) => e.name === 'miss' && e.at < expiredFrom)).toEqual([]);
+      expect(badEvents.filter((e) => e.name === 'miss').length).toBeGreaterThan(0);
+      expect(new Set(badEvents.filter((e) => e.name === 'stale').map((e) => e.reason))).toEqual(new Set(['loaderError']));
+      expect(bad.filter((l) => !l.failed)).toEqual([]);
+
+      // The other key was not held back by the failing one: it kept being refreshed, one chain.
+      const good = loads.filter((l) => l.key === 'good').sort((x, y) => x.start - y.start);
+      expect(good.length).toBeGreaterThanOrEqual(2);
+      expect(good.map((l) => l.refreshed)).toEqual(['fill.good', ...good.slice(0, -1).map((l) => l.run)]);
+      expect(events.filter((e) => e.key === 'good' && ['miss', 'stale', 'loaderError', 'refreshError'].includes(e.name))).toEqual([]);
     } finally {
       await Promise.all(workers.map(stop));
     }

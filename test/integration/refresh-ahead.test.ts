@@ -221,6 +221,35 @@ describe('a failing refresh', () => {
     await missed;
   });
 
+  it('a process that lost the lock to a refresh that then fails tries again (pollInterval later) and refreshes before the entry expires', async () => {
+    const a = h.cache();
+    const b = h.cache({ prefix: prefixOf(a) });
+    const options: CallOptions = { ttl: 2000, refreshAhead: 0.5, pollInterval: 50 };
+    expect(await a.getOrCompute('k', async () => 'v1', options)).toBe('v1');
+    await untilPttlAtMost(a, 'k', 950);
+    const gate = deferred<void>();
+    const aWon = new Promise<void>((resolve) => a.on('refresh', (e) => e.outcome === 'won' && resolve()));
+    const failed = nextEvent(a, 'refreshError');
+    expect(await a.getOrCompute('k', async () => (await gate.promise, Promise.reject(new Error('origin down'))), options)).toBe('v1');
+    await aWon;
+    const bOutcomes = refreshes(b);
+    const bLoader = async () => 'from-b';
+    const bLost = new Promise<void>((resolve) => b.on('refresh', (e) => e.outcome === 'lost' && resolve()));
+    expect(await b.getOrCompute('k', bLoader, options)).toBe('v1');
+    await bLost;
+    gate.resolve();
+    await failed; // a's refresh failed and released the lock; a will not try this entry again
+    // b keeps reading the entry; it must try again and refresh while the entry is still fresh.
+    const bWrote = nextEvent(b, 'computed');
+    while (!bOutcomes.includes('won') && (await h.admin.pttl(valueKey(a, 'k'))) > 0) {
+      expect(await b.getOrCompute('k', bLoader, options)).toBe('v1');
+      await sleep(20);
+    }
+    expect(bOutcomes.slice(0, 4)).toEqual(['started', 'lost', 'started', 'won']);
+    expect((await bWrote).written).toBe(true);
+    expect(await a.get('k')).toBe('from-b');
+  });
+
   it('with failSafeTtl: after expiry the miss path fails over to the kept value', async () => {
     const cache = h.cache();
     const { state, loader } = failing();

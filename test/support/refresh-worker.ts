@@ -25,6 +25,8 @@ export interface Load {
   refreshed: string | undefined;
   start: number;
   end: number;
+  /** The loader threw (a key in `failing`). */
+  failed?: true;
 }
 export interface RunMsg {
   op: 'run';
@@ -34,13 +36,16 @@ export interface RunMsg {
   everyMs: number;
   forMs: number;
   loadMs: number;
+  /** Keys whose loader throws in this worker (the parent made their first fill). */
+  failing?: string[];
 }
 export interface Done {
   ev: 'done';
   answers: Answer[];
   loads: Load[];
   errors: string[];
-  events: { name: string; key: string; outcome?: string }[];
+  /** `at`: epoch ms when it was emitted; `reason`: a stale event's. */
+  events: { name: string; key: string; at: number; outcome?: string; reason?: string }[];
 }
 
 const now = (): number => performance.timeOrigin + performance.now();
@@ -54,7 +59,9 @@ const cache = createCache({ redis, prefix: process.env.SG_PREFIX ?? 'sg', ...(lo
 
 const events: Done['events'] = [];
 for (const name of ['refresh', 'miss', 'waited', 'stale', 'loaderError', 'refreshError', 'degraded'] as const) {
-  cache.on(name, (e: { key: string | undefined; outcome?: string }) => events.push({ name, key: e.key ?? '', ...(e.outcome ? { outcome: e.outcome } : {}) }));
+  cache.on(name, (e: { key: string | undefined; outcome?: string; reason?: string }) =>
+    events.push({ name, key: e.key ?? '', at: now(), ...(e.outcome ? { outcome: e.outcome } : {}), ...(e.reason ? { reason: e.reason } : {}) }),
+  );
 }
 
 async function run(msg: RunMsg): Promise<void> {
@@ -65,6 +72,10 @@ async function run(msg: RunMsg): Promise<void> {
   const loader = async (ctx: LoaderContext<Made>): Promise<Made> => {
     const start = now();
     await sleep(msg.loadMs);
+    if (msg.failing?.includes(ctx.key)) {
+      loads.push({ key: ctx.key, run: `${process.pid}.failed`, refreshed: ctx.staleValue?.run, start, end: now(), failed: true });
+      throw new Error('origin down');
+    }
     const made = { run: `${process.pid}.${++seq}`, at: now() };
     loads.push({ key: ctx.key, run: made.run, refreshed: ctx.staleValue?.run, start, end: made.at });
     return made;
