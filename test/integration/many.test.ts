@@ -5,7 +5,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { createCache, InvalidOptionError, type Cache } from '../../src/index.js';
-import { heldRebuild, keysOf, prefixOf, useRedis } from '../support/harness.js';
+import { deferred, heldRebuild, keysOf, prefixOf, refreshOutcomes, untilPttlAtMost, useRedis } from '../support/harness.js';
 import { countPipelines } from '../support/pipelines.js';
 
 const h = useRedis();
@@ -89,6 +89,37 @@ describe('getOrComputeMany', () => {
     await sleep(100);
     expect(calls.sort()).toEqual([['n'], ['s']]);
     expect(await cache.get('s')).toBe('v:s');
+  });
+
+  it.each([
+    ['from Redis', 0],
+    ['from L1', 100],
+  ])('refresh ahead (%s): a key past its refresh point answers its value at once and is refreshed once with loadMany([key]); a key before it is not', async (_from, localMax) => {
+    const client = h.client();
+    const cache = createCache({ redis: client, prefix: `many${process.pid}ra${localMax}`, ...(localMax > 0 ? { local: { max: localMax } } : {}) });
+    try {
+      expect(await cache.ready()).toBe(true);
+      const options = { ttl: 1000, refreshAhead: 0.5 };
+      await cache.getOrComputeMany(['old'], async () => new Map([['old', 'first old']]), options);
+      await untilPttlAtMost(h.admin, cache, 'old', 450);
+      await cache.getOrComputeMany(['young'], async () => new Map([['young', 'first young']]), options);
+      const gate = deferred<void>();
+      const { calls, loadMany } = recording();
+      const held = async (missing: string[]) => (await gate.promise, loadMany(missing));
+      const written = new Promise<unknown>((resolve) => cache.on('computed', (e) => resolve(e.key)));
+      const outcomes = refreshOutcomes(cache);
+      // Two batches while the refresh's loader is held: the second finds it running (one per key per process).
+      expect(await cache.getOrComputeMany(['old', 'young'], held, options)).toEqual(['first old', 'first young']);
+      expect(outcomes[0]).toBe('started'); // before the batch answered
+      expect(await cache.getOrComputeMany(['old', 'young'], held, options)).toEqual(['first old', 'first young']);
+      gate.resolve();
+      expect(await written).toBe('old');
+      expect(calls).toEqual([['old']]);
+      expect(outcomes).toEqual(['started', 'won']);
+      expect(await cache.get('old')).toBe('v:old');
+    } finally {
+      await cache.close();
+    }
   });
 
   it('works in a namespace: loadMany sees and returns the caller’s keys', async () => {
