@@ -107,7 +107,7 @@ async function burstFill(contender: ContenderName, scenario: ScenarioSpec, prefi
     await filler.ready?.();
     const keys = Array.from({ length: scenario.keys }, (_, i) => `k${i}`);
     const t0 = now();
-    await Promise.all(keys.map((key) => filler.get(key, async () => ({ key, created: now() }), scenario.ttlMs, scenario.staleMs)));
+    await Promise.all(keys.map((key) => filler.get(key, async () => ({ key, created: now(), filled: true }), scenario.ttlMs, scenario.staleMs)));
     return now() - t0;
   } finally {
     await filler.close();
@@ -160,6 +160,7 @@ async function oneRun(contender: ContenderName, scenario: ScenarioSpec, run: num
     max: latencies[latencies.length - 1] ?? Number.NaN,
     throughput: calls / Math.max(wall, 0.001),
     staleShare: reports.reduce((s, r) => s + r.staleAnswers, 0) / Math.max(1, calls),
+    staleFromFill: reports.reduce((s, r) => s + r.staleFromFill, 0) / Math.max(1, calls),
     errors: reports.reduce((s, r) => s + r.errors, 0),
     unsettled: reports.reduce((s, r) => s + r.unsettled, 0),
     calls,
@@ -178,61 +179,74 @@ const chosen = args.contenders?.split(',') as ContenderName[] | undefined;
 const rows: ScenarioRow[] = [];
 const latencySamples: Record<string, Record<string, number[]>> = {};
 const started = Date.now();
+type RunResult = Awaited<ReturnType<typeof oneRun>>;
+type Cell = { scenario: ScenarioSpec; contender: ContenderName; results: RunResult[]; failure: string };
+const cells: Cell[] = [];
 for (const scenario of scenarios(sizes).filter((s) => !only || only.includes(s.name))) {
   for (const contender of (scenario.contenders ?? ALL_CONTENDERS).filter((c) => !chosen || chosen.includes(c))) {
     if (scenario.name === 'stale-window' && !servesStale(contender) && contender !== 'none') continue;
-    const open = scenario.kind === 'open';
     if (contender === 'redlock' && redlock3.length < 3) {
       rows.push({ scenario: scenario.name, contender, skipped: redlockNote });
       continue;
     }
-    const results: Awaited<ReturnType<typeof oneRun>>[] = [];
-    let failure = '';
-    for (let r = 0; r < RUNS; r++) {
-      try {
-        const res = await oneRun(contender, scenario, r);
-        results.push(res);
-        console.log(
-          `[${((Date.now() - started) / 1000).toFixed(0)}s] ${scenario.name} · ${contender} · run ${r + 1}/${RUNS}: ` +
-            `${res.loaderRuns} loader runs (ideal ${res.ideal}), max ${res.maxConcurrent} at once` +
-            (open ? ` (${res.peakLoaders} over all keys), ${res.runsPerKeyPerTtl.toFixed(2)} per key per ttl, ${(100 * res.staleShare).toFixed(2)}% older than ttl` : '') +
-            `, p50 ${res.p50.toFixed(1)} ms, p99 ${res.p99.toFixed(1)} ms` +
-            (open ? ` (start lag p99 ${res.startLagP99.toFixed(1)} ms; burst fill ${res.fillMs.toFixed(0)} ms)` : '') +
-            `, ${res.errors} errors` +
-            (res.unsettled > 0 ? ` (${res.unsettled} calls never settled within 10 s)` : ''),
-        );
-      } catch (err) {
-        failure = String(err);
-        console.log(`${scenario.name} · ${contender} · run ${r + 1}: could not run (${failure})`);
-      }
-    }
-    if (results.length === 0) {
-      rows.push({ scenario: scenario.name, contender, skipped: `every run failed (${failure.slice(0, 200)})` });
-      continue;
-    }
-    const m = (f: (x: (typeof results)[number]) => number) => median(results.map(f));
-    rows.push({
-      scenario: scenario.name,
-      contender,
-      loaderRuns: m((x) => x.loaderRuns),
-      ideal: m((x) => x.ideal),
-      ratio: m((x) => x.loaderRuns / Math.max(1, x.ideal)),
-      maxConcurrent: Math.max(...results.map((x) => x.maxConcurrent)),
-      peakLoaders: m((x) => x.peakLoaders),
-      runsPerKeyPerTtl: m((x) => x.runsPerKeyPerTtl),
-      ...(open ? { open: true, startLagP99: m((x) => x.startLagP99), fillMs: m((x) => x.fillMs) } : {}),
-      p50: m((x) => x.p50),
-      p99: m((x) => x.p99),
-      max: m((x) => x.max),
-      throughput: m((x) => x.throughput),
-      staleShare: m((x) => x.staleShare),
-      errors: m((x) => x.errors),
-      unsettled: m((x) => x.unsettled),
-      calls: m((x) => x.calls),
-      originCallsWhileFailing: scenario.failWindow ? m((x) => x.originCallsWhileFailing) : undefined,
-    });
-    (latencySamples[scenario.name] ??= {})[contender] = (results[Math.floor(results.length / 2)] as (typeof results)[number]).latencies;
+    cells.push({ scenario, contender, results: [], failure: '' });
   }
+}
+// Runs are interleaved: run r of every scenario and contender before run r + 1 of any, so a change in
+// the shared machine's load over the minutes of a bench falls on every contender alike, and figures
+// compared side by side (a contender against another, refresh ahead against fresh hits) were measured
+// over the same stretch of time.
+for (let r = 0; r < RUNS; r++) {
+  for (const cell of cells) {
+    const { scenario, contender } = cell;
+    const open = scenario.kind === 'open';
+    try {
+      const res = await oneRun(contender, scenario, r);
+      cell.results.push(res);
+      console.log(
+        `[${((Date.now() - started) / 1000).toFixed(0)}s] ${scenario.name} · ${contender} · run ${r + 1}/${RUNS}: ` +
+          `${res.loaderRuns} loader runs (ideal ${res.ideal}), max ${res.maxConcurrent} at once` +
+          (open ? ` (${res.peakLoaders} over all keys), ${res.runsPerKeyPerTtl.toFixed(2)} per key per ttl, ${(100 * res.staleShare).toFixed(2)}% older than ttl (${(100 * res.staleFromFill).toFixed(2)}% of the burst fill's values)` : '') +
+          `, p50 ${res.p50.toFixed(1)} ms, p99 ${res.p99.toFixed(1)} ms` +
+          (open ? ` (start lag p99 ${res.startLagP99.toFixed(1)} ms; burst fill ${res.fillMs.toFixed(0)} ms)` : '') +
+          `, ${res.errors} errors` +
+          (res.unsettled > 0 ? ` (${res.unsettled} calls never settled within 10 s)` : ''),
+      );
+    } catch (err) {
+      cell.failure = String(err);
+      console.log(`${scenario.name} · ${contender} · run ${r + 1}: could not run (${cell.failure})`);
+    }
+  }
+}
+for (const { scenario, contender, results, failure } of cells) {
+  const open = scenario.kind === 'open';
+  if (results.length === 0) {
+    rows.push({ scenario: scenario.name, contender, skipped: `every run failed (${failure.slice(0, 200)})` });
+    continue;
+  }
+  const m = (f: (x: RunResult) => number) => median(results.map(f));
+  rows.push({
+    scenario: scenario.name,
+    contender,
+    loaderRuns: m((x) => x.loaderRuns),
+    ideal: m((x) => x.ideal),
+    ratio: m((x) => x.loaderRuns / Math.max(1, x.ideal)),
+    maxConcurrent: Math.max(...results.map((x) => x.maxConcurrent)),
+    peakLoaders: m((x) => x.peakLoaders),
+    runsPerKeyPerTtl: m((x) => x.runsPerKeyPerTtl),
+    ...(open ? { open: true, startLagP99: m((x) => x.startLagP99), fillMs: m((x) => x.fillMs) } : {}),
+    p50: m((x) => x.p50),
+    p99: m((x) => x.p99),
+    max: m((x) => x.max),
+    throughput: m((x) => x.throughput),
+    staleShare: m((x) => x.staleShare),
+    staleFromFill: m((x) => x.staleFromFill),
+    errors: m((x) => x.errors),
+    unsettled: m((x) => x.unsettled),
+    calls: m((x) => x.calls),
+    originCallsWhileFailing: scenario.failWindow ? m((x) => x.originCallsWhileFailing) : undefined,
+  });
+  (latencySamples[scenario.name] ??= {})[contender] = (results[Math.floor(results.length / 2)] as RunResult).latencies;
 }
 for (const w of workers) w.send({ op: 'exit' });
 

@@ -30,6 +30,8 @@ export interface RunReport {
   /** Calls abandoned after CALL_LIMIT_MS without settling (counted in errors too). */
   unsettled: number;
   staleAnswers: number;
+  /** Of them, answers carrying a value of the burst fill before the run (its age counts from the fill's loader, before its write queued behind the others). */
+  staleFromFill: number;
   latencies: number[];
   /**
    * Open loop only: per arrival, how late the call actually started after its scheduled instant (ms).
@@ -56,6 +58,7 @@ async function run(req: RunRequest): Promise<RunReport> {
   const latencies: number[] = [];
   let errors = 0;
   let staleAnswers = 0;
+  let staleFromFill = 0;
   let unsettled = 0;
   let firstError: string | undefined;
   const pick = keyPicker(scenario, Math.random);
@@ -86,12 +89,15 @@ async function run(req: RunRequest): Promise<RunReport> {
     const started = now();
     try {
       const limit = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error('call did not settle')), CALL_LIMIT_MS)));
-      const v = (await Promise.race([contender.get(key, loaderFor(key), scenario.ttlMs, scenario.staleMs), limit])) as { created: number };
+      const v = (await Promise.race([contender.get(key, loaderFor(key), scenario.ttlMs, scenario.staleMs), limit])) as { created: number; filled?: true };
       const t1 = now();
       if (!counted) return;
       latencies.push(t1 - t0);
       if (req.traceDir) trace.push([key, t0, started, t1, t1 - v.created]);
-      if (t1 - v.created > scenario.ttlMs) staleAnswers++;
+      if (t1 - v.created > scenario.ttlMs) {
+        staleAnswers++;
+        if (v.filled) staleFromFill++;
+      }
     } catch (err) {
       if (!counted) return;
       latencies.push(now() - t0);
@@ -135,7 +141,7 @@ async function run(req: RunRequest): Promise<RunReport> {
     const file = `${req.traceDir}/${scenario.name}.${req.contender}.${req.prefix}.${process.pid}.json`;
     writeFileSync(file, JSON.stringify({ scenario: scenario.name, contender: req.contender, ttlMs: scenario.ttlMs, startAt: req.startAt, calls: trace, runs }));
   }
-  return { ev: 'report', calls: latencies.length, errors, unsettled, staleAnswers, latencies, startLags, runs, cpuUs: cpu.user + cpu.system, ...(firstError ? { firstError } : {}) };
+  return { ev: 'report', calls: latencies.length, errors, unsettled, staleAnswers, staleFromFill, latencies, startLags, runs, cpuUs: cpu.user + cpu.system, ...(firstError ? { firstError } : {}) };
 }
 
 /**
