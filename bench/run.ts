@@ -161,6 +161,8 @@ async function oneRun(contender: ContenderName, scenario: ScenarioSpec, run: num
     throughput: calls / Math.max(wall, 0.001),
     staleShare: reports.reduce((s, r) => s + r.staleAnswers, 0) / Math.max(1, calls),
     staleFromFill: reports.reduce((s, r) => s + r.staleFromFill, 0) / Math.max(1, calls),
+    /** CPU (user + system) of the worker processes from the warm-up to the end of the run, per counted call: the calls and the background work beside them. */
+    cpuUsPerCall: reports.reduce((s, r) => s + r.cpuUs, 0) / Math.max(1, calls),
     errors: reports.reduce((s, r) => s + r.errors, 0),
     unsettled: reports.reduce((s, r) => s + r.unsettled, 0),
     calls,
@@ -209,7 +211,7 @@ for (let r = 0; r < RUNS; r++) {
           (open ? ` (${res.peakLoaders} over all keys), ${res.runsPerKeyPerTtl.toFixed(2)} per key per ttl, ${(100 * res.staleShare).toFixed(2)}% older than ttl (${(100 * res.staleFromFill).toFixed(2)}% of the burst fill's values)` : '') +
           `, p50 ${res.p50.toFixed(1)} ms, p99 ${res.p99.toFixed(1)} ms` +
           (open ? ` (start lag p99 ${res.startLagP99.toFixed(1)} ms; burst fill ${res.fillMs.toFixed(0)} ms)` : '') +
-          `, ${res.errors} errors` +
+          `, ${res.cpuUsPerCall.toFixed(1)} µs CPU per call, ${res.errors} errors` +
           (res.unsettled > 0 ? ` (${res.unsettled} calls never settled within 10 s)` : ''),
       );
     } catch (err) {

@@ -129,12 +129,13 @@ function openMarkdown(r: Report): string[] {
       `| ${row.scenario} | ${row.contender} | ${row.calls} | ${f1(row.p50)} | ${f1(row.p99)} | ${f1(row.max)} | ${f1(row.startLagP99)} | ${pct2(row.staleShare)} | ${row.loaderRuns} | ${f2(row.runsPerKeyPerTtl)} | ${row.ideal} | ${f2(row.ratio)} | ${row.maxConcurrent} | ${row.peakLoaders} | ${row.errors}${row.unsettled ? ` (${row.unsettled})` : ''} | ${f1(row.fillMs)} |`,
     );
   }
-  const fromFill = rows.filter((x) => (x.staleFromFill ?? 0) > 0);
+  // Rows whose every answer "older than ttl" carried a value of the burst fill (in every run).
+  const fromFill = rows.filter((x) => (x.staleFromFill ?? 0) > 0 && x.staleFromFill === x.staleShare);
   if (fromFill.length > 0) {
     out.push(
       '',
-      `"older than ttl" counts a value's age from its loader's end, before its write: an upper bound. Of those answers, the burst fill's values (written all at once before the run, each write queued behind the others for up to the burst fill's time) were: ` +
-        fromFill.map((x) => `${x.scenario} · ${x.contender} ${pct2(x.staleFromFill)} of all answers`).join('; ') + '.',
+      `"older than ttl" counts a value's age from its loader's end, before its write: an upper bound. In ${fromFill.map((x) => `${x.scenario} · ${x.contender}`).join(', ')}, every answer counted older than ttl carried a value of the burst fill, ` +
+        'whose writes (one per key, all sent at once) queue behind each other for up to the burst fill\'s time after their loaders ended.',
     );
   }
   if (rows.some((x) => x.scenario === 'refresh-ahead')) {
