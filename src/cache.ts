@@ -87,9 +87,6 @@ export class Cache extends EventEmitter<CacheEvents> {
     this.memo = withDegradedKeys(memo, (key) => this.generations.degradedKeyOf(key), (key) => this.forget(key));
     const port = portFor(o.redis);
     // WAIT must run on the connection that ran the script; a node-redis Cluster does not expose it.
-    if (o.replicaAck && port.family === 'node-redis cluster') {
-      throw new InvalidOptionError('replicaAck', o.replicaAck, 'off with a node-redis Cluster client (WAIT must run on the slot master\'s own connection, which that client does not expose): use an ioredis Cluster, or leave replicaAck off');
-    }
     // Redis answering again after failures ends every degraded copy (see degraded-memo.ts) and sends
     // the releases it did not answer again (lock/grant.ts); one breaker per node.
     this.io = new Io(o.redisTimeout, o.breakerThreshold, o.breakerCooldown, o.clock, this.onAnswer, (key) => (key === undefined ? '' : port.nodeOf(`{${slotTag(key)}}`)), (redisKey) => port.nodeOf(redisKey));

@@ -126,10 +126,15 @@ export class NodeRedisPort implements RedisPort {
   }
 
   commandOnNodeOf(key: string, args: readonly ScriptArg[]): Promise<unknown> {
-    // A standalone client is one connection: the command follows the script on it. A Cluster's node
-    // connections are not reachable through its public API in both versions here: refuse.
-    if (this.cluster) return Promise.reject(new Error('a node-redis Cluster client cannot run a command on the connection of a slot\'s master (replicaAck needs WAIT there)'));
-    return this.command(key, args);
+    // A standalone client is one connection: the command follows the script on it.
+    if (!this.cluster) return this.command(key, args);
+    // A Cluster sends a key's commands on its slot master's client (nodeClient(getSlotMaster(slot)),
+    // public in node-redis 5 and 6): the same connection, so WAIT there counts the writes made on it.
+    const c = this.client as unknown as { getSlotMaster(slot: number): unknown; nodeClient(node: unknown): unknown };
+    const strings = args.map((a) => (typeof a === 'number' ? String(a) : a));
+    return Promise.resolve()
+      .then(() => c.nodeClient(c.getSlotMaster(slotOf(key))))
+      .then((node) => (node as { sendCommand(args: Args, options: CommandOptions): Promise<unknown> }).sendCommand(strings, PLAIN));
   }
 
   onReady(listener: () => void): () => void {
@@ -227,9 +232,17 @@ class NodeRedisSubscriberPort implements SubscriberPort {
   }
 
   ping(): Promise<unknown> {
-    // A Cluster's pub/sub node is internal to node-redis (no PING to aim at it): no heartbeat there.
-    if (this.cluster || !this.sub?.ping) return Promise.resolve('PONG');
-    return this.sub.ping();
+    // A Cluster subscribes on one node's client (`pubSubNode`, public in node-redis 5 and 6): the
+    // heartbeat must reach that connection, not whichever node the Cluster's own PING would pick.
+    // None yet (between a move and the re-subscription): nothing to test, and the move says 'close'.
+    const target = this.cluster ? (prop(this.sub, 'pubSubNode', 'client') as NodeRedisSubscriber | undefined) : this.sub;
+    if (typeof target?.ping !== 'function') return Promise.resolve('PONG');
+    try {
+      return target.ping();
+    } catch (err) {
+      // node-redis throws (ClientClosedError) instead of rejecting when the client is closed.
+      return Promise.reject(err instanceof Error ? err : new Error(String(err)));
+    }
   }
 
   reconnect(): void {

@@ -167,6 +167,18 @@ export async function untilPttlAtMost(admin: Redis, cache: Cache, key: string, m
   }
 }
 
+/** Counts, from now on, each time a cache's bus reports its subscription down (read `.count`). */
+export function subscriptionDowns(cache: Cache): { readonly count: number } {
+  const handlers = (cache as unknown as { bus: { handlers: { onDown: () => void } } }).bus.handlers;
+  const downs = { count: 0 };
+  const onDown = handlers.onDown;
+  handlers.onDown = () => {
+    downs.count++;
+    onDown();
+  };
+  return downs;
+}
+
 /** Every `refresh` outcome a cache reports from now on, in order. */
 export function refreshOutcomes(cache: Cache): CacheEvents['refresh'][0]['outcome'][] {
   const seen: CacheEvents['refresh'][0]['outcome'][] = [];

@@ -200,13 +200,17 @@ export interface RedisClusterHandle {
   stop(): Promise<void>;
 }
 
-/** A real 3-master Redis Cluster (no replicas) on free ports, created with `redis-cli --cluster create`. `nodeTimeoutMs`: how long a dead master goes unnoticed (a long one: no failure detection during the test). */
-export async function startRedisCluster(masters = 3, nodeTimeoutMs = 5000): Promise<RedisClusterHandle> {
+/**
+ * A real Redis Cluster of `masters` masters, each with `replicas` replicas (none by default), on free
+ * ports, created with `redis-cli --cluster create`. `nodeTimeoutMs`: how long a dead node goes
+ * unnoticed (a long one: no failure detection during the test).
+ */
+export async function startRedisCluster(masters = 3, nodeTimeoutMs = 5000, replicas = 0): Promise<RedisClusterHandle> {
   const nodes = await Promise.all(
-    Array.from({ length: masters }, () => startRedisServer(['--cluster-enabled', 'yes', '--cluster-config-file', 'nodes.conf', '--cluster-node-timeout', String(nodeTimeoutMs)])),
+    Array.from({ length: masters * (1 + replicas) }, () => startRedisServer(['--cluster-enabled', 'yes', '--cluster-config-file', 'nodes.conf', '--cluster-node-timeout', String(nodeTimeoutMs)])),
   );
   const addrs = nodes.map((n) => `${n.host}:${n.port}`);
-  const created = spawnSync('redis-cli', ['--cluster', 'create', ...addrs, '--cluster-replicas', '0', '--cluster-yes'], { encoding: 'utf8' });
+  const created = spawnSync('redis-cli', ['--cluster', 'create', ...addrs, '--cluster-replicas', String(replicas), '--cluster-yes'], { encoding: 'utf8' });
   if (created.status !== 0) {
     await Promise.all(nodes.map((n) => n.stop()));
     throw new Error(`redis-cli --cluster create failed: ${created.stdout}\n${created.stderr}`);
