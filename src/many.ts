@@ -58,7 +58,10 @@ export async function computeMany(h: ManyHost, keys: readonly string[], loadMany
   const remote: string[] = [];
   for (const key of unique) {
     const l1 = d.local.get(key);
-    if (l1 && !l1.stale && refreshPolicyFor(callOf(key).refreshAhead, l1.facts) === 0) answers.set(key, Promise.resolve(l1.value));
+    if (l1 && !l1.stale && refreshPolicyFor(callOf(key).refreshAhead, l1.facts) === 0) {
+      d.telemetry.localHit();
+      answers.set(key, Promise.resolve(l1.value));
+    }
     else if (l1) answers.set(key, h.one(key, single(key))); // stale, or due for refresh ahead: the single-key path knows
     else remote.push(key);
   }
@@ -74,6 +77,7 @@ export async function computeMany(h: ManyHost, keys: readonly string[], loadMany
         const keysOf = () => entryKeys(h.prefix, key);
         refreshAheadOnHit(d, key, keysOf, single(key), call, { value: f.value, freshUntil: d.clock.now() + freshRemaining(f.pttl, f.graceMs), facts: f });
       }
+      d.telemetry.redisHit();
       answers.set(key, Promise.resolve(f.value));
     } else if (f.state === 'stale') answers.set(key, h.one(key, single(key)));
     else misses.push({ key, keys: entryKeys(h.prefix, key), found: f });
@@ -84,7 +88,10 @@ export async function computeMany(h: ManyHost, keys: readonly string[], loadMany
   const won: { key: string; keys: EntryKeys; found: Found; grant: Grant }[] = [];
   misses.forEach((m, i) => {
     const grant = acquired[i];
-    if (grant) won.push({ ...m, grant });
+    if (grant) {
+      d.telemetry.missed(); // the others go the single-key way, which counts them
+      won.push({ ...m, grant });
+    }
     else answers.set(m.key, h.one(m.key, single(m.key)));
   });
 

@@ -51,17 +51,19 @@ export interface CacheStats {
   /** Callers answered on the degraded path (Redis failed or timed out; the loader ran here, nothing was written). */
   degraded: number;
   /**
-   * Early refreshes (`refreshAhead`) this process started: a hit passed the entry's refresh point and
-   * no refresh of that entry was running or held off here. Each then counts in `refreshWon` or
-   * `refreshLost`, or in neither when the lock attempt could not reach Redis.
+   * Early-refresh attempts (`refreshAhead`) this process started: a hit passed the entry's refresh
+   * point and no refresh of that key was running or held off here. A loser tries again `pollInterval`
+   * later, so one entry can count several attempts. Each counts next in `refreshWon` or `refreshLost`,
+   * or in neither when the lock attempt itself failed (Redis unreachable, redlock without a quorum,
+   * `failBackoff` in force, `close()`): `refreshStarted ≥ refreshWon + refreshLost`.
    */
   refreshStarted: number;
   /**
-   * Early refreshes that won the rebuild lock. A winner whose re-read found the entry already replaced
-   * loads nothing; the others' loader runs are in `loaderRuns` too.
+   * Early refreshes that won the rebuild lock. A winner whose re-read found the entry already replaced,
+   * or could not re-read it, loads nothing; the others' loader runs are in `loaderRuns` too.
    */
   refreshWon: number;
-  /** Early refreshes that lost the lock (another process refreshes): this process loaded nothing. */
+  /** Early-refresh attempts that found the lock held (by another process, or by a rebuild or `forceFresh` here): nothing was loaded. */
   refreshLost: number;
 }
 
@@ -154,6 +156,16 @@ export class Telemetry {
   localHit(): void {
     this.c.hits++;
     this.c.localHits++;
+  }
+
+  /** A key of a batch (getOrComputeMany) answered by a fresh value from Redis, outside any flight. */
+  redisHit(): void {
+    this.c.hits++;
+  }
+
+  /** A key of a batch whose lookup found no usable value and that the batch's own load answers. */
+  missed(): void {
+    this.c.misses++;
   }
 
   /** A caller answered with an expired value straight from L1 (no flight): for a cache whose L1 serves stale values. */

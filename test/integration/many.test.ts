@@ -108,6 +108,7 @@ describe('getOrComputeMany', () => {
       const held = async (missing: string[]) => (await gate.promise, loadMany(missing));
       const written = new Promise<unknown>((resolve) => cache.on('computed', (e) => resolve(e.key)));
       const outcomes = refreshOutcomes(cache);
+      const before = cache.stats();
       // Two batches while the refresh's loader is held: the second finds it running (one per key per process).
       expect(await cache.getOrComputeMany(['old', 'young'], held, options)).toEqual(['first old', 'first young']);
       expect(outcomes[0]).toBe('started'); // before the batch answered
@@ -116,6 +117,9 @@ describe('getOrComputeMany', () => {
       expect(await written).toBe('old');
       expect(calls).toEqual([['old']]);
       expect(outcomes).toEqual(['started', 'won']);
+      // Every key of both batches was a hit, from L1 where there is one.
+      const after = cache.stats();
+      expect({ hits: after.hits - before.hits, localHits: after.localHits - before.localHits }).toEqual({ hits: 4, localHits: localMax > 0 ? 4 : 0 });
       expect(await cache.get('old')).toBe('v:old');
     } finally {
       await cache.close();

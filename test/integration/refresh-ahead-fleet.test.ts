@@ -7,7 +7,7 @@ import { fork, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import type { CallOptions } from '../../src/index.js';
-import { keysOf, useRedis } from '../support/harness.js';
+import { useRedis } from '../support/harness.js';
 import type { Done, Load, Made, RunMsg } from '../support/refresh-worker.js';
 
 const h = useRedis();
@@ -116,11 +116,7 @@ describe('a failing refresh across 3 processes under steady load', () => {
         const made: Made = { run: `fill.${key}`, at: performance.timeOrigin + performance.now() };
         expect(await filler.getOrCompute(key, () => made, options)).toEqual(made);
       }
-      // The entry expires in [expiredFrom, expiredBy]: from the fill's start + ttl, to its PTTL read + PTTL
-      // (which counts the fail-safe window too).
-      const pttl = (await h.admin.pttl(keysOf(filler, 'bad').value)) - 60_000;
-      const expiredBy = performance.timeOrigin + performance.now() + pttl + 1;
-      const expiredFrom = filledFrom + TTL;
+      const expiredFrom = filledFrom + TTL; // the entry expires no earlier
       const done = await Promise.all(workers.map((w) => runOn(w, { hot: ['bad', 'good'], cold: [], options, everyMs: 10, forMs: 3 * TTL, loadMs: LOAD_MS, failing: ['bad'] })));
       const answers = done.flatMap((d) => d.answers);
       const loads = done.flatMap((d) => d.loads);
@@ -130,20 +126,20 @@ describe('a failing refresh across 3 processes under steady load', () => {
       expect(new Set(answers.filter((a) => a.key === 'bad').map((a) => a.made.run))).toEqual(new Set(['fill.bad']));
 
       const bad = loads.filter((l) => l.key === 'bad').sort((x, y) => x.start - y.start);
-      // Early refreshes of the entry (loads started while it was fresh): one per process at most, never two at once.
-      const early = bad.filter((l) => l.start < expiredBy);
-      expect(bad.filter((l) => l.start < expiredFrom).length).toBeGreaterThanOrEqual(1);
-      expect(early.length).toBeLessThanOrEqual(workers.length);
+      // Each process won the refresh lock of the entry at most once (a loss may be tried again, a failure
+      // is not), and every won refresh ran the loader and failed in the background, unseen by callers.
+      const won = done.map((d) => d.events.filter((e) => e.name === 'refresh' && e.key === 'bad' && e.outcome === 'won').length);
+      expect(won.every((n) => n <= 1)).toBe(true);
+      expect(won.reduce((x, y) => x + y, 0)).toBeGreaterThanOrEqual(1);
+      expect(events.filter((e) => e.name === 'refreshError' && e.key === 'bad')).toHaveLength(won.reduce((x, y) => x + y, 0));
+      // Never two loaders of it at once while it was fresh.
+      const early = bad.filter((l) => l.start < expiredFrom);
       expect(early.filter((l, i) => i > 0 && l.start < (early[i - 1] as Load).end)).toEqual([]);
-      // Each failed in the background (the callers never saw it).
-      expect(events.filter((e) => e.name === 'refreshError' && e.key === 'bad').length).toBeLessThanOrEqual(early.length);
-      expect(events.filter((e) => e.name === 'refreshError' && e.key === 'bad').length).toBeGreaterThanOrEqual(1);
       // No caller of it missed before it expired; after, the miss path ran and fell back to the kept value.
       const badEvents = events.filter((e) => e.key === 'bad');
       expect(badEvents.filter((e) => e.name === 'miss' && e.at < expiredFrom)).toEqual([]);
       expect(badEvents.filter((e) => e.name === 'miss').length).toBeGreaterThan(0);
       expect(new Set(badEvents.filter((e) => e.name === 'stale').map((e) => e.reason))).toEqual(new Set(['loaderError']));
-      expect(bad.filter((l) => !l.failed)).toEqual([]);
 
       // The other key was not held back by the failing one: it kept being refreshed, one chain.
       const good = loads.filter((l) => l.key === 'good').sort((x, y) => x.start - y.start);

@@ -135,6 +135,23 @@ describe('cache.stats()', () => {
     }
   });
 
+  it('getOrComputeMany counts each key like a call: fresh hits (from L1 in localHits too), misses, and a loader run per key its load answered', async () => {
+    const a = h.cache({ local: { max: 10 } });
+    expect(await a.ready()).toBe(true);
+    const b = h.cache({ prefix: prefixOf(a) });
+    const heard = nextEvent(a, 'remoteChange');
+    await b.set('inRedis', 'r', 60_000); // not in a's L1
+    await heard; // (a read racing the set's note would rightly not fill L1)
+    const before = a.stats();
+    const loadMany = async (missing: string[]) => new Map(missing.map((k) => [k, `v:${k}`]));
+    expect(await a.getOrComputeMany(['inRedis', 'm1', 'm2'], loadMany, 60_000)).toEqual(['r', 'v:m1', 'v:m2']);
+    expect(moved(a.stats(), before)).toEqual({ hits: 1, misses: 2, loaderRuns: 2 });
+    const again = a.stats();
+    // Now all three are in a's L1.
+    expect(await a.getOrComputeMany(['inRedis', 'm1', 'm2'], loadMany, 60_000)).toEqual(['r', 'v:m1', 'v:m2']);
+    expect(moved(a.stats(), again)).toEqual({ hits: 3, localHits: 3 });
+  });
+
   it('a lost lock counts in lockLost', async () => {
     const cache = h.cache();
     const { call } = await lockTakenOver(cache, 'lost', entryKeys(prefixOf(cache), 'lost').lock, h.admin);
