@@ -86,7 +86,6 @@ export class Cache extends EventEmitter<CacheEvents> {
     const memo = o.degradedMemo > 0 ? new LruDegradedMemo(o.degradedMemo, o.clock) : NO_DEGRADED_MEMO;
     this.memo = withDegradedKeys(memo, (key) => this.generations.degradedKeyOf(key), (key) => this.forget(key));
     const port = portFor(o.redis);
-    // WAIT must run on the connection that ran the script; a node-redis Cluster does not expose it.
     // Redis answering again after failures ends every degraded copy (see degraded-memo.ts) and sends
     // the releases it did not answer again (lock/grant.ts); one breaker per node.
     this.io = new Io(o.redisTimeout, o.breakerThreshold, o.breakerCooldown, o.clock, this.onAnswer, (key) => (key === undefined ? '' : port.nodeOf(`{${slotTag(key)}}`)), (redisKey) => port.nodeOf(redisKey));

@@ -105,7 +105,10 @@ export class NodeRedisPort implements RedisPort {
   }
 
   subscriber(): SubscriberPort {
-    return new NodeRedisSubscriberPort(() => this.client.duplicate() as NodeRedisSubscriber, this.cluster);
+    // A Cluster duplicate for pub/sub only needs the slot map and its one pub/sub node: without
+    // minimizeConnections its connect() would wait for a connection to every master.
+    if (this.cluster) return new NodeRedisClusterSubscriberPort(() => (this.client.duplicate as (o: object) => unknown)({ minimizeConnections: true }) as NodeRedisSubscriber);
+    return new NodeRedisSubscriberPort(() => this.client.duplicate() as NodeRedisSubscriber);
   }
 
   pipeline(): PipelinePort {
@@ -162,6 +165,89 @@ export class NodeRedisPort implements RedisPort {
   }
 }
 
+/** The Bus's listeners on a subscriber port: 'ready', 'close' and 'error', each in the order given. */
+class PortEvents {
+  private readonly ready: (() => void)[] = [];
+  private readonly closes: (() => void)[] = [];
+  private readonly errors: ((err: unknown) => void)[] = [];
+
+  on(event: 'ready' | 'close' | 'error', listener: (err: unknown) => void): void {
+    if (event === 'ready') this.ready.push(() => listener(undefined));
+    else if (event === 'close') this.closes.push(() => listener(undefined));
+    else this.errors.push(listener);
+  }
+
+  up(): void {
+    for (const l of this.ready) l();
+  }
+
+  down(): void {
+    for (const l of this.closes) l();
+  }
+
+  error(err: unknown): void {
+    for (const l of this.errors) l(err);
+  }
+}
+
+/**
+ * What both node-redis subscriber ports share: one duplicate of the caller's client at a time (`sub`),
+ * the Bus's listeners, and "reconnect" as destroy-and-open-fresh (node-redis has no "drop the socket
+ * and reconnect"). Subclasses open their duplicate in their constructor.
+ */
+abstract class DuplicateSubscriberPort implements SubscriberPort {
+  protected sub: NodeRedisSubscriber | undefined;
+  protected readonly events = new PortEvents();
+  /** One listener instance, so a repeated SUBSCRIBE never registers a second copy. */
+  protected listener: ((message: string, channel: string) => void) | undefined;
+  protected closed = false;
+
+  constructor(protected readonly duplicate: () => NodeRedisSubscriber) {}
+
+  /** Opens the duplicate and starts it connecting; called by each subclass's constructor. */
+  protected abstract open(): void;
+
+  /** A new duplicate, now the current one (listeners check `this.sub === sub` to ignore older ones). */
+  protected fresh(): NodeRedisSubscriber {
+    const sub = this.duplicate();
+    this.sub = sub;
+    return sub;
+  }
+
+  abstract subscribe(channel: string, onMessage: (channel: string, message: string) => void): Promise<unknown>;
+  abstract ping(): Promise<unknown>;
+
+  on(event: 'ready' | 'close' | 'error', listener: (err: unknown) => void): void {
+    this.events.on(event, listener);
+  }
+
+  reconnect(): void {
+    if (this.closed) return;
+    this.drop();
+    this.events.down();
+    this.open();
+  }
+
+  close(): void {
+    if (this.closed) return;
+    this.closed = true;
+    this.drop();
+  }
+
+  /** Destroys the duplicate without waiting (Redis may be down); one already closed is left as it is. */
+  protected drop(): void {
+    const sub = this.sub;
+    this.sub = undefined;
+    if (!sub) return;
+    try {
+      if (sub.destroy) sub.destroy();
+      else void sub.disconnect?.().catch(() => undefined);
+    } catch {
+      // Already closed (node-redis throws ClientClosedError): nothing to drop.
+    }
+  }
+}
+
 /**
  * The Bus's connection on node-redis. node-redis re-subscribes by itself on reconnect, before it emits
  * 'ready', and only for channels whose SUBSCRIBE reply registered the listener; a SUBSCRIBE for a
@@ -171,43 +257,33 @@ export class NodeRedisPort implements RedisPort {
  * node-redis has no "drop the socket and reconnect": reconnect() destroys this duplicate and opens a
  * fresh one (the same events follow: 'close', then 'ready' once the new one is up).
  */
-class NodeRedisSubscriberPort implements SubscriberPort {
-  private sub: NodeRedisSubscriber | undefined;
-  private readonly ready: (() => void)[] = [];
-  private readonly closes: (() => void)[] = [];
-  private readonly errors: ((err: unknown) => void)[] = [];
-  private listener: ((message: string, channel: string) => void) | undefined;
-  private closed = false;
-
-  constructor(
-    private readonly duplicate: () => NodeRedisSubscriber,
-    private readonly cluster: boolean,
-  ) {
+class NodeRedisSubscriberPort extends DuplicateSubscriberPort {
+  constructor(duplicate: () => NodeRedisSubscriber) {
+    super(duplicate);
     this.open();
   }
 
-  private open(): void {
-    const sub = this.duplicate();
-    this.sub = sub;
+  protected open(): void {
+    const sub = this.fresh();
     const mine = (fn: () => void) => () => {
       if (this.sub === sub) fn();
     };
     // An 'error' listener before connect(): node-redis emits one per failed attempt, and an
     // unhandled 'error' event would crash the process.
     sub.on('error', (err) => {
-      if (this.sub === sub) for (const l of this.errors) l(err);
+      if (this.sub === sub) this.events.error(err);
     });
-    const up = mine(() => this.ready.forEach((l) => l()));
-    const down = mine(() => this.closes.forEach((l) => l()));
-    sub.on(this.cluster ? 'node-ready' : 'ready', up);
-    sub.on(this.cluster ? 'node-reconnecting' : 'reconnecting', down);
-    sub.on(this.cluster ? 'disconnect' : 'end', down);
+    const up = mine(() => this.events.up());
+    const down = mine(() => this.events.down());
+    sub.on('ready', up);
+    sub.on('reconnecting', down);
+    sub.on('end', down);
     // connect() marks the client open at once (commands queue until ready) and settles when ready;
     // with a reconnect strategy that gives up, it rejects (already reported through 'error').
     sub.connect().then(
       () => undefined,
       (err: unknown) => {
-        if (this.sub === sub) for (const l of this.errors) l(err);
+        if (this.sub === sub) this.events.error(err);
       },
     );
   }
@@ -225,48 +301,127 @@ class NodeRedisSubscriberPort implements SubscriberPort {
     }
   }
 
-  on(event: 'ready' | 'close' | 'error', listener: (err: unknown) => void): void {
-    if (event === 'ready') this.ready.push(() => listener(undefined));
-    else if (event === 'close') this.closes.push(() => listener(undefined));
-    else this.errors.push(listener);
-  }
-
   ping(): Promise<unknown> {
-    // A Cluster subscribes on one node's client (`pubSubNode`, public in node-redis 5 and 6): the
-    // heartbeat must reach that connection, not whichever node the Cluster's own PING would pick.
-    // None yet (between a move and the re-subscription): nothing to test, and the move says 'close'.
-    const target = this.cluster ? (prop(this.sub, 'pubSubNode', 'client') as NodeRedisSubscriber | undefined) : this.sub;
-    if (typeof target?.ping !== 'function') return Promise.resolve('PONG');
-    try {
-      return target.ping();
-    } catch (err) {
-      // node-redis throws (ClientClosedError) instead of rejecting when the client is closed.
-      return Promise.reject(err instanceof Error ? err : new Error(String(err)));
-    }
+    return pingOn(this.sub);
   }
+}
 
-  reconnect(): void {
-    if (this.closed) return;
-    this.drop();
-    for (const l of this.closes) l();
+/** PING on one node-redis client; a missing one or a synchronous throw is a rejection (the heartbeat counts it unanswered). */
+function pingOn(client: NodeRedisSubscriber | undefined): Promise<unknown> {
+  if (typeof client?.ping !== 'function') return Promise.reject(new Error('no subscriber connection'));
+  try {
+    return client.ping();
+  } catch (err) {
+    return Promise.reject(err instanceof Error ? err : new Error(String(err)));
+  }
+}
+
+/**
+ * The Bus's connection on a node-redis Cluster. The Cluster subscribes on ONE node's client, its
+ * `pubSubNode.client` (public in node-redis 5 and 6), created by the first SUBSCRIBE; that client, not
+ * the Cluster, says whether the subscription holds. The Cluster's own node events do not: they come
+ * from every node (v6: another node's 'node-ready' while the pub/sub socket still reconnects), and v5
+ * emits 'node-ready' once per node, never after a reconnect. So:
+ * - 'ready' when the duplicate's connect() (the slot map) resolves, and on each 'ready' of the pub/sub
+ *   client (node-redis re-subscribes it before that event, as for a standalone client);
+ * - 'close' on its 'reconnecting', and on its 'end' (node-redis destroyed it: the node left the slot
+ *   map, or the client gave up), after which a fresh duplicate is opened;
+ * - the heartbeat PINGs that client; if the Cluster has replaced it (or has none), the PING rejects
+ *   and the heartbeat's verdict opens a fresh duplicate.
+ * Invariant: `watched` is the pub/sub client of `sub` that the last resolved SUBSCRIBE ran on.
+ */
+class NodeRedisClusterSubscriberPort extends DuplicateSubscriberPort {
+  private watched: NodeRedisSubscriber | undefined;
+  private reopenTimer: NodeJS.Timeout | undefined;
+
+  constructor(duplicate: () => NodeRedisSubscriber) {
+    super(duplicate);
     this.open();
   }
 
-  close(): void {
-    if (this.closed) return;
-    this.closed = true;
-    this.drop();
+  protected open(): void {
+    const sub = this.fresh();
+    this.watched = undefined;
+    // node-redis emits 'error' on a Cluster only for its own failures; an unhandled one would crash.
+    sub.on('error', (err) => {
+      if (this.sub === sub) this.events.error(err);
+    });
+    sub.connect().then(
+      () => {
+        if (this.sub === sub) this.events.up();
+      },
+      (err: unknown) => {
+        if (this.sub !== sub) return;
+        this.events.error(err);
+        this.reopenSoon(); // no slot map (every root node failed): try a fresh duplicate later
+      },
+    );
   }
 
-  private drop(): void {
+  subscribe(channel: string, onMessage: (channel: string, message: string) => void): Promise<unknown> {
     const sub = this.sub;
-    this.sub = undefined;
-    if (!sub) return;
+    if (!sub) return Promise.reject(new Error('subscriber closed'));
+    this.listener ??= (message, ch) => onMessage(ch, message);
+    let sent: Promise<unknown>;
     try {
-      if (sub.destroy) sub.destroy();
-      else void sub.disconnect?.().catch(() => undefined);
-    } catch {
-      // Already closed (node-redis throws ClientClosedError): nothing to drop.
+      sent = sub.subscribe(channel, this.listener);
+    } catch (err) {
+      return Promise.reject(err instanceof Error ? err : new Error(String(err)));
     }
+    return sent.then((reply) => {
+      if (this.sub === sub) this.watch(sub);
+      return reply;
+    });
+  }
+
+  /** Follows the pub/sub client the subscription now runs on. */
+  private watch(sub: NodeRedisSubscriber): void {
+    const client = prop(sub, 'pubSubNode', 'client') as (NodeRedisSubscriber & { isReady?: boolean }) | undefined;
+    if (!client || client === this.watched) return;
+    this.watched = client;
+    const current = () => this.sub === sub && this.watched === client;
+    client.on('reconnecting', () => {
+      if (current()) this.events.down();
+    });
+    client.on('ready', () => {
+      if (current()) this.events.up();
+    });
+    client.on('end', () => {
+      if (!current()) return;
+      this.events.down();
+      this.reopenSoon();
+    });
+    // Already reconnecting by the time the reply arrived: that 'reconnecting' was not heard.
+    if (client.isReady === false) this.events.down();
+  }
+
+  private reopenSoon(): void {
+    if (this.closed || this.reopenTimer) return;
+    this.reopenTimer = setTimeout(() => {
+      this.reopenTimer = undefined;
+      if (this.closed) return;
+      this.drop();
+      this.open();
+    }, REOPEN_MS);
+    this.reopenTimer.unref();
+  }
+
+  ping(): Promise<unknown> {
+    const current = prop(this.sub, 'pubSubNode', 'client');
+    if (!this.watched || current !== this.watched) return Promise.reject(new Error('the Cluster replaced its pub/sub connection'));
+    return pingOn(this.watched);
+  }
+
+  override close(): void {
+    clearTimeout(this.reopenTimer);
+    super.close();
+  }
+
+  protected override drop(): void {
+    this.watched = undefined;
+    super.drop();
   }
 }
+
+/** How long a Cluster subscriber whose duplicate failed waits before opening a fresh one. */
+const REOPEN_MS = 1000;

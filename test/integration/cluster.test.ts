@@ -1,5 +1,6 @@
 import { Cluster } from 'ioredis';
 import { createCluster } from 'redis';
+import { createCluster as createCluster5 } from 'redis5';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { portFor } from '../../src/client/detect.js';
 import { createCache, type Cache, type CacheOptions, type RedisClient } from '../../src/index.js';
@@ -26,15 +27,16 @@ function clusterClient(admin = false): Cluster {
   return sharedClusterClient(cluster, clients, admin);
 }
 
-type Family = 'ioredis' | 'node-redis';
+type Family = 'ioredis' | 'node-redis' | 'node-redis5';
 
 /** The cache's cluster client: ioredis `Cluster`, or node-redis `createCluster()` connected as a caller would. */
 async function cacheClient(family: Family): Promise<RedisClient> {
   if (family === 'ioredis') return clusterClient();
-  const c = createCluster({
+  const options = {
     rootNodes: cluster.startup.map((n) => ({ url: `redis://${n.host}:${n.port}` })),
     defaults: AS_ACL_USER ? { username: ACL_USER.username, password: ACL_USER.password } : {},
-  });
+  };
+  const c = family === 'node-redis' ? createCluster(options) : createCluster5(options);
   c.on('error', () => undefined);
   await c.connect();
   disposals.push(() => c.destroy());
@@ -43,7 +45,7 @@ async function cacheClient(family: Family): Promise<RedisClient> {
 
 const BRACE_KEYS = ['}', '}abc', '{x}', 'a{b}c', '{', '{}', 'x:lock', 'plain', '😀{}', '\r\n{'];
 
-describe.each<Family>(['ioredis', 'node-redis'])('Redis Cluster (3 masters), %s client', (family) => {
+describe.each<Family>(['ioredis', 'node-redis', 'node-redis5'])('Redis Cluster (3 masters), %s client', (family) => {
   // Each family on its own prefixes: both run against the same cluster.
   async function cache(prefix: string, extra: Partial<CacheOptions> = {}): Promise<Cache> {
     const c = createCache({ redis: await cacheClient(family), prefix: `${family}-${prefix}`, ...extra });
