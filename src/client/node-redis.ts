@@ -324,15 +324,26 @@ function pingOn(client: NodeRedisSubscriber | undefined): Promise<unknown> {
  * emits 'node-ready' once per node, never after a reconnect. So:
  * - 'ready' when the duplicate's connect() (the slot map) resolves, and on each 'ready' of the pub/sub
  *   client (node-redis re-subscribes it before that event, as for a standalone client);
- * - 'close' on its 'reconnecting', and on its 'end' (node-redis destroyed it: the node left the slot
- *   map, or the client gave up), after which a fresh duplicate is opened;
+ * - 'close' on its 'reconnecting', 'end' (node-redis destroyed it: the node left the slot map) and
+ *   'terminated' (v6: its reconnect strategy gave up);
+ * - a SUBSCRIBE counts as held only on a ready client; until one holds, a timer opens a fresh
+ *   duplicate (see `retryTimer`);
  * - the heartbeat PINGs that client; if the Cluster has replaced it (or has none), the PING rejects
  *   and the heartbeat's verdict opens a fresh duplicate.
  * Invariant: `watched` is the pub/sub client of `sub` that the last resolved SUBSCRIBE ran on.
  */
 class NodeRedisClusterSubscriberPort extends DuplicateSubscriberPort {
   private watched: NodeRedisSubscriber | undefined;
-  private reopenTimer: NodeJS.Timeout | undefined;
+  /**
+   * Armed whenever the subscription is not known to hold (a duplicate opened, its pub/sub client
+   * reconnecting, ended or given up); disarmed once a SUBSCRIBE resolved on a ready client. When it
+   * fires, a fresh duplicate replaces this one: node-redis itself may never recover (a frozen node's
+   * handshake has no timeout; node-redis 5 never refreshes the slot map of a client that only
+   * subscribes; a client whose reconnect strategy gave up emits no 'end').
+   */
+  private retryTimer: NodeJS.Timeout | undefined;
+  /** Fresh duplicates opened by the timer since the subscription last held: the next wait doubles. */
+  private retries = 0;
 
   constructor(duplicate: () => NodeRedisSubscriber) {
     super(duplicate);
@@ -342,18 +353,19 @@ class NodeRedisClusterSubscriberPort extends DuplicateSubscriberPort {
   protected open(): void {
     const sub = this.fresh();
     this.watched = undefined;
+    this.retryIn(STUCK_MS);
     // node-redis emits 'error' on a Cluster only for its own failures; an unhandled one would crash.
     sub.on('error', (err) => {
       if (this.sub === sub) this.events.error(err);
     });
     sub.connect().then(
       () => {
-        if (this.sub === sub) this.events.up();
+        if (this.sub === sub) this.events.up(); // the slot map is known: the Bus subscribes now
       },
       (err: unknown) => {
         if (this.sub !== sub) return;
         this.events.error(err);
-        this.reopenSoon(); // no slot map (every root node failed): try a fresh duplicate later
+        this.retryIn(REOPEN_MS); // no slot map (every root node failed): a fresh duplicate soon
       },
     );
   }
@@ -369,41 +381,59 @@ class NodeRedisClusterSubscriberPort extends DuplicateSubscriberPort {
       return Promise.reject(err instanceof Error ? err : new Error(String(err)));
     }
     return sent.then((reply) => {
-      if (this.sub === sub) this.watch(sub);
+      if (this.sub !== sub) return reply;
+      const client = this.watch(sub);
+      // node-redis resolves a SUBSCRIBE for a channel it already has at once, whatever its socket
+      // does: only a ready client means subscribed; otherwise its 'ready' (or the timer) follows.
+      if (client?.isReady === false) this.down(STUCK_MS);
+      else if (client) this.held();
       return reply;
     });
   }
 
-  /** Follows the pub/sub client the subscription now runs on. */
-  private watch(sub: NodeRedisSubscriber): void {
+  /** Follows the pub/sub client the subscription now runs on; returns it. */
+  private watch(sub: NodeRedisSubscriber): (NodeRedisSubscriber & { isReady?: boolean }) | undefined {
     const client = prop(sub, 'pubSubNode', 'client') as (NodeRedisSubscriber & { isReady?: boolean }) | undefined;
-    if (!client || client === this.watched) return;
+    if (!client || client === this.watched) return client;
     this.watched = client;
     const current = () => this.sub === sub && this.watched === client;
-    client.on('reconnecting', () => {
-      if (current()) this.events.down();
-    });
+    client.on('reconnecting', () => current() && this.down(STUCK_MS));
     client.on('ready', () => {
-      if (current()) this.events.up();
-    });
-    client.on('end', () => {
       if (!current()) return;
-      this.events.down();
-      this.reopenSoon();
+      this.held();
+      this.events.up();
     });
-    // Already reconnecting by the time the reply arrived: that 'reconnecting' was not heard.
-    if (client.isReady === false) this.events.down();
+    // Destroyed by node-redis (the node left the slot map), or given up (v6 'terminated').
+    const gone = () => current() && this.down(REOPEN_MS);
+    client.on('end', gone);
+    client.on('terminated', gone);
+    return client;
   }
 
-  private reopenSoon(): void {
-    if (this.closed || this.reopenTimer) return;
-    this.reopenTimer = setTimeout(() => {
-      this.reopenTimer = undefined;
-      if (this.closed) return;
-      this.drop();
-      this.open();
-    }, REOPEN_MS);
-    this.reopenTimer.unref();
+  /** The subscription does not hold: tell the Bus, and open a fresh duplicate after `ms` unless it comes back. */
+  private down(ms: number): boolean {
+    this.events.down();
+    this.retryIn(ms);
+    return true;
+  }
+
+  /** The subscription holds: no fresh duplicate is due. */
+  private held(): void {
+    clearTimeout(this.retryTimer);
+    this.retryTimer = undefined;
+    this.retries = 0;
+  }
+
+  private retryIn(ms: number): void {
+    if (this.closed) return;
+    clearTimeout(this.retryTimer);
+    const wait = Math.min(ms * 2 ** this.retries, MAX_RETRY_MS);
+    this.retryTimer = setTimeout(() => {
+      this.retryTimer = undefined;
+      this.retries++;
+      this.reconnect();
+    }, wait);
+    this.retryTimer.unref();
   }
 
   ping(): Promise<unknown> {
@@ -413,7 +443,8 @@ class NodeRedisClusterSubscriberPort extends DuplicateSubscriberPort {
   }
 
   override close(): void {
-    clearTimeout(this.reopenTimer);
+    clearTimeout(this.retryTimer);
+    this.retryTimer = undefined;
     super.close();
   }
 
@@ -423,5 +454,9 @@ class NodeRedisClusterSubscriberPort extends DuplicateSubscriberPort {
   }
 }
 
-/** How long a Cluster subscriber whose duplicate failed waits before opening a fresh one. */
+/** How long a new duplicate, or a pub/sub client that is reconnecting, has to subscribe before a fresh duplicate replaces it. */
+const STUCK_MS = 5000;
+/** How soon a fresh duplicate follows a failed slot-map load, or a pub/sub client node-redis destroyed. */
 const REOPEN_MS = 1000;
+/** The longest wait between fresh duplicates while none subscribes (doubling from the above). */
+const MAX_RETRY_MS = 30_000;
