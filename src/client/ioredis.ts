@@ -19,6 +19,8 @@ export interface IoredisClient {
 /** What ioredis's subscriber connection (our duplicate) offers. */
 interface IoredisSubscriber {
   readonly isCluster?: boolean;
+  /** 'ready' once connected and past ioredis' own ready check (INFO). */
+  readonly status?: string;
   subscribe(...channels: string[]): Promise<unknown>;
   on(event: 'message', listener: (channel: string, message: string) => void): unknown;
   on(event: 'error', listener: (err: Error) => void): unknown;
@@ -145,6 +147,13 @@ class IoredisSubscriberPort implements SubscriberPort {
   }
 
   subscribe(channel: string, onMessage: (channel: string, message: string) => void): Promise<unknown> {
+    // Not before ioredis' 'ready': with enableOfflineQueue off it writes a command as soon as the
+    // socket connects, so our SUBSCRIBE could reach Redis ahead of ioredis' ready check, whose INFO
+    // then fails in subscriber mode and makes ioredis drop the connection; seen to leave a
+    // subscription that Redis counts but whose messages never reach us. The Bus subscribes on 'ready'.
+    if (!this.sub.isCluster && this.sub.status !== undefined && this.sub.status !== 'ready') {
+      return Promise.reject(new Error(`subscriber connection not ready (${this.sub.status})`));
+    }
     if (!this.listening) {
       this.listening = true;
       this.sub.on('message', onMessage);

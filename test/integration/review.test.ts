@@ -205,7 +205,7 @@ describe('review: aborted callers', () => {
     await client.ping(); // the refused acquire's reply has been handled
     await turns();
     try {
-      expect(refTimers() - before).toBe(0);
+      expect(refTimers() - before).toBeLessThanOrEqual(0); // none added (one of another test may have ended meanwhile)
     } finally {
       held.open('theirs');
       await held.call;
