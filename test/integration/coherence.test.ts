@@ -13,6 +13,7 @@ import { deferred, nextEvent, useRedis } from '../support/harness.js';
 import { APP_COMMANDS } from '../support/acl.js';
 import { startProxy, type Proxy } from '../support/proxy.js';
 import { freePort, startRedisServer, type RedisServer } from '../support/redis-server.js';
+import { portFor } from '../../src/client/detect.js';
 
 const h = useRedis();
 const prefixOf = (cache: Cache) => (cache as unknown as { options: { prefix: string } }).options.prefix;
@@ -299,6 +300,28 @@ describe('the subscription when Redis is down at boot', () => {
     expect(await a.get('k')).toBeUndefined();
     await Promise.all([a.close(), b.close()]);
   }, 30_000);
+
+  it('(e) the ioredis subscriber sends no SUBSCRIBE before ioredis is ready (its ready check, INFO, would then fail in subscriber mode)', async () => {
+    const proxy = await startProxy({ host: '127.0.0.1', port: Number(new URL(h.url).port) });
+    proxies.push(proxy);
+    proxy.hold('down', true); // every reply held: ioredis connects, sends its ready check, and waits
+    const client = ownClient(through(proxy), { enableOfflineQueue: false });
+    const sub = portFor(client).subscriber();
+    try {
+      const duplicate = (sub as unknown as { sub: Redis }).sub;
+      while (duplicate.status !== 'connect') await sleep(5);
+      const asked: string[] = [];
+      const send = duplicate.sendCommand.bind(duplicate);
+      duplicate.sendCommand = ((command: { name: string }, ...rest: never[]) => (asked.push(command.name), send(command as never, ...rest)));
+      const subscribed = sub.subscribe('ch', () => undefined);
+      subscribed.catch(() => undefined);
+      expect(asked).not.toContain('subscribe'); // ioredis is asked synchronously, if at all
+      await expect(subscribed).rejects.toThrow();
+    } finally {
+      proxy.hold('down', false);
+      sub.close();
+    }
+  });
 
   it('a SUBSCRIBE refused on a live connection (NOPERM on the channel) is retried until it holds, without a reconnect', async () => {
     const user = `nochan${process.pid}`;
