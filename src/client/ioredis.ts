@@ -21,6 +21,7 @@ interface IoredisSubscriber {
   readonly isCluster?: boolean;
   /** 'ready' once connected and past ioredis' own ready check (INFO). */
   readonly status?: string;
+  readonly options?: { readonly enableOfflineQueue?: boolean };
   subscribe(...channels: string[]): Promise<unknown>;
   on(event: 'message', listener: (channel: string, message: string) => void): unknown;
   on(event: 'error', listener: (err: Error) => void): unknown;
@@ -147,11 +148,12 @@ class IoredisSubscriberPort implements SubscriberPort {
   }
 
   subscribe(channel: string, onMessage: (channel: string, message: string) => void): Promise<unknown> {
-    // Not before ioredis' 'ready': with enableOfflineQueue off it writes a command as soon as the
-    // socket connects, so our SUBSCRIBE could reach Redis ahead of ioredis' ready check, whose INFO
-    // then fails in subscriber mode and makes ioredis drop the connection; seen to leave a
+    // With enableOfflineQueue off, not before ioredis' 'ready': ioredis then writes a command as soon
+    // as the socket connects, so our SUBSCRIBE could reach Redis ahead of ioredis' ready check, whose
+    // INFO then fails in subscriber mode and makes ioredis drop the connection; seen to leave a
     // subscription that Redis counts but whose messages never reach us. The Bus subscribes on 'ready'.
-    if (!this.sub.isCluster && this.sub.status !== undefined && this.sub.status !== 'ready') {
+    // (With the offline queue on, ioredis holds the SUBSCRIBE until it is ready: nothing to do.)
+    if (!this.sub.isCluster && this.sub.options?.enableOfflineQueue === false && this.sub.status !== 'ready') {
       return Promise.reject(new Error(`subscriber connection not ready (${this.sub.status})`));
     }
     if (!this.listening) {
