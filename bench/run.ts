@@ -242,7 +242,6 @@ for (const { scenario, contender, results, failure } of cells) {
     max: m((x) => x.max),
     throughput: m((x) => x.throughput),
     staleShare: m((x) => x.staleShare),
-    staleFromFill: m((x) => x.staleFromFill),
     // In every run, every answer older than ttl carried a burst-fill value (none from the run's own loads).
     staleAllFromFill: results.every((x) => x.staleShare > 0 && x.staleShare === x.staleFromFill),
     p99Runs: results.map((x) => x.p99),

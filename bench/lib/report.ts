@@ -20,8 +20,6 @@ export interface ScenarioRow {
   max?: number;
   throughput?: number;
   staleShare?: number;
-  /** Share of all answers that were older than ttl AND carried a value of the burst fill (open loop). */
-  staleFromFill?: number;
   /** In every run, every answer older than ttl carried a burst-fill value. */
   staleAllFromFill?: boolean;
   /** The p99 of each run, in run order. */

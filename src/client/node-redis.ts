@@ -397,24 +397,27 @@ class NodeRedisClusterSubscriberPort extends DuplicateSubscriberPort {
     if (!client || client === this.watched) return client;
     this.watched = client;
     const current = () => this.sub === sub && this.watched === client;
-    client.on('reconnecting', () => current() && this.down(STUCK_MS));
+    client.on('reconnecting', () => {
+      if (current()) this.down(STUCK_MS);
+    });
     client.on('ready', () => {
       if (!current()) return;
       this.held();
       this.events.up();
     });
     // Destroyed by node-redis (the node left the slot map), or given up (v6 'terminated').
-    const gone = () => current() && this.down(REOPEN_MS);
+    const gone = () => {
+      if (current()) this.down(REOPEN_MS);
+    };
     client.on('end', gone);
     client.on('terminated', gone);
     return client;
   }
 
   /** The subscription does not hold: tell the Bus, and open a fresh duplicate after `ms` unless it comes back. */
-  private down(ms: number): boolean {
+  private down(ms: number): void {
     this.events.down();
     this.retryIn(ms);
-    return true;
   }
 
   /** The subscription holds: no fresh duplicate is due. */

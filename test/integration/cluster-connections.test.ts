@@ -1,10 +1,8 @@
-import { Cluster, Redis } from 'ioredis';
-import { createCluster } from 'redis';
-import { createCluster as createCluster5 } from 'redis5';
+import { Redis, type Cluster } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createCache, type Cache, type RedisClient } from '../../src/index.js';
 import { entryKeys } from '../../src/keys.js';
-import { subscriptionDowns } from '../support/harness.js';
+import { clusterClient, nodeRedisClusterClient, subscriptionDowns } from '../support/harness.js';
 import { startRedisCluster, type RedisClusterHandle } from '../support/redis-server.js';
 
 /**
@@ -19,6 +17,7 @@ import { startRedisCluster, type RedisClusterHandle } from '../support/redis-ser
  */
 let cluster: RedisClusterHandle;
 const disposals: (() => void)[] = [];
+const ioredisClients: Cluster[] = [];
 const caches: Cache[] = [];
 /** One ioredis connection per node, for INFO and CLUSTER queries. */
 const byPort = new Map<number, Redis>();
@@ -42,6 +41,7 @@ beforeAll(async () => {
 afterAll(async () => {
   await Promise.all(caches.map((c) => c.close()));
   for (const dispose of disposals) dispose();
+  for (const c of ioredisClients) c.disconnect();
   for (const c of byPort.values()) c.disconnect();
   await cluster?.stop();
 });
@@ -50,18 +50,11 @@ type Family = 'ioredis' | 'node-redis' | 'node-redis5';
 
 async function clusterOf(family: Family): Promise<RedisClient> {
   if (family === 'ioredis') {
-    const c = new Cluster(cluster.startup, { redisOptions: { maxRetriesPerRequest: 1 } });
-    c.on('error', () => undefined);
-    disposals.push(() => c.disconnect());
+    const c = clusterClient(cluster, ioredisClients, true);
     await c.ping();
     return c;
   }
-  const rootNodes = cluster.startup.map((n) => ({ url: `redis://${n.host}:${n.port}` }));
-  const c = family === 'node-redis' ? createCluster({ rootNodes }) : createCluster5({ rootNodes });
-  c.on('error', () => undefined);
-  await c.connect();
-  disposals.push(() => c.destroy());
-  return c;
+  return nodeRedisClusterClient(cluster, disposals, family === 'node-redis' ? 6 : 5, true);
 }
 
 /**

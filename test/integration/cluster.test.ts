@@ -1,12 +1,10 @@
 import { Cluster } from 'ioredis';
-import { createCluster } from 'redis';
-import { createCluster as createCluster5 } from 'redis5';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { portFor } from '../../src/client/detect.js';
 import { createCache, type Cache, type CacheOptions, type RedisClient } from '../../src/index.js';
 import { entryKeys, hashSlot } from '../../src/keys.js';
-import { clusterClient as sharedClusterClient, deferred, heldRebuild, missedCall, nextEvent, subscriptionDowns } from '../support/harness.js';
-import { ACL_USER, AS_ACL_USER, startRedisCluster, type RedisClusterHandle } from '../support/redis-server.js';
+import { clusterClient as sharedClusterClient, deferred, heldRebuild, missedCall, nextEvent, nodeRedisClusterClient, subscriptionDowns } from '../support/harness.js';
+import { startRedisCluster, type RedisClusterHandle } from '../support/redis-server.js';
 
 let cluster: RedisClusterHandle;
 const clients: Cluster[] = [];
@@ -32,15 +30,7 @@ type Family = 'ioredis' | 'node-redis' | 'node-redis5';
 /** The cache's cluster client: ioredis `Cluster`, or node-redis `createCluster()` connected as a caller would. */
 async function cacheClient(family: Family): Promise<RedisClient> {
   if (family === 'ioredis') return clusterClient();
-  const options = {
-    rootNodes: cluster.startup.map((n) => ({ url: `redis://${n.host}:${n.port}` })),
-    defaults: AS_ACL_USER ? { username: ACL_USER.username, password: ACL_USER.password } : {},
-  };
-  const c = family === 'node-redis' ? createCluster(options) : createCluster5(options);
-  c.on('error', () => undefined);
-  await c.connect();
-  disposals.push(() => c.destroy());
-  return c;
+  return nodeRedisClusterClient(cluster, disposals, family === 'node-redis' ? 6 : 5);
 }
 
 const BRACE_KEYS = ['}', '}abc', '{x}', 'a{b}c', '{', '{}', 'x:lock', 'plain', '😀{}', '\r\n{'];

@@ -1,5 +1,7 @@
 /** Per-file Redis and clients for integration tests; everything started here is stopped in afterAll. */
 import { once } from 'node:events';
+import { createCluster } from 'redis';
+import { createCluster as createCluster5 } from 'redis5';
 import { Cluster, Redis, type RedisOptions } from 'ioredis';
 import { afterAll, beforeAll } from 'vitest';
 import { createCache, type Cache, type CacheEvents, type CacheOptions, type CallOptions, type RedisClient } from '../../src/index.js';
@@ -195,5 +197,21 @@ export function clusterClient(cluster: RedisClusterHandle, clients: Cluster[], a
   const c = new Cluster(cluster.startup, { redisOptions: { maxRetriesPerRequest: 1, ...auth } });
   c.on('error', () => undefined);
   clients.push(c);
+  return c;
+}
+
+/**
+ * A node-redis `createCluster()` (v6, or v5 with `version: 5`) connected as a caller would, as the
+ * cache's user (the least-privilege ACL user in ACL mode) or as admin; its destroy is pushed onto `disposals`.
+ */
+export async function nodeRedisClusterClient(cluster: RedisClusterHandle, disposals: (() => void)[], version: 5 | 6 = 6, admin = false): Promise<RedisClient> {
+  const options = {
+    rootNodes: cluster.startup.map((n) => ({ url: `redis://${n.host}:${n.port}` })),
+    defaults: AS_ACL_USER && !admin ? { username: ACL_USER.username, password: ACL_USER.password } : {},
+  };
+  const c = version === 6 ? createCluster(options) : createCluster5(options);
+  c.on('error', () => undefined);
+  await c.connect();
+  disposals.push(() => c.destroy());
   return c;
 }
