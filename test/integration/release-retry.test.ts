@@ -95,8 +95,13 @@ describe('redlock: a release fewer than a quorum of nodes answered is sent again
     caches.push(holder);
     const admins = nodes.map((n) => client(n.adminUrl));
     const lockKey = entryKeys('rrl', 'k').lock;
+    await Promise.all([direct, ...viaProxy].map((c) => c.ping())); // every node connected before the grant
     const held = await heldRebuild<string>(holder, 'k', { ttl: 60_000, lockTtl: 60_000 });
-    for (const a of admins) expect(await a.exists(lockKey)).toBe(1);
+    // The grant resolves once a quorum (2 of 3) is ours; the third node's SET may still be on its way.
+    // The property needs the lock on all three before the release, so wait for it to land.
+    while ((await Promise.all(admins.map((a) => a.exists(lockKey)))).some((n) => n !== 1)) {
+      await new Promise((r) => setTimeout(r, 10));
+    }
 
     for (const p of nodeProxies) p.blackhole('up', true); // their release never reaches them
     held.open('v');
