@@ -512,10 +512,13 @@ describe('fault campaign', () => {
     expect(r.degradedPerWindow.p99).toBeLessThanOrEqual(2 * 4);
   }, 120_000);
 
-  it('negative control: with the degraded memo off, the same slow Redis runs more degraded loaders per key per ttl window than there are processes (median)', async () => {
+  it('negative control: with the degraded memo off, the same slow Redis breaks the bound above (median above one per process, or p99 above two)', async () => {
     const r = await campaign({ name: 'negative-no-memo', seed: 1313, seconds: 12, workers: 4, callers: 20, keys: 5, faults: ['flap'], aof: false, ttl: 1000, periodicStall: true, cacheOptions: { degradedMemo: 0 } });
-    expect(r.degradedPerWindow.p50).toBeGreaterThan(4);
-    expect(r.degradedPerWindow.p99).toBeGreaterThan(2 * 4);
+    // The test above fails if either of its two bounds fails; this control shows it does without the
+    // memo. Asserting both here made it depend on the machine's load: one CI run on a busy machine saw
+    // median 5 (over the bound) with p99 7 (under its bound), as fewer calls ran per stall.
+    const { p50, p99 } = r.degradedPerWindow;
+    expect({ p50, p99, boundBroken: p50 > 4 || p99 > 2 * 4 }).toMatchObject({ boundBroken: true });
   }, 120_000);
 
   it('soak: 4 workers × 100 callers for 30 s, L1 on, sets, deletes and aborts under seeded random faults, hard properties hold', async () => {
