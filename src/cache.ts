@@ -521,10 +521,14 @@ export class Cache extends EventEmitter<CacheEvents> {
     this.waiters.wake(note.key, note.kind);
   }
 
-  /** The key changed: calls starting now join no flight (normal or forceFresh) begun before the change. */
+  /**
+   * The key changed: calls starting now join no flight (normal or forceFresh) begun before the change,
+   * and an early refresh begun before it is abandoned.
+   */
   private forget(key: string): void {
     this.flight.forget(key);
     this.freshFlight.forget(key);
+    this.deps.background.abandon(key);
   }
 
   // ------------------------------------------------------------------ guards

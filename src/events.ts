@@ -42,7 +42,10 @@ export interface CacheEvents {
    * Refresh ahead (`refreshAhead`): a hit past the entry's refresh point started an early refresh in
    * the background (`started`); it then won the rebuild lock (`won`) or lost it (`lost`: another
    * process refreshes, this one does nothing). A winner whose re-read finds the entry already replaced
-   * (refreshed, set, deleted or expired since the hit) loads nothing (`already-refreshed`).
+   * (refreshed, set, deleted or expired since the hit) loads nothing (`already-refreshed`). A refresh
+   * whose key changes while it runs (a delete or set here, a delete, set or write note from another
+   * process) is abandoned (`abandoned`): its loader's `ctx.signal` aborts and its lock is released at
+   * once, so callers of the changed key do not wait for a load whose write could no longer land.
    */
-  refresh: [{ key: string; outcome: 'started' | 'won' | 'lost' | 'already-refreshed' }];
+  refresh: [{ key: string; outcome: 'started' | 'won' | 'lost' | 'already-refreshed' | 'abandoned' }];
 }

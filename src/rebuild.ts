@@ -505,6 +505,9 @@ export function refreshAheadOnHit(d: RebuildDeps, key: string, keysOf: () => Ent
   };
   report('started');
   const keys = keysOf(); // only now: hashing the key is the costliest part of a hit not due
+  // A change of the key (a delete, a set, another process's write) abandons this refresh: its write
+  // could no longer land, or is no longer needed, and its lock would hold callers up until the loader ends.
+  const stop = new AbortController();
   const work = (async () => {
     let retryAt = seen.freshUntil;
     // Redis failing says nothing about the origin: try again soon, not only after the entry expired.
@@ -533,12 +536,40 @@ export function refreshAheadOnHit(d: RebuildDeps, key: string, keysOf: () => Ent
         if (!same) emit('refresh', { key, outcome: 'already-refreshed' });
         return !same;
       };
-      await new Rebuild(d, key, keys, loader, call, { signal: d.lifetime }).rebuild(grant, seen.value, done);
+      await new Rebuild(d, key, keys, abandonable(loader, stop.signal), call, stop).rebuild(grant, seen.value, done);
+    } catch (error) {
+      if (!stop.signal.aborted || d.lifetime.aborted) throw error;
+      emit('refresh', { key, outcome: 'abandoned' });
     } finally {
       background.holdOff(key, seen.facts.fence, retryAt);
     }
   })();
-  background.track(key, work, emit);
+  background.track(key, work, emit, stop);
+}
+
+/**
+ * The loader, settling at once (rejecting with the signal's reason) when `signal` aborts: the rebuild
+ * then releases its grant with 'cancelled' (waiters elsewhere retry the lock) without waiting for a
+ * loader that ignores its `ctx.signal`. The loader's own late result is dropped.
+ */
+function abandonable(loader: Loader<unknown>, signal: AbortSignal): Loader<unknown> {
+  return (ctx) =>
+    new Promise((resolve, reject) => {
+      const onAbort = (): void => reject(signal.reason as Error); // always a RefreshAbandoned
+      signal.addEventListener('abort', onAbort, { once: true });
+      Promise.resolve()
+        .then(() => loader(ctx))
+        .then(resolve, reject)
+        .finally(() => signal.removeEventListener('abort', onAbort));
+    });
+}
+
+/** Why an abandoned refresh stopped (its loader's `ctx.signal.reason`); never reaches a caller or an event. */
+class RefreshAbandoned extends Error {
+  constructor(readonly key: string) {
+    super(`the early refresh of ${JSON.stringify(key)} was abandoned: the key changed while it ran`);
+    this.name = 'RefreshAbandoned';
+  }
 }
 
 /** How many keys' early-refresh hold-offs are remembered; forgetting one costs one more attempt, never a wrong value. */
@@ -551,6 +582,8 @@ const MAX_HELD_OFF = 10_000;
  */
 export class Background {
   private readonly byKey = new Map<string, Promise<void>>();
+  /** The stop of the key's running work, where it can be abandoned (early refreshes); same lifetime as its `byKey` entry. */
+  private readonly stops = new Map<string, AbortController>();
   /**
    * Early refreshes this process will not start: per key, the entry (fence) already tried and until
    * when (monotonic ms). A record for another fence, or past its time, is obsolete. Bounded.
@@ -583,7 +616,8 @@ export class Background {
     return false;
   }
 
-  track(key: string, work: Promise<unknown>, emit: Emit): void {
+  /** `stop`: aborted by `abandon(key)` while this work runs (the work then settles soon, without a value). */
+  track(key: string, work: Promise<unknown>, emit: Emit, stop?: AbortController): void {
     const tracked: Promise<void> = work
       .then(
         () => undefined,
@@ -592,13 +626,26 @@ export class Background {
         },
       )
       .finally(() => {
-        if (this.byKey.get(key) === tracked) this.byKey.delete(key);
+        // Only if the entry is still ours: work started after this one may have replaced it.
+        if (this.byKey.get(key) === tracked) {
+          this.byKey.delete(key);
+          this.stops.delete(key);
+        }
       });
     this.byKey.set(key, tracked);
+    if (stop) this.stops.set(key, stop);
+    else this.stops.delete(key);
+  }
+
+  /** The key changed (deleted, set, written elsewhere): abandon its early refresh, if one runs here. */
+  abandon(key: string): void {
+    const stop = this.stops.get(key);
+    if (stop && !stop.signal.aborted) stop.abort(new RefreshAbandoned(key));
   }
 
   clear(): void {
     this.byKey.clear();
+    this.stops.clear();
     this.tried.clear();
   }
 }

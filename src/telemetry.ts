@@ -67,7 +67,7 @@ export interface CacheStats {
   refreshLost: number;
 }
 
-/** The outcomes of an early refresh that the counters keep (the `refresh` event also reports `already-refreshed`). */
+/** The outcomes of an early refresh that the counters keep (the `refresh` event also reports `already-refreshed` and `abandoned`). */
 export type RefreshCounted = 'started' | 'won' | 'lost';
 const REFRESH_COUNTER = { started: 'refreshStarted', won: 'refreshWon', lost: 'refreshLost' } as const satisfies Record<RefreshCounted, keyof CacheStats>;
 

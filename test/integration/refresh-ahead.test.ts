@@ -336,3 +336,65 @@ describe('ttlJitter', () => {
     await cache.close();
   });
 });
+
+describe('a key changed during its early refresh', () => {
+  // ttl 20 s with the point 1 s in: the entry stays fresh through every step on a loaded machine.
+  // waitTimeout 60 s: a caller held up by the refresh's lock would wait past the test's own timeout.
+  const options: CallOptions = { ttl: 20_000, refreshAhead: 0.05, waitTimeout: 60_000, pollInterval: 60_000 };
+
+  /** `refresher` holds an early refresh of `k` whose loader never ends on its own (it ignores ctx.signal). */
+  async function stuckRefresh(refresher: Cache) {
+    expect(await refresher.getOrCompute('k', async () => 'v1', options)).toBe('v1');
+    await untilPttlAtMost(refresher, 'k', 18_950);
+    const started = deferred<LoaderContext>();
+    const never = new Promise<string>(() => undefined);
+    const won = new Promise<void>((resolve) => refresher.on('refresh', (e) => e.outcome === 'won' && resolve()));
+    expect(await refresher.getOrCompute('k', (ctx) => (started.resolve(ctx), never), options)).toBe('v1');
+    await won;
+    return { ctx: await started.promise };
+  }
+
+  it('a delete abandons it: its loader is signalled, its lock released, and callers here and in another process load at once instead of waiting for it', { timeout: 20_000 }, async () => {
+    const a = h.cache();
+    const b = h.cache({ prefix: prefixOf(a) });
+    expect(await b.ready()).toBe(true);
+    const { ctx } = await stuckRefresh(a);
+    const outcomes = refreshes(a);
+    const abandoned = nextEvent(a, 'refresh');
+    await a.delete('k');
+    expect((await abandoned).outcome).toBe('abandoned');
+    expect(ctx.signal.aborted).toBe(true);
+    // Started together: neither may wait for the stuck loader (it never ends).
+    const [here, there] = await Promise.all([a.getOrCompute('k', async () => 'a-after', options), b.getOrCompute('k', async () => 'b-after', options)]);
+    // One of them took the lock and loaded; the other was woken by its write.
+    expect(here).toBe(there);
+    expect(['a-after', 'b-after']).toContain(here);
+    expect(await h.admin.exists(keysOf(a, 'k').lock)).toBe(0);
+    expect(outcomes).toEqual(['abandoned']);
+  });
+
+  it('another process\'s delete abandons it (its note), so that process\'s callers take the lock at once', { timeout: 20_000 }, async () => {
+    const a = h.cache();
+    const b = h.cache({ prefix: prefixOf(a) });
+    expect(await a.ready()).toBe(true);
+    expect(await b.ready()).toBe(true);
+    const { ctx } = await stuckRefresh(a);
+    const abandoned = nextEvent(a, 'refresh');
+    await b.delete('k');
+    expect((await abandoned).outcome).toBe('abandoned');
+    expect(ctx.signal.aborted).toBe(true);
+    expect(await b.getOrCompute('k', async () => 'b-after', options)).toBe('b-after');
+    expect(await a.getOrCompute('k', async () => 'a-after', options)).toBe('b-after');
+  });
+
+  it('a set abandons it, and the set value stays (the refresh writes nothing)', { timeout: 20_000 }, async () => {
+    const a = h.cache();
+    const { ctx } = await stuckRefresh(a);
+    const abandoned = nextEvent(a, 'refresh');
+    await a.set('k', 'set-value', 20_000);
+    expect((await abandoned).outcome).toBe('abandoned');
+    expect(ctx.signal.aborted).toBe(true);
+    expect(await h.admin.exists(keysOf(a, 'k').lock)).toBe(0);
+    expect(await a.get('k')).toBe('set-value');
+  });
+});
