@@ -31,7 +31,14 @@ export class Batch {
    * Never rejects: a group whose pipeline failed answers each of its keys with that failure (a
    * RedisUnavailableError naming `operation`), and a command's own error reply answers its key alone.
    */
-  async run(operation: string, keys: readonly string[], send: (scripts: Scripts, index: number) => void, redisKeyOf?: (index: number) => string): Promise<Reply[]> {
+  async run(
+    operation: string,
+    keys: readonly string[],
+    send: (scripts: Scripts, index: number) => void,
+    redisKeyOf?: (index: number) => string,
+    /** Undoes a group's commands that may have been applied without an answer (a timeout, or applied after one): `Io.run`'s compensate, per group. */
+    compensate?: (indices: readonly number[]) => void,
+  ): Promise<Reply[]> {
     const replies = new Array<Reply>(keys.length);
     await Promise.all(
       this.groups(keys).map(async (group) => {
@@ -40,7 +47,8 @@ export class Batch {
         const queued = defineScripts(pipeline);
         for (const i of group) send(queued, i);
         try {
-          const answers = await this.io.run(operation, () => this.exec(pipeline, redisKeyOf?.(group[0] as number)), keys[group[0] as number]);
+          const undo = compensate ? () => compensate(group) : undefined;
+          const answers = await this.io.run(operation, () => this.exec(pipeline, redisKeyOf?.(group[0] as number)), keys[group[0] as number], undo);
           group.forEach((i, at) => {
             const [error, value] = answers?.[at] ?? [new Error('no reply in the pipeline'), undefined];
             replies[i] = error ? { ok: false, error: new RedisUnavailableError(operation, error, keys[i]) } : { ok: true, value };

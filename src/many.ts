@@ -3,7 +3,8 @@ import { freshRemaining, refreshPolicyFor } from './entry.js';
 import { AbortedError, CacheClosedError, InvalidOptionError } from './errors.js';
 import { entryKeys, type EntryKeys } from './keys.js';
 import { runLoader, type LoaderContext, type LoadResult } from './loader.js';
-import type { Grant } from './lock/types.js';
+import { StoreLock, type ManyItem } from './lock/single.js';
+import type { Grant, Locker } from './lock/types.js';
 import type { ResolvedCall } from './options.js';
 import { entryRead, Rebuild, refreshAheadOnHit, type RebuildDeps } from './rebuild.js';
 import type { Found } from './store.js';
@@ -38,7 +39,7 @@ export interface ManyHost {
 /**
  * getOrComputeMany, one story per batch:
  * 1. L1, then one pipelined read per hash slot for the rest; fresh values answer (refresh ahead per key);
- * 2. every miss tries its lock (all at once); a key whose lock another process holds, a stale key, a
+ * 2. every miss tries its lock (all at once: one pipelined round trip per slot); a key whose lock another process holds, a stale key, a
  *    key whose read or acquire failed, goes the single-key way (waited for and woken like any waiter,
  *    served stale, degraded, backed off) with `loadMany([key])` as its loader if it must load after all;
  * 3. the keys won are re-read in one pipelined read per slot (someone may have written meanwhile);
@@ -84,7 +85,7 @@ export async function computeMany(h: ManyHost, keys: readonly string[], loadMany
   });
 
   // Every miss's lock at once; a key not won (or whose acquire failed) goes the single-key way.
-  const acquired = await Promise.all(misses.map((m) => d.lockers[callOf(m.key).lock].acquire(m.key, m.keys, callOf(m.key)).catch(() => null)));
+  const acquired = await acquireAll(h, misses.map((m) => ({ key: m.key, keys: m.keys, call: callOf(m.key) })));
   const won: { key: string; keys: EntryKeys; found: Found; grant: Grant }[] = [];
   misses.forEach((m, i) => {
     const grant = acquired[i];
@@ -123,6 +124,40 @@ export async function computeMany(h: ManyHost, keys: readonly string[], loadMany
   const settled = await settleAll(unique.map((key) => answers.get(key) as Promise<unknown>), signal, keys[0] ?? '');
   const byKey = new Map(unique.map((key, i) => [key, settled[i]]));
   return keys.map((key) => byKey.get(key));
+}
+
+/**
+ * The misses' locks, taken together: the store's locks (modes single, local, none) in one pipelined
+ * round trip per slot; Redlock's per key (each fans out to its own nodes). Null where the key was not
+ * won or its acquisition failed (the single-key path then decides: wait, back off, degrade).
+ */
+async function acquireAll(h: ManyHost, items: readonly ManyItem[]): Promise<(Grant | null)[]> {
+  const { lockers } = h.deps;
+  const out = new Array<Grant | null>(items.length).fill(null);
+  const byLocker = new Map<Locker, number[]>();
+  items.forEach((it, i) => {
+    const locker = lockers[it.call.lock];
+    const group = byLocker.get(locker);
+    if (group) group.push(i);
+    else byLocker.set(locker, [i]);
+  });
+  await Promise.all(
+    [...byLocker].map(async ([locker, indices]) => {
+      if (locker instanceof StoreLock) {
+        const answers = await locker.acquireMany(h.batch, indices.map((i) => items[i] as ManyItem));
+        indices.forEach((i, at) => {
+          const answer = answers[at];
+          if (answer && !(answer instanceof Error)) out[i] = answer;
+        });
+        return;
+      }
+      await Promise.all(indices.map(async (i) => {
+        const { key, keys, call } = items[i] as ManyItem;
+        out[i] = await locker.acquire(key, keys, call).catch(() => null);
+      }));
+    }),
+  );
+  return out;
 }
 
 /** Reads `keys` in one pipelined round trip per slot; undefined where the read failed. */

@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { OriginBackoffError, RedisUnavailableError, type LockLostError } from '../errors.js';
+import type { Batch } from '../batch.js';
 import type { Io } from '../io.js';
 import type { EntryKeys } from '../keys.js';
 import type { Clock, LockMode, ResolvedCall } from '../options.js';
@@ -37,25 +38,92 @@ export class StoreLock implements Locker {
 
   /** `opts`: set() passes `{ ignoreBackoff: true, operation: 'set' }` (an explicit write runs no loader). */
   async acquire(key: string, keys: EntryKeys, call: ResolvedCall, opts: AcquireOptions = {}): Promise<Grant | null> {
+    const attempt = this.attempt(key, keys, call);
+    const { scripts } = this.deps;
+    const reply = await this.deps.io
+      .run(opts.operation ?? 'acquire', () => scripts.acquire(keys.lock, keys.fence, keys.backoff, attempt.token, attempt.lockTtl, call.lockTtl, opts.ignoreBackoff === true), key, attempt.undo)
+      .catch((error: unknown) => {
+        attempt.failed(error);
+        throw error;
+      });
+    return attempt.answered(reply);
+  }
+
+  /**
+   * Many keys' acquisitions in one pipelined round trip per hash slot (getOrComputeMany's misses):
+   * each answered as `acquire` would answer it — a grant, null (held by another), or the error
+   * `acquire` would throw (OriginBackoffError, RedisUnavailableError) — in the order of `items`.
+   */
+  async acquireMany(batch: Batch, items: readonly ManyItem[]): Promise<(Grant | null | Error)[]> {
+    const attempts = items.map((it) => this.attempt(it.key, it.keys, it.call));
+    const replies = await batch.run(
+      'acquire',
+      items.map((it) => it.key),
+      (scripts, i) => {
+        const { keys, call } = items[i] as ManyItem;
+        const a = attempts[i] as Attempt;
+        void scripts.acquire(keys.lock, keys.fence, keys.backoff, a.token, a.lockTtl, call.lockTtl, false);
+      },
+      // A grant's state a failover must not lose: with replicaAck on, each group is confirmed by WAIT.
+      (i) => (items[i] as ManyItem).keys.lock,
+      (group) => group.forEach((i) => attempts[i]?.undo?.()),
+    );
+    return replies.map((reply, i) => {
+      const a = attempts[i] as Attempt;
+      if (!reply.ok) {
+        a.failed(reply.error);
+        return reply.error instanceof Error ? reply.error : new Error(String(reply.error));
+      }
+      try {
+        return a.answered(reply.value as [number, number]);
+      } catch (error) {
+        return error as Error;
+      }
+    });
+  }
+
+  /** One key's acquisition: its token, and what its reply (or failure) makes of it. */
+  private attempt(key: string, keys: EntryKeys, call: ResolvedCall): Attempt {
     const token = this.exclusive ? newToken() : '';
-    const lockTtl = this.exclusive ? call.lockTtl : 0;
-    const { io, scripts, bus } = this.deps;
+    const { scripts, bus } = this.deps;
     const started = this.deps.clock.now();
     // A timed-out acquire may still be applied (now or later): free that orphan by its token.
     const undo = this.exclusive ? () => void scripts.release(keys.lock, keys.backoff, token, bus.channel, '', 0).catch(() => undefined) : undefined;
-    const [granted, fenceOrPttl] = await io
-      .run(opts.operation ?? 'acquire', () => scripts.acquire(keys.lock, keys.fence, keys.backoff, token, lockTtl, call.lockTtl, opts.ignoreBackoff === true), key, undo)
-      .catch((error: unknown) => {
+    return {
+      token,
+      lockTtl: this.exclusive ? call.lockTtl : 0,
+      undo,
+      failed: (error) => {
         // A failed acquire may have been applied all the same (a grant too few replicas acknowledged, a
         // reply lost with its connection, a refused WAIT): free it now, by its token. Idempotent, and it
         // cannot free another holder's lock. (A timeout was already undone by Io; the breaker sent nothing.)
         if (error instanceof RedisUnavailableError && error.failure !== 'timeout' && error.failure !== 'breaker') undo?.();
-        throw error;
-      });
-    if (granted === 2) throw new OriginBackoffError(key, fenceOrPttl);
-    if (granted !== 1) return null;
-    return new StoreGrant(this.deps, key, keys, token, fenceOrPttl, this.mode, this.exclusive, call.lockTtl, call.failBackoff, started);
+      },
+      answered: ([granted, fenceOrPttl]) => {
+        if (granted === 2) throw new OriginBackoffError(key, fenceOrPttl);
+        if (granted !== 1) return null;
+        return new StoreGrant(this.deps, key, keys, token, fenceOrPttl, this.mode, this.exclusive, call.lockTtl, call.failBackoff, started);
+      },
+    };
   }
+}
+
+/** One key of `acquireMany`. */
+export interface ManyItem {
+  readonly key: string;
+  readonly keys: EntryKeys;
+  readonly call: ResolvedCall;
+}
+
+interface Attempt {
+  readonly token: string;
+  readonly lockTtl: number;
+  /** Frees the grant by its token, if it was applied unanswered (exclusive grants only). */
+  readonly undo: (() => void) | undefined;
+  /** The acquisition failed: undo unless it surely sent nothing or Io already undid it. */
+  failed(error: unknown): void;
+  /** The script's reply: a grant, null (held), or throws OriginBackoffError. */
+  answered(reply: [number, number]): Grant | null;
 }
 
 class StoreGrant implements Grant {

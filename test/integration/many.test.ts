@@ -33,12 +33,55 @@ describe('getOrComputeMany', () => {
     const values = await cache.getOrComputeMany(['a', 'b', 'c', 'd', 'gone', 'b'], loadMany, 60_000);
     expect(values).toEqual(['cached a', 'v:b', 'cached c', 'v:d', undefined, 'v:b']);
     expect(calls).toEqual([['b', 'd', 'gone']]);
-    expect(pipelines.count).toBe(2); // the read of all keys, and the re-read of the keys won
+    // The read of all keys, the misses' locks taken together, and the re-read of the keys won.
+    expect(pipelines.count).toBe(3);
     // Written fenced per key, 'gone' not cached: the next call loads only 'gone'.
     expect(await cache.getMany(['b', 'd', 'gone'])).toEqual(['v:b', 'v:d', undefined]);
     const again = recording();
     expect(await cache.getOrComputeMany(['a', 'b', 'd', 'gone'], again.loadMany, 60_000)).toEqual(['cached a', 'v:b', 'v:d', 'v:gone']);
     expect(again.calls).toEqual([['gone']]);
+    await cache.close();
+  });
+
+  it('takes the locks of all its misses together: 50 cold keys cost three pipelines: the read, the locks, the re-read', async () => {
+    const client = h.client();
+    const cache = createCache({ redis: client, prefix: `many${process.pid}locks` });
+    await client.ping();
+    const keys = Array.from({ length: 50 }, (_, i) => `cold${i}`);
+    const pipelines = countPipelines(client);
+    const { calls, loadMany } = recording();
+    expect(await cache.getOrComputeMany(keys, loadMany, 60_000)).toEqual(keys.map((k) => `v:${k}`));
+    expect(calls).toHaveLength(1);
+    expect(pipelines.count).toBe(3); // with an acquire per key: 2 (the reads)
+    await cache.close();
+  });
+
+  it('a lock pipeline that times out but is applied later leaves no lock behind: each grant is undone by its token', async () => {
+    const client = h.client();
+    const cache = createCache({ redis: client, prefix: `many${process.pid}undo`, redisTimeout: 200, breakerThreshold: 1000 });
+    await client.ping();
+    const stall = h.adminClient();
+    const keys = ['u1', 'u2', 'u3'];
+    // The second pipeline (the locks) reaches a server stalled for 600 ms: it times out, then is applied.
+    let pipelines = 0;
+    const original = client.pipeline.bind(client);
+    client.pipeline = ((...args: Parameters<typeof client.pipeline>) => {
+      const p = original(...args);
+      const exec = p.exec.bind(p);
+      p.exec = (async (...a: Parameters<typeof p.exec>) => {
+        if (++pipelines === 2) {
+          void stall.call('DEBUG', 'SLEEP', '0.6');
+          await sleep(50); // the server is asleep before the pipeline reaches it
+        }
+        return exec(...a);
+      }) as typeof p.exec;
+      return p;
+    }) as typeof client.pipeline;
+    const { loadMany } = recording();
+    // The keys then go the single-key way (a failed acquire); their loads end and release their own grants.
+    const values = await cache.getOrComputeMany(keys, loadMany, { ttl: 60_000, lockTtl: 60_000, waitTimeout: 60_000 });
+    expect(values).toEqual(keys.map((k) => `v:${k}`));
+    expect(await h.admin.exists(...keys.map((k) => keysOf(cache, k).lock))).toBe(0);
     await cache.close();
   });
 
