@@ -74,9 +74,9 @@ describe('getOrComputeMany', () => {
           await sleep(50); // the server is asleep before the pipeline reaches it
         }
         return exec(...a);
-      }) as typeof p.exec;
+      });
       return p;
-    }) as typeof client.pipeline;
+    });
     const { loadMany } = recording();
     // The keys then go the single-key way (a failed acquire); their loads end and release their own grants.
     const values = await cache.getOrComputeMany(keys, loadMany, { ttl: 60_000, lockTtl: 60_000, waitTimeout: 60_000 });
