@@ -32,14 +32,19 @@ export interface TestClient {
 }
 
 /** A client of `kind`, connecting (node-redis: connect() already called, commands queue until ready), plus its disposal. */
-export function familyClient(url: string, kind: ClientFamily = TEST_CLIENT): { client: RedisClient & TestClient; dispose: () => void } {
+export function familyClient(
+  url: string,
+  kind: ClientFamily = TEST_CLIENT,
+  { offlineQueue = true }: { offlineQueue?: boolean } = {},
+): { client: RedisClient & TestClient; dispose: () => void } {
   if (kind === 'ioredis' || kind === 'ioredis6') {
     // A bounded retry count: the cache's own redisTimeout bounds every call anyway.
-    const c = kind === 'ioredis' ? new Redis(url, { maxRetriesPerRequest: 1 }) : new Redis6(url, { maxRetriesPerRequest: 1 });
+    const options = { maxRetriesPerRequest: 1, enableOfflineQueue: offlineQueue };
+    const c = kind === 'ioredis' ? new Redis(url, options) : new Redis6(url, options);
     c.on('error', () => undefined); // the caller's client: its connection errors are the caller's to log
     return { client: c, dispose: () => c.disconnect() };
   }
-  const c = kind === 'node-redis' ? createClient({ url }) : createClient5({ url });
+  const c = kind === 'node-redis' ? createClient({ url, disableOfflineQueue: !offlineQueue }) : createClient5({ url, disableOfflineQueue: !offlineQueue });
   c.on('error', () => undefined);
   // The caller connects a node-redis client; connect() opens it at once (commands queue until ready).
   c.connect().catch(() => undefined);
@@ -49,6 +54,33 @@ export function familyClient(url: string, kind: ClientFamily = TEST_CLIENT): { c
       if (c.isOpen) c.destroy();
     },
   };
+}
+
+/** Closes a client's connection for good, as a crash of its socket would (ioredis disconnect(), node-redis destroy()). */
+export function dropConnection(client: TestClient): void {
+  const c = client as unknown as { disconnect?: () => void; destroy?: () => void; isOpen?: boolean };
+  if (typeof c.destroy === 'function') {
+    if (c.isOpen !== false) c.destroy();
+  } else c.disconnect?.();
+}
+
+/**
+ * Sends the cache's pub/sub connection (its one duplicate()) to `url` instead: what `client.duplicate()`
+ * would return, on another address (ioredis: connecting already; node-redis: unconnected, the cache
+ * connects it). Returns a disposal for the subscriber made.
+ */
+export function subscribeVia(client: TestClient, url: string, kind: ClientFamily = TEST_CLIENT): () => void {
+  let made: { client: RedisClient & TestClient; dispose: () => void } | undefined;
+  (client as unknown as { duplicate: () => unknown }).duplicate = () => {
+    if (kind === 'ioredis' || kind === 'ioredis6') {
+      made = familyClient(url, kind);
+      return made.client;
+    }
+    const c = kind === 'node-redis' ? createClient({ url }) : createClient5({ url });
+    made = { client: c, dispose: () => dropConnection(c) };
+    return c;
+  };
+  return () => made?.dispose();
 }
 
 /** Resolves once `client` (either family) is connected and ready for commands. */
