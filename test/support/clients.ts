@@ -31,23 +31,47 @@ export interface TestClient {
   sendCommand(...args: never[]): unknown;
 }
 
+/** How a test's client differs from the default one, said once for both families. */
+export interface FamilyOptions {
+  /** false: commands fail while disconnected (ioredis enableOfflineQueue: false, node-redis disableOfflineQueue). */
+  offlineQueue?: boolean;
+  /** TLS socket options (ioredis `tls`, node-redis `socket` with `tls: true`). */
+  tls?: { ca?: Buffer; servername?: string; rejectUnauthorized?: boolean };
+  /** A fixed wait between reconnection attempts (ioredis retryStrategy, node-redis reconnectStrategy). */
+  retryDelay?: number;
+  /** false: not connected (ioredis lazyConnect; node-redis connect() not called). */
+  connect?: boolean;
+}
+
 /** A client of `kind`, connecting (node-redis: connect() already called, commands queue until ready), plus its disposal. */
 export function familyClient(
   url: string,
   kind: ClientFamily = TEST_CLIENT,
-  { offlineQueue = true }: { offlineQueue?: boolean } = {},
+  options: FamilyOptions = {},
 ): { client: RedisClient & TestClient; dispose: () => void } {
+  const { offlineQueue = true, tls, retryDelay, connect = true } = options;
   if (kind === 'ioredis' || kind === 'ioredis6') {
     // A bounded retry count: the cache's own redisTimeout bounds every call anyway.
-    const options = { maxRetriesPerRequest: 1, enableOfflineQueue: offlineQueue };
-    const c = kind === 'ioredis' ? new Redis(url, options) : new Redis6(url, options);
+    const o = {
+      maxRetriesPerRequest: 1,
+      enableOfflineQueue: offlineQueue,
+      lazyConnect: !connect,
+      ...(tls ? { tls } : {}),
+      ...(retryDelay !== undefined ? { retryStrategy: () => retryDelay } : {}),
+    };
+    const c = kind === 'ioredis' ? new Redis(url, o) : new Redis6(url, o);
     c.on('error', () => undefined); // the caller's client: its connection errors are the caller's to log
     return { client: c, dispose: () => c.disconnect() };
   }
-  const c = kind === 'node-redis' ? createClient({ url, disableOfflineQueue: !offlineQueue }) : createClient5({ url, disableOfflineQueue: !offlineQueue });
+  const socket = {
+    ...(tls ? { tls: true as const, ...tls } : {}),
+    ...(retryDelay !== undefined ? { reconnectStrategy: () => retryDelay } : {}),
+  };
+  const o = { url, disableOfflineQueue: !offlineQueue, socket };
+  const c = kind === 'node-redis' ? createClient(o) : createClient5(o);
   c.on('error', () => undefined);
   // The caller connects a node-redis client; connect() opens it at once (commands queue until ready).
-  c.connect().catch(() => undefined);
+  if (connect) c.connect().catch(() => undefined);
   return {
     client: c,
     dispose: () => {
