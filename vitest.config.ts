@@ -3,13 +3,16 @@ import { defineConfig } from 'vitest/config';
 /**
  * `SG_TEST_CLIENT=node-redis` (the third pass of `npm test`) reruns only the files whose caches are
  * built on the client family under test (test/support/clients.ts): core, edges, fail-safe, fault,
- * coherence, stale-window, refresh-ahead, telemetry and review behaviours. The rest test the library's
- * own logic above the port (fence, model, campaign, multi-process workers) or pick their families
+ * coherence, stale-window, refresh-ahead, telemetry, review behaviours, batches, getOrComputeMany,
+ * namespaces, loader control, grant releases, the degraded memo, and the ACL and TLS tests
+ * (security). The rest test the library's own logic above the port (fence, model, campaign, multi-process workers) or pick their families
  * themselves (client-versions, cluster, redlock), and already ran in the first two passes.
  */
 const FOLLOW_CLIENT_FAMILY = [
   'core', 'edges', 'failsafe', 'redis-faults', 'network-faults', 'coherence', 'stale-window',
   'refresh-ahead', 'telemetry', 'review', 'review-final', 'review-refresh',
+  'batch-reads', 'many', 'namespace', 'loader-control', 'grant', 'degraded-memo',
+  'security',
 ].map((name) => `test/integration/${name}.test.ts`);
 const ALL = ['test/**/*.test.ts'];
 const otherFamily = process.env.SG_TEST_CLIENT !== undefined && process.env.SG_TEST_CLIENT !== 'ioredis';

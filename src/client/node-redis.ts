@@ -37,12 +37,14 @@ const BYTES: CommandOptions = Object.freeze({ typeMapping: Object.freeze({ 36: B
 const PLAIN: CommandOptions = Object.freeze({ typeMapping: Object.freeze({}) });
 
 /**
- * Per client, the scripts it has run: EVAL the first time, EVALSHA after. Sending EVALSHA first would
- * make the first run of a script two round trips (EVALSHA, NOSCRIPT, EVAL), and if the NOSCRIPT reply
- * is lost the script never runs at all: an undo that must land (a release by token after a timeout)
- * would then be lost with it. Shared by every cache on the client (a WeakMap: nothing is kept alive).
+ * Per client and per node, the scripts run there: EVAL the first time, EVALSHA after. Sending EVALSHA
+ * first would make the first run of a script two round trips (EVALSHA, NOSCRIPT, EVAL), and if the
+ * NOSCRIPT reply is lost the script never runs at all: an undo that must land (a release by token
+ * after a timeout) would then be lost with it. Scripts are cached per server, so on a Cluster the
+ * node is the master of the first key's slot (`nodeOf`): a script run on one master is still sent
+ * with EVAL on the next. Shared by every cache on the client (a WeakMap: nothing is kept alive).
  */
-const RAN = new WeakMap<object, Set<string>>();
+const RAN = new WeakMap<object, Map<string, Set<string>>>();
 
 /** A node-redis Cluster (createCluster): it routes by key and knows each slot's master. */
 function isNodeRedisCluster(v: unknown): boolean {
@@ -59,9 +61,10 @@ export function isNodeRedis(v: unknown): v is NodeRedisClient {
 }
 
 /**
- * node-redis: scripts through `sendCommand`: EVAL on a script's first run on this client, EVALSHA
- * after it, and EVAL again on NOSCRIPT (SCRIPT FLUSH, a restart, a failover; EVAL caches the script on
- * the server again), with numbers sent as strings (node-redis takes strings and Buffers only).
+ * node-redis: scripts through `sendCommand`: EVAL on a script's first run on this client and node
+ * (a Cluster's master), EVALSHA after it, and EVAL again on NOSCRIPT (SCRIPT FLUSH, a restart, a
+ * failover; EVAL caches the script on the server again), with numbers sent as strings (node-redis
+ * takes strings and Buffers only).
  * Replies: RESP2 or RESP3 (the caller's `RESP` option) give the same JS values for our scripts; a
  * per-command `typeMapping` asks for Buffers where the code needs bytes, and for the defaults
  * elsewhere. Like ioredis, node-redis keeps commands in its offline queue while disconnected (unless
@@ -72,11 +75,12 @@ export class NodeRedisPort implements RedisPort {
   readonly family: string;
   private readonly send: Send;
   readonly cluster: boolean;
-  private readonly ran: Set<string>;
+  /** Node → the shas of the scripts run on it (RAN's entry for this client). */
+  private readonly ran: Map<string, Set<string>>;
 
   constructor(private readonly client: NodeRedisClient) {
     let ran = RAN.get(client);
-    if (!ran) RAN.set(client, (ran = new Set()));
+    if (!ran) RAN.set(client, (ran = new Map<string, Set<string>>()));
     this.ran = ran;
     this.cluster = isNodeRedisCluster(client);
     this.family = this.cluster ? 'node-redis cluster' : 'node-redis';
@@ -92,9 +96,15 @@ export class NodeRedisPort implements RedisPort {
     for (const a of args) rest.push(typeof a === 'number' ? String(a) : a);
     const options = bytes ? BYTES : PLAIN;
     const firstKey = keys[0];
-    if (!this.ran.has(script.sha)) {
+    // 'unknown': a Cluster whose slot map is not known yet (or no key to route by); nothing is recorded for it.
+    const node = !this.cluster ? 'standalone' : firstKey === undefined ? 'unknown' : this.nodeOf(firstKey);
+    if (node === 'unknown' || !this.ran.get(node)?.has(script.sha)) {
       return this.send(firstKey, ['EVAL', script.lua, ...rest], options).then((reply) => {
-        this.ran.add(script.sha);
+        if (node !== 'unknown') {
+          let shas = this.ran.get(node);
+          if (!shas) this.ran.set(node, (shas = new Set()));
+          shas.add(script.sha);
+        }
         return reply;
       });
     }

@@ -4,6 +4,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { createCache, InvalidKeyError, InvalidOptionError } from '../../src/index.js';
+import { dropConnection } from '../support/clients.js';
 import { heldRebuild, keysOf, nextEvent, prefixOf, useRedis } from '../support/harness.js';
 import { countPipelines } from '../support/pipelines.js';
 
@@ -43,7 +44,7 @@ describe('getMany', () => {
     const writer = h.cache();
     const keys = Array.from({ length: 200 }, (_, i) => `k${i}`);
     for (const k of keys.slice(0, 150)) await writer.set(k, k, 60_000);
-    const client = h.client();
+    const client = h.cacheClient();
     const reader = createCache({ redis: client, prefix: prefixOf(writer), local: { max: 1000 } });
     expect(await reader.ready()).toBe(true);
     const pipelines = countPipelines(client);
@@ -59,7 +60,7 @@ describe('getMany', () => {
   it('a read that was in flight across a delete never refills L1 with the deleted value', async () => {
     const writer = h.cache();
     await writer.set('r', 'before', 60_000);
-    const reader = createCache({ redis: h.client(), prefix: prefixOf(writer), local: { max: 10 } });
+    const reader = createCache({ redis: h.cacheClient(), prefix: prefixOf(writer), local: { max: 10 } });
     expect(await reader.ready()).toBe(true);
     const note = nextEvent(reader, 'remoteChange');
     const reading = reader.getMany(['r']);
@@ -71,10 +72,10 @@ describe('getMany', () => {
   });
 
   it('a Redis failure reads as a miss with a degraded event per key; bad input is a typed error before any traffic', async () => {
-    const client = h.client();
+    const client = h.cacheClient();
     const cache = createCache({ redis: client, prefix: `down${process.pid}` });
     await client.ping();
-    client.disconnect();
+    dropConnection(client);
     const degraded: string[] = [];
     cache.on('degraded', (e) => e.operation === 'read' && degraded.push(e.key as string));
     expect(await cache.getMany(['p', 'q'])).toEqual([undefined, undefined]);
@@ -90,7 +91,7 @@ describe('getMany', () => {
 describe('deleteMany', () => {
   it('deletes every key, raises each fence (a rebuild in flight cannot bring its key back) and drops it from every process’s L1', async () => {
     const a = h.cache();
-    const other = createCache({ redis: h.client(), prefix: prefixOf(a), local: { max: 100 } });
+    const other = createCache({ redis: h.cacheClient(), prefix: prefixOf(a), local: { max: 100 } });
     expect(await other.ready()).toBe(true);
     await a.set('d1', 1, 60_000);
     await a.set('d2', 2, 60_000);

@@ -1,4 +1,4 @@
-import { Cluster } from 'ioredis';
+import { Cluster, Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { portFor } from '../../src/client/detect.js';
 import { createCache, type Cache, type CacheOptions, type RedisClient } from '../../src/index.js';
@@ -175,6 +175,45 @@ describe.each<Family>(['ioredis', 'node-redis', 'node-redis5'])('Redis Cluster (
     gate.resolve('new');
     await computed;
     expect(await c.get('s{')).toBe('new');
+  });
+});
+
+// ---------------------------------------------------------------- node-redis: EVAL first, per node
+
+/** NOSCRIPT replies a node has sent since its stats were reset (INFO errorstats). */
+async function noscripts(node: Redis): Promise<number> {
+  return Number(/errorstat_NOSCRIPT:count=(\d+)/.exec(await node.info('errorstats'))?.[1] ?? 0);
+}
+
+describe.each<'node-redis' | 'node-redis5'>(['node-redis', 'node-redis5'])('%s Cluster: scripts run with EVAL first on every node', (family) => {
+  it('a script\'s first run on each master is EVAL, not EVALSHA then NOSCRIPT: no node replies NOSCRIPT', async () => {
+    const nodes = cluster.nodes.map((n) => {
+      const c = new Redis(n.adminUrl, { maxRetriesPerRequest: 1 });
+      c.on('error', () => undefined);
+      return c;
+    });
+    try {
+      // No node has a script cached, and no NOSCRIPT counted so far.
+      await Promise.all(nodes.map(async (n) => (await n.script('FLUSH'), await n.config('RESETSTAT'))));
+      const client = await nodeRedisClusterClient(cluster, disposals, family === 'node-redis' ? 6 : 5);
+      const port = portFor(client);
+      const prefix = `${family}-evalfirst`;
+      // One user key per master, in turn: the scripts' first runs on the second and third masters come after the first's.
+      const byNode = new Map<string, string>();
+      for (let i = 0; byNode.size < cluster.nodes.length; i++) {
+        const owner = port.nodeOf(entryKeys(prefix, `e${i}`).value);
+        if (!byNode.has(owner)) byNode.set(owner, `e${i}`);
+      }
+      const c = createCache({ redis: client, prefix });
+      caches.push(c);
+      for (const key of byNode.values()) {
+        expect(await c.getOrCompute(key, () => `v:${key}`, 60_000)).toBe(`v:${key}`);
+        expect(await c.get(key)).toBe(`v:${key}`);
+      }
+      expect(await Promise.all(nodes.map(noscripts))).toEqual(nodes.map(() => 0));
+    } finally {
+      for (const n of nodes) n.disconnect();
+    }
   });
 });
 

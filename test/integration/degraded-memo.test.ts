@@ -1,7 +1,6 @@
-import { once } from 'node:events';
-import { Redis } from 'ioredis';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { createCache, type Cache } from '../../src/index.js';
+import { createCache, type Cache, type RedisClient } from '../../src/index.js';
+import { familyClient, whenReady, type TestClient } from '../support/clients.js';
 import { startRedisServer, type RedisServer } from '../support/redis-server.js';
 
 /**
@@ -11,7 +10,8 @@ import { startRedisServer, type RedisServer } from '../support/redis-server.js';
  * value once Redis answers again.
  */
 let server: RedisServer;
-const clients: Redis[] = [];
+/** Disposals of the caches' clients (of the family under test, SG_TEST_CLIENT). */
+const clients: (() => void)[] = [];
 const caches: Cache[] = [];
 
 beforeAll(async () => {
@@ -22,7 +22,7 @@ afterEach(async () => {
   await server.kill();
   await server.restart();
   await Promise.all(caches.splice(0).map((c) => c.close()));
-  for (const c of clients.splice(0)) c.disconnect();
+  for (const dispose of clients.splice(0)) dispose();
 });
 afterAll(async () => {
   await server.stop();
@@ -35,9 +35,8 @@ function skewedClock() {
 }
 
 async function setup(options: { degradedMemo?: number } = {}) {
-  const redis = new Redis(server.url, { maxRetriesPerRequest: 1 });
-  redis.on('error', () => undefined);
-  clients.push(redis);
+  const { client: redis, dispose } = familyClient(server.url);
+  clients.push(dispose);
   await redis.ping();
   const { clock, advance } = skewedClock();
   const cache = createCache({ redis, prefix: `dm${clients.length}`, redisTimeout: 200, breakerThreshold: 3, breakerCooldown: 60_000, clock, ...options });
@@ -47,9 +46,9 @@ async function setup(options: { degradedMemo?: number } = {}) {
   return { redis, cache, advance, loader, runs: () => runs };
 }
 
-async function restart(redis: Redis) {
+async function restart(redis: RedisClient & TestClient) {
   await server.restart();
-  if (redis.status !== 'ready') await once(redis, 'ready');
+  await whenReady(redis);
 }
 
 describe('degraded memo: one loader per key per ttl per process while Redis is unavailable', () => {

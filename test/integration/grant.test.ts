@@ -2,8 +2,7 @@
  * A grant's release on a real Redis: each outcome's note and backoff (the one mapping in
  * src/lock/grant.ts), the typed result, and idempotence (a second release sends nothing).
  */
-import type { Redis } from 'ioredis';
-import { describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it } from 'vitest';
 import { Io } from '../../src/io.js';
 import { entryKeys } from '../../src/keys.js';
 import { portFor } from '../../src/client/detect.js';
@@ -13,13 +12,19 @@ import type { Grant, ReleaseOutcome } from '../../src/lock/types.js';
 import { resolveCacheOptions, resolveCallOptions, systemClock } from '../../src/options.js';
 import { Store } from '../../src/store.js';
 import { Bus } from '../../src/wait.js';
+import { dropConnection, familyClient, whenReady } from '../support/clients.js';
 import { useRedis } from '../support/harness.js';
+import type { RedisClient } from '../../src/index.js';
 
 const h = useRedis();
 let prefixes = 0;
+const disposals: (() => void)[] = [];
+afterAll(() => {
+  for (const dispose of disposals) dispose();
+});
 
-/** Locks on a fresh prefix, and every note published on its channel (in order). */
-async function setup(client: Redis = h.client()) {
+/** Locks on a fresh prefix (on a client of the family under test), and every note published on its channel (in order). */
+async function setup(client: RedisClient = h.cacheClient()) {
   const prefix = `grant${++prefixes}`;
   const bus = new Bus(prefix);
   const io = new Io(500, 5, 1000, systemClock);
@@ -115,11 +120,12 @@ describe('grant release outcomes', () => {
   });
 
   it("'unknown' when Redis does not answer, and release still does not throw", async () => {
-    const client = h.client({ enableOfflineQueue: false });
+    const { client, dispose } = familyClient(h.url, undefined, { offlineQueue: false });
+    disposals.push(dispose);
+    await whenReady(client);
     const s = await setup(client);
-    await client.ping();
     const grant = await s.acquire('u');
-    client.disconnect();
+    dropConnection(client);
     expect(await grant.release('failed' satisfies ReleaseOutcome)).toBe('unknown');
   });
 });

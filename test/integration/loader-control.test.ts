@@ -9,7 +9,7 @@ import { deferred, heldRebuild, keysOf, nextEvent, prefixOf, useRedis } from '..
 
 const h = useRedis();
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-const twin = (cache: Cache, local = false): Cache => createCache({ redis: h.client(), prefix: prefixOf(cache), ...(local ? { local: { max: 100 } } : {}) });
+const twin = (cache: Cache, local = false): Cache => createCache({ redis: h.cacheClient(), prefix: prefixOf(cache), ...(local ? { local: { max: 100 } } : {}) });
 
 async function stored(cache: Cache, key: string) {
   const bytes = await h.admin.getBuffer(keysOf(cache, key).value);

@@ -24,7 +24,7 @@ function recording(values: (key: string) => unknown = (k) => `v:${k}`) {
 
 describe('getOrComputeMany', () => {
   it('answers hits from one pipelined read and sends only the misses to ONE loadMany call; values are aligned with keys', async () => {
-    const client = h.client();
+    const client = h.cacheClient();
     const cache = createCache({ redis: client, prefix: `many${process.pid}a` });
     await cache.set('a', 'cached a', 60_000);
     await cache.set('c', 'cached c', 60_000);
@@ -87,7 +87,7 @@ describe('getOrComputeMany', () => {
 
   it('waits for a key whose lock another process holds instead of reloading it, and is woken by its write', async () => {
     const a = h.cache();
-    const b = createCache({ redis: h.client(), prefix: prefixOf(a) });
+    const b = createCache({ redis: h.cacheClient(), prefix: prefixOf(a) });
     const held = await heldRebuild<string>(a, 'busy', 60_000);
     const { calls, loadMany } = recording();
     const many = b.getOrComputeMany(['busy', 'free'], loadMany, { ttl: 60_000, pollInterval: 600_000, waitTimeout: 600_000, onWaitTimeout: 'throw' });
@@ -138,7 +138,7 @@ describe('getOrComputeMany', () => {
     ['from Redis', 0],
     ['from L1', 100],
   ])('refresh ahead (%s): a key past its refresh point answers its value at once and is refreshed once with loadMany([key]); a key before it is not', async (_from, localMax) => {
-    const client = h.client();
+    const client = h.cacheClient();
     const cache = createCache({ redis: client, prefix: `many${process.pid}ra${localMax}`, ...(localMax > 0 ? { local: { max: localMax } } : {}) });
     try {
       expect(await cache.ready()).toBe(true);

@@ -4,12 +4,13 @@
  */
 import { describe, expect, it } from 'vitest';
 import { createCache, InvalidKeyError, InvalidOptionError, type Cache } from '../../src/index.js';
-import { Redis } from 'ioredis';
-import { deferred, nextEvent, prefixOf, useRedis } from '../support/harness.js';
+import { asAppUser } from '../support/redis-server.js';
+import { dropConnection, familyClient, subscribeVia } from '../support/clients.js';
+import { deferred, nextEvent, prefixOf, subscriptionDowns, useRedis } from '../support/harness.js';
 import { startProxy } from '../support/proxy.js';
 
 const h = useRedis();
-const twin = (cache: Cache): Cache => createCache({ redis: h.client(), prefix: prefixOf(cache), local: { max: 1000 } });
+const twin = (cache: Cache): Cache => createCache({ redis: h.cacheClient(), prefix: prefixOf(cache), local: { max: 1000 } });
 
 describe('namespace', () => {
   it('is its own key space: the same key in the cache, a namespace and a nested one are three entries', async () => {
@@ -70,13 +71,8 @@ describe('clear()', () => {
   it('waits for a slow subscriber to take the note: right after it resolves, that process has dropped its generation', async () => {
     const a = h.cache();
     const proxy = await startProxy({ host: '127.0.0.1', port: Number(new URL(h.url).port) });
-    const client = h.client();
-    let subscriber: Redis | undefined;
-    client.duplicate = (() => {
-      subscriber = new Redis(proxy.url, { maxRetriesPerRequest: 1 });
-      subscriber.on('error', () => undefined);
-      return subscriber;
-    });
+    const client = h.cacheClient();
+    const dropSubscriber = subscribeVia(client, asAppUser(proxy.url));
     const b = createCache({ redis: client, prefix: prefixOf(a), local: { max: 100 } });
     expect(await b.ready()).toBe(true);
     await a.namespace('users').set('k', 'old', 60_000);
@@ -85,7 +81,7 @@ describe('clear()', () => {
     await a.namespace('users').clear();
     expect(await b.namespace('users').get('k')).toBeUndefined();
     await b.close();
-    subscriber?.disconnect();
+    dropSubscriber();
     await proxy.close();
   });
 
@@ -107,16 +103,22 @@ describe('clear()', () => {
 
   it('a process whose subscription is down reads the generation from Redis on every call, so it never misses a clear', async () => {
     const a = h.cache();
-    const b = twin(a);
+    // b's subscriber connects through a proxy; its commands go directly.
+    const proxy = await startProxy({ host: '127.0.0.1', port: Number(new URL(h.url).port) });
+    const client = h.cacheClient();
+    const dropSubscriber = subscribeVia(client, asAppUser(proxy.url));
+    const b = createCache({ redis: client, prefix: prefixOf(a), local: { max: 1000 } });
     expect(await b.ready()).toBe(true);
     await a.namespace('users').set('k', 'old', 60_000);
     expect(await b.namespace('users').get('k')).toBe('old'); // b has cached the generation
-    // b's subscriber goes away for good: the clear's note never reaches it.
-    (b as unknown as { bus: { subscriber: { close(): void } } }).bus.subscriber.close();
-    await new Promise((r) => setTimeout(r, 50));
+    // b's subscriber goes away for good (the proxy closes: no reconnect gets through): the clear's note never reaches it.
+    const downs = subscriptionDowns(b);
+    await proxy.close();
+    while (downs.count === 0) await new Promise((r) => setTimeout(r, 5));
     await a.namespace('users').clear();
     expect(await b.namespace('users').get('k')).toBeUndefined();
     await b.close();
+    dropSubscriber();
   });
 
   it('a lost generation counter (evicted, or a restart without persistence) never brings back the entries of the generations it had passed', async () => {
@@ -175,11 +177,8 @@ describe('namespaces while Redis cannot give the generation (issue #11 review: c
    */
   async function slowCommands() {
     const proxy = await startProxy({ host: '127.0.0.1', port: Number(new URL(h.url).port) });
-    const client = new Redis(proxy.url, { maxRetriesPerRequest: 1 });
-    client.on('error', () => undefined);
-    const subscriber = new Redis(h.url, { maxRetriesPerRequest: 1 });
-    subscriber.on('error', () => undefined);
-    client.duplicate = () => subscriber;
+    const { client } = familyClient(asAppUser(proxy.url));
+    const dropSubscriber = subscribeVia(client, h.url);
     const cache = createCache({ redis: client, prefix: `ns-outage-${process.pid}-${++unique}`, redisTimeout: 150, breakerThreshold: 1000 });
     expect(await cache.ready()).toBe(true);
     /** Replies late, then on time again: chunks already held are let through before the next command, so none overtakes another. */
@@ -190,8 +189,8 @@ describe('namespaces while Redis cannot give the generation (issue #11 review: c
     };
     const done = async () => {
       await cache.close();
-      client.disconnect();
-      subscriber.disconnect();
+      dropConnection(client);
+      dropSubscriber();
       await proxy.close();
     };
     return { cache, outage, heal, done };

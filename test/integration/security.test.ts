@@ -2,24 +2,44 @@ import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { Redis, type RedisOptions } from 'ioredis';
+import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createCache, type Cache } from '../../src/index.js';
+import { createCache, type Cache, type RedisClient } from '../../src/index.js';
 import { APP_COMMANDS } from '../support/acl.js';
-import { heldRebuild, missedCall } from '../support/harness.js';
+import { familyClient, type FamilyOptions, type TestClient } from '../support/clients.js';
+import { countCommands, heldRebuild, missedCall } from '../support/harness.js';
 import { freePort, startRedisServer, waitForPing, type RedisServer } from '../support/redis-server.js';
 
+/**
+ * The caches run on the client family under test (SG_TEST_CLIENT, test/support/clients.ts); the
+ * test's own admin reads (ACL SETUSER, INFO) use ioredis.
+ */
 const clients: Redis[] = [];
+const disposals: (() => void)[] = [];
 const caches: Cache[] = [];
-function client(url: string, options: RedisOptions = {}): Redis {
-  const c = new Redis(url, { maxRetriesPerRequest: 1, ...options });
+function admin(url: string): Redis {
+  const c = new Redis(url, { maxRetriesPerRequest: 1 });
   c.on('error', () => undefined);
   clients.push(c);
   return c;
 }
+/** A client of the family under test, for a cache. */
+function cacheClient(url: string, options: FamilyOptions = {}): RedisClient & TestClient {
+  const { client, dispose } = familyClient(url, undefined, options);
+  disposals.push(dispose);
+  return client;
+}
+/** `url` authenticating as `username`. */
+function as(url: string, username: string, password: string): string {
+  const u = new URL(url);
+  u.username = username;
+  u.password = password;
+  return u.toString();
+}
 afterAll(async () => {
   await Promise.all(caches.map((c) => c.close()));
   for (const c of clients) c.disconnect();
+  for (const dispose of disposals) dispose();
 });
 
 /**
@@ -32,14 +52,14 @@ describe('least-privilege ACL user', () => {
   let server: RedisServer;
   beforeAll(async () => {
     server = await startRedisServer();
-    const admin = client(server.adminUrl);
-    await admin.acl('SETUSER', 'app', ...APP_ACL);
-    await admin.acl('SETUSER', 'noscript', 'on', '>pw', '~app:*', '&app:events', '-@all', '+ping', '+info', '+subscribe', '+get', '+set');
+    const root = admin(server.adminUrl);
+    await root.acl('SETUSER', 'app', ...APP_ACL);
+    await root.acl('SETUSER', 'noscript', 'on', '>pw', '~app:*', '&app:events', '-@all', '+ping', '+info', '+subscribe', '+get', '+set');
   });
   afterAll(async () => server.stop());
 
   const appCache = (extra: Record<string, unknown> = {}) => {
-    const c = createCache({ redis: client(server.adminUrl, { username: 'app', password: 'app-password' }), prefix: 'app', ...extra });
+    const c = createCache({ redis: cacheClient(as(server.adminUrl, 'app', 'app-password')), prefix: 'app', ...extra });
     caches.push(c);
     return c;
   };
@@ -67,32 +87,30 @@ describe('least-privilege ACL user', () => {
   });
 
   it('a missing permission is a typed ERR_REDIS_NOPERM, not a retry storm', async () => {
-    const redis = client(server.adminUrl, { username: 'noscript', password: 'pw' });
+    const redis = cacheClient(as(server.adminUrl, 'noscript', 'pw'));
     await redis.ping();
     const cache = createCache({ redis, prefix: 'app', breakerThreshold: 2, breakerCooldown: 60_000 });
     caches.push(cache);
     await expect(cache.set('k', 1, 1000)).rejects.toMatchObject({ code: 'ERR_REDIS_NOPERM' });
     // The breaker is open after two refusals: 50 more calls answer (degraded) without sending anything.
     await cache.get('k');
-    let sent = 0;
-    const original = redis.sendCommand.bind(redis);
-    redis.sendCommand = ((...args: Parameters<Redis['sendCommand']>) => (sent++, original(...args)));
+    const sent = countCommands(redis);
     const answers = await Promise.all(Array.from({ length: 50 }, (_, i) => cache.getOrCompute(`k${i}`, () => i, 1000)));
     expect(answers).toEqual(Array.from({ length: 50 }, (_, i) => i));
-    expect(sent).toBe(0);
+    expect(sent.count).toBe(0);
   });
 });
 
 /** Commands the server has executed so far (INFO stats), read over its plain port as the default user. */
-async function commandsProcessed(admin: Redis): Promise<number> {
-  return Number(/total_commands_processed:(\d+)/.exec(await admin.info('stats'))?.[1]);
+async function commandsProcessed(plainAdmin: Redis): Promise<number> {
+  return Number(/total_commands_processed:(\d+)/.exec(await plainAdmin.info('stats'))?.[1]);
 }
 
 describe('TLS', () => {
   let dir: string;
   let port: number;
   /** The server's plain port, for the test's own INFO reads. */
-  let admin: Redis;
+  let plainAdmin: Redis;
   let child: ChildProcess;
   let ca: Buffer | undefined;
 
@@ -115,7 +133,7 @@ describe('TLS', () => {
       '--tls-ca-cert-file', join(dir, 'ca.crt'), '--tls-auth-clients', 'no',
     ], { stdio: 'ignore' });
     await waitForPing('127.0.0.1', plain);
-    admin = client(`redis://127.0.0.1:${plain}`);
+    plainAdmin = admin(`redis://127.0.0.1:${plain}`);
   });
   afterAll(async () => {
     child.kill('SIGKILL');
@@ -127,17 +145,17 @@ describe('TLS', () => {
 
   it('the cache works over TLS with a verified certificate, pub/sub included', async () => {
     const tls = { ca, servername: 'localhost' };
-    const a = createCache({ redis: client(url(), { tls }), prefix: 'tls' });
-    const b = createCache({ redis: client(url(), { tls }), prefix: 'tls', defaults: { pollInterval: 3_600_000, waitTimeout: 3_600_000 } });
+    const a = createCache({ redis: cacheClient(url(), { tls }), prefix: 'tls' });
+    const b = createCache({ redis: cacheClient(url(), { tls }), prefix: 'tls', defaults: { pollInterval: 3_600_000, waitTimeout: 3_600_000 } });
     caches.push(a, b);
-    const before = await commandsProcessed(admin);
+    const before = await commandsProcessed(plainAdmin);
     await Promise.all([a.ready(), b.ready()]);
     const held = await heldRebuild<string>(a, 'k');
     const waiting = await missedCall(b, 'k', () => 'b');
     held.open('over-tls');
     expect([await held.call, await waiting.call]).toEqual(['over-tls', 'over-tls']);
     // The count the refusal tests rely on sees TLS traffic (the INFO read itself is one command).
-    expect((await commandsProcessed(admin)) - before).toBeGreaterThan(5);
+    expect((await commandsProcessed(plainAdmin)) - before).toBeGreaterThan(5);
     // Closed now, so their subscriber heartbeats do not count in the refusal tests below.
     await Promise.all([a.close(), b.close()]);
   });
@@ -149,20 +167,20 @@ describe('TLS', () => {
   ])('refuses %s: nothing reaches Redis, set() rejects, getOrCompute degrades to the loader', async (_what, tlsOptions) => {
     const tls = tlsOptions();
     expect(tls.servername).toBeDefined();
-    const cache = createCache({ redis: client(url(), { tls, retryStrategy: () => 1000 }), prefix: 'tls-bad', redisTimeout: 300 });
+    const cache = createCache({ redis: cacheClient(url(), { tls, retryDelay: 1000 }), prefix: 'tls-bad', redisTimeout: 300 });
     caches.push(cache);
     const errors: unknown[] = [];
     cache.on('degraded', (e) => errors.push(e.error));
-    const before = await commandsProcessed(admin);
+    const before = await commandsProcessed(plainAdmin);
     await expect(cache.set('k', 1, 1000)).rejects.toMatchObject({ code: 'ERR_REDIS_UNAVAILABLE' });
     expect(await cache.getOrCompute('k', () => 'local', 1000)).toBe('local');
     expect(errors.length).toBeGreaterThan(0);
     // Nothing reached Redis: the server executed no command but the previous INFO read.
-    expect((await commandsProcessed(admin)) - before).toBe(1);
+    expect((await commandsProcessed(plainAdmin)) - before).toBe(1);
   });
 
   it('refuses a client that skips certificate verification unless allowInsecureTls is set', () => {
-    const insecure = client(url(), { tls: { rejectUnauthorized: false }, lazyConnect: true });
+    const insecure = cacheClient(url(), { tls: { rejectUnauthorized: false }, connect: false });
     expect(() => createCache({ redis: insecure, prefix: 'tls-insecure' })).toThrow(expect.objectContaining({ code: 'ERR_INVALID_OPTION', option: 'redis' }));
     const allowed = createCache({ redis: insecure, prefix: 'tls-insecure', allowInsecureTls: true });
     caches.push(allowed);

@@ -1,7 +1,8 @@
 /**
- * The commands the cache needs, as the README's least-privilege ACL lists them. One list, used by the
- * security test and by the ACL run of the suite (`npm test` runs core and fail-safe tests again as a
- * user with exactly these commands).
+ * The commands the cache needs, as the README's least-privilege ACL lists them ("### Least
+ * privilege"). One list, used by the security test and by the ACL runs of the suite (`npm test` runs
+ * the suite again as a user with exactly these commands); test/unit/acl-commands.test.ts checks that
+ * the README's block says the same.
  */
 export const APP_COMMANDS = [
   '+evalsha', '+eval', '+script|load', '+subscribe', '+unsubscribe', '+ping', '+info',
@@ -9,7 +10,13 @@ export const APP_COMMANDS = [
   '+hset', '+hget', '+hexists', '+hincrby', '+time', '+publish',
   // Namespaces: clear() bumps a generation counter and counts acknowledgements (in scripts).
   '+incr',
-  // ioredis' Cluster client reads the slot map (CLUSTER SLOTS) and checks readiness (CLUSTER INFO);
-  // neither is needed on a standalone server.
-  '+cluster|slots', '+cluster|info',
 ];
+
+/**
+ * What a Cluster client needs on top, per family (the README's "with an … Cluster client, also:"
+ * lines): ioredis reads the slot map (CLUSTER SLOTS) and checks readiness (CLUSTER INFO); node-redis
+ * reads the slot map only. Granted only on the nodes of a test Cluster, each family's clients as a
+ * user of its own (redis-server.ts).
+ */
+export const IOREDIS_CLUSTER_COMMANDS = ['+cluster|slots', '+cluster|info'];
+export const NODE_REDIS_CLUSTER_COMMANDS = ['+cluster|slots'];

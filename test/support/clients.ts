@@ -31,24 +31,80 @@ export interface TestClient {
   sendCommand(...args: never[]): unknown;
 }
 
+/** How a test's client differs from the default one, said once for both families. */
+export interface FamilyOptions {
+  /** false: commands fail while disconnected (ioredis enableOfflineQueue: false, node-redis disableOfflineQueue). */
+  offlineQueue?: boolean;
+  /** TLS socket options (ioredis `tls`, node-redis `socket` with `tls: true`). */
+  tls?: { ca?: Buffer; servername?: string; rejectUnauthorized?: boolean };
+  /** A fixed wait between reconnection attempts (ioredis retryStrategy, node-redis reconnectStrategy). */
+  retryDelay?: number;
+  /** false: not connected (ioredis lazyConnect; node-redis connect() not called). */
+  connect?: boolean;
+}
+
 /** A client of `kind`, connecting (node-redis: connect() already called, commands queue until ready), plus its disposal. */
-export function familyClient(url: string, kind: ClientFamily = TEST_CLIENT): { client: RedisClient & TestClient; dispose: () => void } {
+export function familyClient(
+  url: string,
+  kind: ClientFamily = TEST_CLIENT,
+  options: FamilyOptions = {},
+): { client: RedisClient & TestClient; dispose: () => void } {
+  const { offlineQueue = true, tls, retryDelay, connect = true } = options;
   if (kind === 'ioredis' || kind === 'ioredis6') {
     // A bounded retry count: the cache's own redisTimeout bounds every call anyway.
-    const c = kind === 'ioredis' ? new Redis(url, { maxRetriesPerRequest: 1 }) : new Redis6(url, { maxRetriesPerRequest: 1 });
+    const o = {
+      maxRetriesPerRequest: 1,
+      enableOfflineQueue: offlineQueue,
+      lazyConnect: !connect,
+      ...(tls ? { tls } : {}),
+      ...(retryDelay !== undefined ? { retryStrategy: () => retryDelay } : {}),
+    };
+    const c = kind === 'ioredis' ? new Redis(url, o) : new Redis6(url, o);
     c.on('error', () => undefined); // the caller's client: its connection errors are the caller's to log
     return { client: c, dispose: () => c.disconnect() };
   }
-  const c = kind === 'node-redis' ? createClient({ url }) : createClient5({ url });
+  const socket = {
+    ...(tls ? { tls: true as const, ...tls } : {}),
+    ...(retryDelay !== undefined ? { reconnectStrategy: () => retryDelay } : {}),
+  };
+  const o = { url, disableOfflineQueue: !offlineQueue, socket };
+  const c = kind === 'node-redis' ? createClient(o) : createClient5(o);
   c.on('error', () => undefined);
   // The caller connects a node-redis client; connect() opens it at once (commands queue until ready).
-  c.connect().catch(() => undefined);
+  if (connect) c.connect().catch(() => undefined);
   return {
     client: c,
     dispose: () => {
       if (c.isOpen) c.destroy();
     },
   };
+}
+
+/** Closes a client's connection for good, as a crash of its socket would (ioredis disconnect(), node-redis destroy()). */
+export function dropConnection(client: TestClient): void {
+  const c = client as unknown as { disconnect?: () => void; destroy?: () => void; isOpen?: boolean };
+  if (typeof c.destroy === 'function') {
+    if (c.isOpen !== false) c.destroy();
+  } else c.disconnect?.();
+}
+
+/**
+ * Sends the cache's pub/sub connection (its one duplicate()) to `url` instead: what `client.duplicate()`
+ * would return, on another address (ioredis: connecting already; node-redis: unconnected, the cache
+ * connects it). Returns a disposal for the subscriber made.
+ */
+export function subscribeVia(client: TestClient, url: string, kind: ClientFamily = TEST_CLIENT): () => void {
+  let made: { client: RedisClient & TestClient; dispose: () => void } | undefined;
+  (client as unknown as { duplicate: () => unknown }).duplicate = () => {
+    if (kind === 'ioredis' || kind === 'ioredis6') {
+      made = familyClient(url, kind);
+      return made.client;
+    }
+    const c = kind === 'node-redis' ? createClient({ url }) : createClient5({ url });
+    made = { client: c, dispose: () => dropConnection(c) };
+    return c;
+  };
+  return () => made?.dispose();
 }
 
 /** Resolves once `client` (either family) is connected and ready for commands. */

@@ -7,7 +7,7 @@ import { afterAll, beforeAll } from 'vitest';
 import { createCache, type Cache, type CacheEvents, type CacheOptions, type CallOptions, type RedisClient } from '../../src/index.js';
 import { entryKeys, type EntryKeys } from '../../src/keys.js';
 import { familyClient, type TestClient } from './clients.js';
-import { ACL_USER, AS_ACL_USER, provideRedis, type ProvidedRedis, type RedisClusterHandle } from './redis-server.js';
+import { ACL_USER, AS_ACL_USER, NODE_REDIS_CLUSTER_ACL_USER, provideRedis, type ProvidedRedis, type RedisClusterHandle } from './redis-server.js';
 
 export interface Harness {
   readonly url: string;
@@ -189,7 +189,8 @@ export function refreshOutcomes(cache: Cache): CacheEvents['refresh'][0]['outcom
 }
 
 /**
- * A cluster client as the cache's user (the least-privilege ACL user in ACL mode), or as admin; its
+ * An ioredis Cluster client as the cache's user (in ACL mode the least-privilege user, which on a
+ * Cluster's nodes also holds ioredis' Cluster extras), or as admin; its
  * connection errors are swallowed (the caller's to log). Pushed onto `clients` for afterAll.
  */
 export function clusterClient(cluster: RedisClusterHandle, clients: Cluster[], admin = false): Cluster {
@@ -202,12 +203,13 @@ export function clusterClient(cluster: RedisClusterHandle, clients: Cluster[], a
 
 /**
  * A node-redis `createCluster()` (v6, or v5 with `version: 5`) connected as a caller would, as the
- * cache's user (the least-privilege ACL user in ACL mode) or as admin; its destroy is pushed onto `disposals`.
+ * cache's user (in ACL mode the least-privilege user with node-redis' Cluster extras,
+ * NODE_REDIS_CLUSTER_ACL_USER) or as admin; its destroy is pushed onto `disposals`.
  */
 export async function nodeRedisClusterClient(cluster: RedisClusterHandle, disposals: (() => void)[], version: 5 | 6 = 6, admin = false): Promise<RedisClient> {
   const options = {
     rootNodes: cluster.startup.map((n) => ({ url: `redis://${n.host}:${n.port}` })),
-    defaults: AS_ACL_USER && !admin ? { username: ACL_USER.username, password: ACL_USER.password } : {},
+    defaults: AS_ACL_USER && !admin ? { ...NODE_REDIS_CLUSTER_ACL_USER } : {},
   };
   const c = version === 6 ? createCluster(options) : createCluster5(options);
   c.on('error', () => undefined);

@@ -11,7 +11,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { createConnection, createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { APP_COMMANDS } from './acl.js';
+import { APP_COMMANDS, IOREDIS_CLUSTER_COMMANDS, NODE_REDIS_CLUSTER_COMMANDS } from './acl.js';
 
 /**
  * With SG_TEST_ACL=1 the whole suite runs as a Redis ACL user holding only the commands the README
@@ -20,6 +20,11 @@ import { APP_COMMANDS } from './acl.js';
  */
 export const AS_ACL_USER = process.env.SG_TEST_ACL === '1';
 export const ACL_USER = { username: 'sgapp', password: 'sgapp-password' };
+/**
+ * On the nodes of a test Cluster, ACL_USER also holds what an ioredis Cluster client needs, and
+ * node-redis Cluster clients authenticate as this user, which holds what node-redis needs.
+ */
+export const NODE_REDIS_CLUSTER_ACL_USER = { username: 'sgapp-nr', password: 'sgapp-nr-password' };
 
 /** `url` with the ACL user's credentials in ACL mode; unchanged otherwise. */
 export function asAppUser(url: string): string {
@@ -100,7 +105,7 @@ export async function waitForPing(host: string, port: number, timeoutMs = 10_000
 }
 
 /** Starts a throwaway redis-server on a free loopback port. Extra `args` are passed through (e.g. cluster flags). */
-export async function startRedisServer(args: string[] = [], options: { port?: number } = {}): Promise<RedisServer> {
+export async function startRedisServer(args: string[] = [], options: { port?: number; clusterNode?: boolean } = {}): Promise<RedisServer> {
   if (!hasRedisBinary()) throw new Error('redis-server is not installed; install it (Debian: apt-get install redis-server) or set REDIS_URL');
   const port = options.port ?? (await freePort());
   const dir = mkdtempSync(join(tmpdir(), 'sg-redis-'));
@@ -117,7 +122,13 @@ export async function startRedisServer(args: string[] = [], options: { port?: nu
     live.add(c);
     c.once('exit', () => live.delete(c));
     await waitForPing(host, port);
-    if (AS_ACL_USER) createAppUser(host, port);
+    if (AS_ACL_USER) {
+      if (!options.clusterNode) createAppUser(host, port, ACL_USER, APP_COMMANDS);
+      else {
+        createAppUser(host, port, ACL_USER, [...APP_COMMANDS, ...IOREDIS_CLUSTER_COMMANDS]);
+        createAppUser(host, port, NODE_REDIS_CLUSTER_ACL_USER, [...APP_COMMANDS, ...NODE_REDIS_CLUSTER_COMMANDS]);
+      }
+    }
   };
   const exited = (c: ChildProcess): Promise<void> =>
     c.exitCode !== null || c.signalCode !== null ? Promise.resolve() : new Promise((r) => c.once('exit', () => r()));
@@ -153,9 +164,9 @@ export async function startRedisServer(args: string[] = [], options: { port?: nu
   };
 }
 
-/** ACL SETUSER for the least-privilege user (ACL rules are per server, and lost on restart). */
-function createAppUser(host: string, port: number): void {
-  const r = spawnSync('redis-cli', ['-h', host, '-p', String(port), 'ACL', 'SETUSER', ACL_USER.username, 'on', `>${ACL_USER.password}`, '~*', '&*', '-@all', ...APP_COMMANDS], { encoding: 'utf8' });
+/** ACL SETUSER for a least-privilege user (ACL rules are per server, and lost on restart). */
+function createAppUser(host: string, port: number, user: { username: string; password: string }, commands: readonly string[]): void {
+  const r = spawnSync('redis-cli', ['-h', host, '-p', String(port), 'ACL', 'SETUSER', user.username, 'on', `>${user.password}`, '~*', '&*', '-@all', ...commands], { encoding: 'utf8' });
   if (r.status !== 0 || !r.stdout.includes('OK')) throw new Error(`ACL SETUSER failed on ${port}: ${r.stdout} ${r.stderr}`);
 }
 
@@ -207,7 +218,9 @@ export interface RedisClusterHandle {
  */
 export async function startRedisCluster(masters = 3, nodeTimeoutMs = 5000, replicas = 0): Promise<RedisClusterHandle> {
   const nodes = await Promise.all(
-    Array.from({ length: masters * (1 + replicas) }, () => startRedisServer(['--cluster-enabled', 'yes', '--cluster-config-file', 'nodes.conf', '--cluster-node-timeout', String(nodeTimeoutMs)])),
+    Array.from({ length: masters * (1 + replicas) }, () =>
+      startRedisServer(['--cluster-enabled', 'yes', '--cluster-config-file', 'nodes.conf', '--cluster-node-timeout', String(nodeTimeoutMs)], { clusterNode: true }),
+    ),
   );
   const addrs = nodes.map((n) => `${n.host}:${n.port}`);
   const created = spawnSync('redis-cli', ['--cluster', 'create', ...addrs, '--cluster-replicas', String(replicas), '--cluster-yes'], { encoding: 'utf8' });

@@ -1,6 +1,7 @@
+import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import * as scripts from '../../src/lock/scripts.js';
-import { APP_COMMANDS } from '../support/acl.js';
+import { APP_COMMANDS, IOREDIS_CLUSTER_COMMANDS, NODE_REDIS_CLUSTER_COMMANDS } from '../support/acl.js';
 
 /**
  * Scripts run with the caller's ACL permissions, so every command a script calls must be in the
@@ -18,5 +19,30 @@ describe('least-privilege ACL list', () => {
     const called = [...source.matchAll(/redis\.p?call\('([A-Za-z]+)'/g)].map((m) => `+${(m[1] as string).toLowerCase()}`);
     expect(called.length).toBeGreaterThan(0);
     for (const command of called) expect(APP_COMMANDS).toContain(command);
+  });
+});
+
+/**
+ * The README's "### Least privilege" block is what the ACL runs grant: its ACL SETUSER line lists
+ * exactly APP_COMMANDS (the standalone user), and its "with an … Cluster client, also:" lines exactly
+ * the extras the test Cluster's users get.
+ */
+describe("the README's least-privilege block", () => {
+  const readme = readFileSync(new URL('../../README.md', import.meta.url), 'utf8');
+  const section = readme.slice(readme.indexOf('### Least privilege'));
+  const block = section.slice(section.indexOf('```') + 3, section.indexOf('```', section.indexOf('```') + 3));
+  const lines = block.split('\n');
+  const grants = (text: string) => text.split(/\s+/).filter((w) => w.startsWith('+'));
+  const comment = (what: string) => grants(lines.find((l) => l.startsWith(`# with ${what}, also:`)) ?? '');
+
+  it('grants the standalone user exactly APP_COMMANDS', () => {
+    const setuser = lines.filter((l) => !l.startsWith('#')).join(' ');
+    expect(setuser).toContain('ACL SETUSER');
+    expect(grants(setuser)).toEqual(APP_COMMANDS);
+  });
+
+  it('adds exactly the Cluster extras the tests grant, per family', () => {
+    expect(comment('an ioredis Cluster client')).toEqual(IOREDIS_CLUSTER_COMMANDS);
+    expect(comment('a node-redis Cluster client')).toEqual(NODE_REDIS_CLUSTER_COMMANDS);
   });
 });
