@@ -44,9 +44,8 @@ describe('getOrComputeMany', () => {
   });
 
   it('takes the locks of all its misses together: 50 cold keys cost three pipelines: the read, the locks, the re-read', async () => {
-    const client = h.client();
+    const client = h.cacheClient();
     const cache = createCache({ redis: client, prefix: `many${process.pid}locks` });
-    await client.ping();
     const keys = Array.from({ length: 50 }, (_, i) => `cold${i}`);
     const pipelines = countPipelines(client);
     const { calls, loadMany } = recording();
