@@ -86,6 +86,10 @@ export async function computeMany(h: ManyHost, keys: readonly string[], loadMany
 
   // Every miss's lock at once; a key not won (or whose acquire failed) goes the single-key way.
   const acquired = await acquireAll(h, misses.map((m) => ({ key: m.key, keys: m.keys, call: callOf(m.key) })));
+  // Registered at once: a close() during the re-read below releases them while Redis is still
+  // reachable (each Rebuild registers and drops its grant again; hold() is idempotent).
+  // Once close() began, hold() still registers (close releases it) and Rebuild.rebuild refuses to load.
+  for (const grant of acquired) if (grant) d.grants.hold(grant);
   const won: { key: string; keys: EntryKeys; found: Found; grant: Grant }[] = [];
   misses.forEach((m, i) => {
     const grant = acquired[i];

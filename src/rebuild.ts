@@ -538,8 +538,9 @@ export function refreshAheadOnHit(d: RebuildDeps, key: string, keysOf: () => Ent
       };
       await new Rebuild(d, key, keys, abandonable(loader, stop.signal), call, stop).rebuild(grant, seen.value, done);
     } catch (error) {
-      if (!stop.signal.aborted || d.lifetime.aborted) throw error;
-      emit('refresh', { key, outcome: 'abandoned' });
+      // Only the abandonment itself: a loader failure or a bad setOptions that lands as the key changes is still reported.
+      if (!(error instanceof RefreshAbandoned)) throw error;
+      if (!d.lifetime.aborted) emit('refresh', { key, outcome: 'abandoned' });
     } finally {
       background.holdOff(key, seen.facts.fence, retryAt);
     }
@@ -582,8 +583,12 @@ const MAX_HELD_OFF = 10_000;
  */
 export class Background {
   private readonly byKey = new Map<string, Promise<void>>();
-  /** The stop of the key's running work, where it can be abandoned (early refreshes); same lifetime as its `byKey` entry. */
-  private readonly stops = new Map<string, AbortController>();
+  /**
+   * The stop of the key's early refresh while it runs, with the tracked work that owns it. Another
+   * work tracked for the key meanwhile (a rebuild past its soft timeout, lock 'local'/'none') neither
+   * replaces nor removes it: only its owner's end does.
+   */
+  private readonly stops = new Map<string, { readonly stop: AbortController; readonly owner: Promise<void> }>();
   /**
    * Early refreshes this process will not start: per key, the entry (fence) already tried and until
    * when (monotonic ms). A record for another fence, or past its time, is obsolete. Bounded.
@@ -627,19 +632,16 @@ export class Background {
       )
       .finally(() => {
         // Only if the entry is still ours: work started after this one may have replaced it.
-        if (this.byKey.get(key) === tracked) {
-          this.byKey.delete(key);
-          this.stops.delete(key);
-        }
+        if (this.byKey.get(key) === tracked) this.byKey.delete(key);
+        if (this.stops.get(key)?.owner === tracked) this.stops.delete(key);
       });
     this.byKey.set(key, tracked);
-    if (stop) this.stops.set(key, stop);
-    else this.stops.delete(key);
+    if (stop) this.stops.set(key, { stop, owner: tracked });
   }
 
   /** The key changed (deleted, set, written elsewhere): abandon its early refresh, if one runs here. */
   abandon(key: string): void {
-    const stop = this.stops.get(key);
+    const stop = this.stops.get(key)?.stop;
     if (stop && !stop.signal.aborted) stop.abort(new RefreshAbandoned(key));
   }
 

@@ -84,6 +84,31 @@ describe('getOrComputeMany', () => {
     await cache.close();
   });
 
+  it('close() while the keys won are re-read leaves none of their locks behind', async () => {
+    const client = h.client();
+    const cache = createCache({ redis: client, prefix: `many${process.pid}close` });
+    await client.ping();
+    const keys = ['c1', 'c2'];
+    // The third pipeline is the re-read under the grants: close() goes out as it is sent.
+    let pipelines = 0;
+    let closed: Promise<void> | undefined;
+    const original = client.pipeline.bind(client);
+    client.pipeline = ((...args: Parameters<typeof client.pipeline>) => {
+      const p = original(...args);
+      const exec = p.exec.bind(p);
+      p.exec = ((...a: Parameters<typeof p.exec>) => {
+        if (++pipelines === 3) closed = cache.close();
+        return exec(...a);
+      }) as typeof p.exec;
+      return p;
+    }) as typeof client.pipeline;
+    const { calls, loadMany } = recording();
+    await expect(cache.getOrComputeMany(keys, loadMany, { ttl: 60_000, lockTtl: 60_000 })).rejects.toMatchObject({ code: 'ERR_CLOSED' });
+    await closed;
+    expect(calls).toEqual([]);
+    expect(await h.admin.exists(...keys.map((k) => keysOf(cache, k).lock))).toBe(0);
+  });
+
   it('waits for a key whose lock another process holds instead of reloading it, and is woken by its write', async () => {
     const a = h.cache();
     const b = createCache({ redis: h.cacheClient(), prefix: prefixOf(a) });

@@ -387,6 +387,18 @@ describe('a key changed during its early refresh', () => {
     expect(await a.getOrCompute('k', async () => 'a-after', options)).toBe('b-after');
   });
 
+  it('abandoned as the cache closes: no refreshError (the abandonment is no failure of the origin)', { timeout: 20_000 }, async () => {
+    const a = h.cache();
+    const { ctx } = await stuckRefresh(a);
+    const errors: unknown[] = [];
+    a.on('refreshError', (e) => errors.push(e.error));
+    await a.delete('k');
+    await a.close();
+    await sleep(20); // the abandoned work settles in the microtasks after the abort
+    expect(ctx.signal.aborted).toBe(true);
+    expect(errors).toEqual([]);
+  });
+
   it('a set abandons it, and the set value stays (the refresh writes nothing)', { timeout: 20_000 }, async () => {
     const a = h.cache();
     const { ctx } = await stuckRefresh(a);
