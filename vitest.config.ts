@@ -11,7 +11,7 @@ import { defineConfig } from 'vitest/config';
 const FOLLOW_CLIENT_FAMILY = [
   'core', 'edges', 'failsafe', 'redis-faults', 'network-faults', 'coherence', 'stale-window',
   'refresh-ahead', 'telemetry', 'review', 'review-final', 'review-refresh',
-  'batch-reads', 'many', 'namespace', 'loader-control', 'grant', 'degraded-memo',
+  'batch-reads', 'many', 'namespace', 'clear', 'loader-control', 'grant', 'degraded-memo',
   'security',
 ].map((name) => `test/integration/${name}.test.ts`);
 const ALL = ['test/**/*.test.ts'];

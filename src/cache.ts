@@ -1,6 +1,8 @@
 import { randomBytes } from 'node:crypto';
 import { EventEmitter, setMaxListeners } from 'node:events';
 import { Batch } from './batch.js';
+import { invalidateEverything } from './clear.js';
+import type { RedisPort } from './client/port.js';
 import { LruDegradedMemo, NO_DEGRADED_MEMO, type DegradedMemo } from './degraded-memo.js';
 import { refreshPolicyFor } from './entry.js';
 import { AbortedError, CacheClosedError, InvalidKeyError, InvalidOptionError, type RedisUnavailableError } from './errors.js';
@@ -27,6 +29,9 @@ import { Bus, Waiters, type Note } from './wait.js';
 
 export type { Loader, LoaderContext } from './loader.js';
 
+/** The clear note's path for the cache's own clear() ('*' is no namespace name: never a namespace's path). */
+const WHOLE_CACHE = '*';
+
 const REMOTE_CHANGES: Partial<Record<Note['kind'], 'written' | 'set' | 'deleted'>> = { w: 'written', s: 'set', d: 'deleted' };
 
 export function createCache(options: CacheOptions): Cache {
@@ -41,6 +46,8 @@ export function createCache(options: CacheOptions): Cache {
 export class Cache extends EventEmitter<CacheEvents> {
   private readonly options: ResolvedCache;
   private readonly io: Io;
+  /** The caller's client, through its port (never quit: it is the caller's). */
+  private readonly port: RedisPort;
   private readonly bus: Bus;
   private readonly local: LocalTier;
   private readonly memo: DegradedMemo;
@@ -86,6 +93,7 @@ export class Cache extends EventEmitter<CacheEvents> {
     const memo = o.degradedMemo > 0 ? new LruDegradedMemo(o.degradedMemo, o.clock) : NO_DEGRADED_MEMO;
     this.memo = withDegradedKeys(memo, (key) => this.generations.degradedKeyOf(key), (key) => this.forget(key));
     const port = portFor(o.redis);
+    this.port = port;
     // Redis answering again after failures ends every degraded copy (see degraded-memo.ts) and sends
     // the releases it did not answer again (lock/grant.ts); one breaker per node.
     this.io = new Io(o.redisTimeout, o.breakerThreshold, o.breakerCooldown, o.clock, this.onAnswer, (key) => (key === undefined ? '' : port.nodeOf(`{${slotTag(key)}}`)), (redisKey) => port.nodeOf(redisKey));
@@ -288,6 +296,33 @@ export class Cache extends EventEmitter<CacheEvents> {
       this.safeEmit('degraded', { key, operation: 'read', error });
       return undefined;
     }
+  }
+
+  /**
+   * Removes every entry of the cache — its plain keys and every namespace's — in every process: each
+   * master is walked with SCAN (never KEYS; a Cluster's masters in parallel) and each entry found is
+   * invalidated as `delete()` does, its fence raised (a rebuild already running cannot write after
+   * it), in one pipeline per slot per SCAN step; then one note tells every process to drop its L1,
+   * degraded copies and running flights, and the call resolves once they acknowledged (at most
+   * 2 × `redisTimeout`), as a namespace's clear does. Cost: O(1) Redis work per entry, amortised over
+   * SCAN steps of 1,000 keys. Rejects with `RedisUnavailableError` if Redis fails meanwhile (some
+   * entries are then left: call it again). A namespace's own `clear()` is O(1) whatever its size:
+   * prefer namespaces for data cleared often.
+   */
+  async clear(): Promise<void> {
+    if (this.closed) throw new CacheClosedError();
+    await invalidateEverything(this.port, this.io, this.batch, this.options.prefix, this.options.defaults.lockTtl);
+    this.clearedEverything(); // this process at once; the others on the note
+    await this.host().clear(WHOLE_CACHE);
+  }
+
+  /** Everything was cleared (here, or a note from another process): nothing kept from before may answer a call. */
+  private clearedEverything(): void {
+    this.local.flush();
+    this.memo.clear();
+    this.flight.forgetAll();
+    this.freshFlight.forgetAll();
+    this.deps.background.abandonAll();
   }
 
   /**
@@ -508,6 +543,7 @@ export class Cache extends EventEmitter<CacheEvents> {
   private onNote(note: Note): void {
     if (note.kind === 'c') {
       const clear = parseClearNote(note.key);
+      if (clear?.path === WHOLE_CACHE) this.clearedEverything();
       if (clear) this.generations.ack(clear.path, clear.id);
       return;
     }

@@ -118,6 +118,11 @@ export class SingleFlight implements Coalescer {
     this.flights.delete(key);
   }
 
+  /** Every key changed (the cache's clear()): calls starting now join no flight begun before. */
+  forgetAll(): void {
+    this.flights.clear();
+  }
+
   get size(): number {
     return this.flights.size;
   }

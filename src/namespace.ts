@@ -1,4 +1,5 @@
 import { LRUCache } from 'lru-cache';
+import { clusterReceivers } from './clear.js';
 import { InvalidOptionError, RedisUnavailableError } from './errors.js';
 import type { Io } from './io.js';
 import type { LoaderContext } from './loader.js';
@@ -202,14 +203,18 @@ export class Generations {
    * Increments the path's generation and announces it (`message`: a 'c' note naming the path and the
    * clear `id`), in one script; then waits until every subscriber that received the note acknowledged
    * it (ack(): each dropped its cached generation first), or `ackWaitMs` passed. PUBLISH's reply says
-   * how many received it (on a Cluster: only those connected to the node that ran it).
+   * how many received it on a single Redis; on a Cluster (where it counts only the subscribers of the
+   * node that ran it) every node's subscribers are counted first (PUBSUB NUMSUB).
    * Throws RedisUnavailableError. This process's own cache is dropped for the path at once.
    */
   async clear(path: PathId, id: string, channel: string, message: string, ackWaitMs: number, clock: { now(): number }): Promise<void> {
     this.drop(path);
     const acks = this.ackKey(path, id);
     const counter = { key: path, redisKey: this.redisKey(path) }; // the breaker of the counter's node
-    const receivers = Number(await this.io.run('clear', () => this.port.run(CLEAR, [this.redisKey(path), acks], [ACK_TTL_MS, channel, message]), counter));
+    // On a Cluster PUBLISH counts only the subscribers of the node that ran it: count every node's first.
+    const everywhere = await clusterReceivers(this.port, this.io, channel);
+    const published = Number(await this.io.run('clear', () => this.port.run(CLEAR, [this.redisKey(path), acks], [ACK_TTL_MS, channel, message]), counter));
+    const receivers = Math.max(published, everywhere ?? 0);
     this.drop(path); // a read that raced the INCR must not keep the old generation
     const deadline = clock.now() + ackWaitMs;
     while (clock.now() < deadline) {

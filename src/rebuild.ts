@@ -645,6 +645,11 @@ export class Background {
     if (stop && !stop.signal.aborted) stop.abort(new RefreshAbandoned(key));
   }
 
+  /** Every key changed (the cache's clear()): abandon every early refresh running here. */
+  abandonAll(): void {
+    for (const key of [...this.stops.keys()]) this.abandon(key);
+  }
+
   clear(): void {
     this.byKey.clear();
     this.stops.clear();

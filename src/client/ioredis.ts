@@ -103,6 +103,13 @@ export class IoredisPort implements RedisPort {
     return node.call(...args);
   }
 
+  eachNode(role: 'masters' | 'all'): ((args: readonly ScriptArg[]) => Promise<unknown>)[] {
+    type Node = { call(...a: ScriptArg[]): Promise<unknown> };
+    if (!this.cluster) return [(args) => this.command('', args)];
+    const nodes = (this.client as unknown as { nodes(role: 'master' | 'all'): Node[] }).nodes(role === 'masters' ? 'master' : 'all');
+    return nodes.map((n) => (args) => n.call(...args));
+  }
+
   onReady(listener: () => void): () => void {
     this.client.on?.('ready', listener);
     return () => void this.client.off?.('ready', listener);

@@ -150,6 +150,18 @@ export class NodeRedisPort implements RedisPort {
       .then((node) => (node as { sendCommand(args: Args, options: CommandOptions): Promise<unknown> }).sendCommand(strings, PLAIN));
   }
 
+  eachNode(role: 'masters' | 'all'): ((args: readonly ScriptArg[]) => Promise<unknown>)[] {
+    const strings = (args: readonly ScriptArg[]): Args => args.map((a) => (typeof a === 'number' ? String(a) : a));
+    if (!this.cluster) return [(args) => this.send(undefined, strings(args), PLAIN)];
+    // `masters` / `replicas` and `nodeClient(node)`: public in node-redis 5 and 6.
+    const c = this.client as unknown as { masters: unknown[]; replicas: unknown[]; nodeClient(node: unknown): unknown };
+    const nodes = role === 'masters' ? [...c.masters] : [...c.masters, ...c.replicas];
+    return nodes.map((node) => (args) =>
+      Promise.resolve()
+        .then(() => c.nodeClient(node))
+        .then((client) => (client as { sendCommand(args: Args, options: CommandOptions): Promise<unknown> }).sendCommand(strings(args), PLAIN)));
+  }
+
   onReady(listener: () => void): () => void {
     // A standalone client emits 'ready' on every (re)connection; a Cluster emits 'node-ready' per node.
     const event = this.cluster ? 'node-ready' : 'ready';

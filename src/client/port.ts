@@ -77,6 +77,12 @@ export interface RedisPort {
    * connection.
    */
   commandOnNodeOf(key: string, args: readonly ScriptArg[]): Promise<unknown>;
+  /**
+   * One raw-command sender per server the client knows: on a Cluster its masters (`'masters'`, where
+   * the keys are: SCAN) or every node, replicas too (`'all'`, where subscribers may be connected:
+   * PUBSUB NUMSUB); on a standalone client the one server. Replies as `command`.
+   */
+  eachNode(role: 'masters' | 'all'): ((args: readonly ScriptArg[]) => Promise<unknown>)[];
   /** True when the client does not verify the server's TLS certificate. */
   readonly skipsTlsVerification: boolean;
 }

@@ -161,6 +161,17 @@ return f
 `;
 
 /**
+ * clearEntry (the cache's clear(), per entry found by SCAN): KEYS[1]=value KEYS[2]=fence; ARGV[1]=fence
+ * ttl. INVALIDATE without its note: one note for the whole clear goes out at its end.
+ */
+export const CLEAR_ENTRY = `${BUMP_FENCE}
+local f = bump_fence(KEYS[2], ARGV[1])
+redis.call('HSET', KEYS[2], 'w', f)
+redis.call('DEL', KEYS[1])
+return f
+`;
+
+/**
  * Redlock node acquire: KEYS[1]=lock; ARGV[1]=token ARGV[2]=ttl. → 1 ours | 0 held by another token.
  * A key already holding our own token (left over on a minority node by a failed attempt) counts as
  * ours and is refreshed, so a retry with the same token is never blocked by itself.
@@ -193,6 +204,7 @@ export interface Scripts {
   release: (lockKey: string, backoffKey: string, token: string, channel: string, message: string, backoffMs: number) => Promise<number>;
   extend: (lockKey: string, fenceKey: string, token: string, ttl: number) => Promise<number>;
   invalidate: (valueKey: string, fenceKey: string, fenceTtl: number, channel: string, message: string) => Promise<number>;
+  clearEntry: (valueKey: string, fenceKey: string, fenceTtl: number) => Promise<number>;
   /** Redlock nodes only: take or re-own a lock key. */
   redlockAcquire: (lockKey: string, token: string, ttl: number) => Promise<number>;
 }
@@ -206,6 +218,7 @@ const SCRIPTS = {
   release: script('sgReleaseV3', 2, RELEASE),
   extend: script('sgExtendV1', 2, EXTEND),
   invalidate: script('sgInvalidateV3', 2, INVALIDATE),
+  clearEntry: script('sgClearEntryV1', 2, CLEAR_ENTRY),
   redlockAcquire: script('sgRedlockAcquireV1', 1, REDLOCK_ACQUIRE),
 } as const;
 
@@ -222,6 +235,7 @@ export function defineScripts(port: Pick<RedisPort, 'run'>): Scripts {
     release: (l, b, token, ch, msg, backoff) => call('release', [l, b], [token, ch, msg, backoff]) as Promise<number>,
     extend: (l, f, token, ttl) => call('extend', [l, f], [token, ttl]) as Promise<number>,
     invalidate: (v, f, ttl, ch, msg) => call('invalidate', [v, f], [ttl, ch, msg]) as Promise<number>,
+    clearEntry: (v, f, ttl) => call('clearEntry', [v, f], [ttl]) as Promise<number>,
     redlockAcquire: (l, token, ttl) => call('redlockAcquire', [l], [token, ttl]) as Promise<number>,
   };
 }

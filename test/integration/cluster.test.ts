@@ -66,6 +66,27 @@ describe.each<Family>(['ioredis', 'node-redis', 'node-redis5'])('Redis Cluster (
     expect(await c.get(key)).toBeUndefined();
   });
 
+  it('cache.clear() walks every master: no entry is left on any node, and every instance has dropped its L1 once it resolves', async () => {
+    const a = await cache('clr', { local: { max: 1000 } });
+    const b = await cache('clr', { local: { max: 1000 } });
+    expect(await a.ready()).toBe(true);
+    expect(await b.ready()).toBe(true);
+    const keys = Array.from({ length: 60 }, (_, i) => `c${i}`);
+    for (const k of keys) await a.set(k, `old ${k}`, 60_000);
+    await a.namespace('ns').set('n', 'old n', 60_000);
+    expect(await b.getMany(keys)).toEqual(keys.map((k) => `old ${k}`)); // in b's L1 now
+    const admin = clusterClient(true);
+    await admin.ping(); // connected: its node list is known
+    const masters = admin.nodes('master');
+    const pattern = `${family}-clr:{????????}:v:*`;
+    const valueKeysPerNode = async () => Promise.all(masters.map(async (n) => (await n.scan('0', 'MATCH', pattern, 'COUNT', 10_000))[1].length));
+    expect((await valueKeysPerNode()).filter((n) => n > 0).length).toBeGreaterThan(1); // spread over several masters
+    await a.clear();
+    expect(await valueKeysPerNode()).toEqual(masters.map(() => 0));
+    expect(await b.getMany(keys)).toEqual(keys.map(() => undefined));
+    expect(await b.namespace('ns').get('n')).toBeUndefined();
+  });
+
   it('the entry keys of different user keys spread over more than one node', async () => {
     const admin = clusterClient(true);
     const slots = new Set<number>();

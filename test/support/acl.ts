@@ -10,6 +10,8 @@ export const APP_COMMANDS = [
   '+hset', '+hget', '+hexists', '+hincrby', '+time', '+publish',
   // Namespaces: clear() bumps a generation counter and counts acknowledgements (in scripts).
   '+incr',
+  // The cache's own clear() walks the keys (never KEYS).
+  '+scan',
 ];
 
 /**
@@ -18,5 +20,5 @@ export const APP_COMMANDS = [
  * reads the slot map only. Granted only on the nodes of a test Cluster, each family's clients as a
  * user of its own (redis-server.ts).
  */
-export const IOREDIS_CLUSTER_COMMANDS = ['+cluster|slots', '+cluster|info'];
-export const NODE_REDIS_CLUSTER_COMMANDS = ['+cluster|slots'];
+export const IOREDIS_CLUSTER_COMMANDS = ['+cluster|slots', '+cluster|info', '+pubsub|numsub'];
+export const NODE_REDIS_CLUSTER_COMMANDS = ['+cluster|slots', '+pubsub|numsub'];

@@ -5,7 +5,7 @@ import type { Cache, Namespace } from '../../src/index.js';
 declare const cache: Cache;
 
 describe('namespace types', () => {
-  it('cache.namespace returns a Namespace with the cache operations, clear() and nesting', () => {
+  it('cache.namespace returns a Namespace with the cache operations, clear() and nesting; the cache clears too', () => {
     void (() => {
       const users = cache.namespace('users');
       expectTypeOf(users).toEqualTypeOf<Namespace>();
@@ -15,6 +15,7 @@ describe('namespace types', () => {
       expectTypeOf(users.getMany<string>(['a'])).toEqualTypeOf<Promise<(string | undefined)[]>>();
       expectTypeOf(users.has('k')).toEqualTypeOf<Promise<boolean>>();
       expectTypeOf(users.name).toEqualTypeOf<string>();
+      expectTypeOf(cache.clear()).toEqualTypeOf<Promise<void>>();
     });
   });
 });

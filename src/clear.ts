@@ -1,0 +1,99 @@
+import type { Batch } from './batch.js';
+import type { RedisPort } from './client/port.js';
+import { RedisUnavailableError } from './errors.js';
+import type { Io } from './io.js';
+
+/**
+ * The cache's own clear(): every entry under the prefix (namespaces' included) is invalidated where it
+ * lies, without a generation on plain keys (which would cost every call a lookup):
+ * 1. every master is walked with SCAN (MATCH on value and fence keys, COUNT per step: Redis is never blocked;
+ *    on a Cluster each master in parallel);
+ * 2. each step's entries go out as one pipeline per slot of `clearEntry` (the delete script without
+ *    its note): the fence's high-water mark rises past every grant issued so far and the value goes,
+ *    so a rebuild holding an older grant cannot land its write afterwards;
+ * 3. then ONE note for the whole clear (the caller sends it, acknowledged like a namespace clear),
+ *    on which every process flushes its L1, degraded memo and flights.
+ * Invariant: SCAN returns every key present from the walk's start to its end, so every value written
+ * before clear() was called and still there at the end is invalidated, and every rebuild holding a
+ * grant (its fence hash) then is refused its write. A value first written during the walk under a
+ * grant taken after its fence was raised was loaded after clear() began: not an entry from before it.
+ * Cost: O(1) Redis work per entry (one SCAN slot and one short script), amortised over the steps.
+ */
+
+/** Keys per SCAN step, and so at most per pipeline. */
+const SCAN_COUNT = 1000;
+
+/**
+ * The SCAN pattern of the prefix's value and fence keys: `<prefix>:{<8 hex>}:[vf]:*`, the prefix's glob
+ * characters escaped. Fences too: a key being rebuilt for the first time has a fence hash but no value
+ * yet, and its rebuild must not land after the clear either.
+ */
+export function entryKeyPattern(prefix: string): string {
+  return `${prefix.replace(/[*?[\]\\]/g, '\\$&')}:{????????}:[vf]:*`;
+}
+
+/** The user key, value key and fence key of a value or fence key found by SCAN (keys.ts: the kind letter sits at a fixed offset). */
+export function entryOfKey(prefix: string, redisKey: string): { readonly key: string; readonly value: string; readonly fence: string } | undefined {
+  const kindAt = prefix.length + 12; // `<prefix>:{12345678}:` then the kind
+  const kind = redisKey.slice(kindAt, kindAt + 2);
+  if (!redisKey.startsWith(`${prefix}:{`) || (kind !== 'v:' && kind !== 'f:')) return undefined;
+  const base = redisKey.slice(0, kindAt);
+  const key = redisKey.slice(kindAt + 2);
+  return { key, value: `${base}v:${key}`, fence: `${base}f:${key}` };
+}
+
+/** Invalidates every entry under `prefix` on every master (steps 1 and 2). Rejects with RedisUnavailableError; then some entries may be left. */
+export async function invalidateEverything(port: RedisPort, io: Io, batch: Batch, prefix: string, fenceTtl: number): Promise<number> {
+  const pattern = entryKeyPattern(prefix);
+  const counts = await Promise.all(
+    port.eachNode('masters').map(async (node) => {
+      let cleared = 0;
+      let cursor = '0';
+      do {
+        const [next, found] = (await io.run('clear', () => node(['SCAN', cursor, 'MATCH', pattern, 'COUNT', SCAN_COUNT]))) as [string | number, string[]];
+        cursor = String(next);
+        // A step may name an entry twice (its value and its fence): once is enough.
+        const byKey = new Map<string, { readonly key: string; readonly value: string; readonly fence: string }>();
+        for (const redisKey of found) {
+          const entry = entryOfKey(prefix, redisKey);
+          if (entry) byKey.set(entry.key, entry);
+        }
+        const entries = [...byKey.values()];
+        if (entries.length === 0) continue;
+        const entryAt = (i: number): { readonly value: string; readonly fence: string } => entries[i] as (typeof entries)[number];
+        const replies = await batch.run(
+          'clear',
+          entries.map((e) => e.key),
+          (scripts, i) => void scripts.clearEntry(entryAt(i).value, entryAt(i).fence, fenceTtl),
+          (i) => entryAt(i).value, // with replicaAck, each group is confirmed
+        );
+        const failed = replies.find((r) => !r.ok);
+        if (failed && !failed.ok) throw failed.error instanceof RedisUnavailableError ? failed.error : new RedisUnavailableError('clear', failed.error);
+        cleared += entries.length;
+      } while (cursor !== '0');
+      return cleared;
+    }),
+  );
+  return counts.reduce((a, b) => a + b, 0);
+}
+
+/**
+ * How many subscribers a note on `channel` reaches. PUBLISH's own reply counts only those connected to
+ * the node that ran it; on a Cluster a note reaches every node's subscribers, so they are counted on
+ * every node (masters and replicas) with PUBSUB NUMSUB. Undefined on a standalone Redis (PUBLISH's
+ * reply is the count) and when a node could not be asked (then PUBLISH's reply is used: a lower bound).
+ */
+export async function clusterReceivers(port: RedisPort, io: Io, channel: string): Promise<number | undefined> {
+  if (!port.cluster) return undefined;
+  try {
+    const counts = await Promise.all(
+      port.eachNode('all').map(async (node) => {
+        const reply = (await io.run('clear', () => node(['PUBSUB', 'NUMSUB', channel]))) as [string, number | string];
+        return Number(reply[1]);
+      }),
+    );
+    return counts.reduce((a, b) => a + b, 0);
+  } catch {
+    return undefined;
+  }
+}
