@@ -1,5 +1,5 @@
 /**
- * `npm run bench:batch [-- --processes P] [--callers C] [--duration-ms D] [--loader-ms L] [--clear-keys N]`
+ * `npm run bench:batch [-- --processes P] [--callers C] [--duration-ms D] [--loader-ms L] [--clear-keys N] [--clear-only]`
  *
  * Two scenarios of issue #11, on a local redis-server:
  * 1. batch: P processes × C callers, each asking in a loop for 100 of 10,000 zipf-distributed keys
@@ -8,8 +8,9 @@
  *    key within one ttl of another load of it anywhere in the fleet is a duplicate), loader calls,
  *    p99 per call, Redis commands per call (server-side total_commands_processed; pipelined commands
  *    count one each, so this is an upper bound on round trips, not round trips).
- * 2. clear: a namespace of N keys (default 100,000) is cleared while another caller reads: time to
- *    resolve, Redis CPU while it runs, p99 of the other traffic during it.
+ * 2. clear: a namespace of N keys (default 100,000), then a whole cache of N keys, is cleared while
+ *    another cache reads: time to resolve, Redis CPU while it runs, p99 and max of the other traffic
+ *    during it. `--clear-only` skips scenario 1.
  * Each process forks this file again with `--role worker`.
  */
 import { fork, type ChildProcess } from 'node:child_process';
@@ -28,6 +29,7 @@ const { values: args } = parseArgs({
     'duration-ms': { type: 'string', default: '6000' },
     'loader-ms': { type: 'string', default: '20' },
     'clear-keys': { type: 'string', default: '100000' },
+    'clear-only': { type: 'boolean', default: false },
   },
 });
 
@@ -196,43 +198,50 @@ async function batchScenario(url: string, admin: Redis): Promise<void> {
   }
 }
 
-async function clearScenario(url: string, admin: Redis): Promise<void> {
+/**
+ * One clear of N entries while another cache (its own prefix) reads a key in a loop: the namespace's
+ * clear() (O(1): a generation bump) or the cache's own clear() (a SCAN walk, O(1) per entry).
+ */
+async function clearScenario(url: string, admin: Redis, variant: 'namespace' | 'cache'): Promise<void> {
   const N = Number(args['clear-keys']);
   await admin.flushall();
   const client = new Redis(url, { maxRetriesPerRequest: 1 });
   const cache = createCache({ redis: client, prefix: 'bc' });
+  const others = createCache({ redis: client, prefix: 'bo' });
   await cache.ready();
-  const ns = cache.namespace('big');
+  const target = variant === 'namespace' ? cache.namespace('big') : cache;
   for (let i = 0; i < N; i += 1000) {
     const keys = Array.from({ length: Math.min(1000, N - i) }, (_, j) => `k${i + j}`);
-    await ns.getOrComputeMany(keys, async (missing) => new Map(missing.map((k) => [k, { k }])), 600_000);
+    await target.getOrComputeMany(keys, async (missing) => new Map(missing.map((k) => [k, { k }])), 600_000);
   }
   const dbsize = await admin.dbsize();
-  // Other traffic: a reader of plain keys, its latencies sampled during the clear only.
-  await cache.set('other', 1, 600_000);
+  // Other traffic: a reader of another prefix's key, its latencies sampled during the clear only.
+  await others.set('other', 1, 600_000);
   const during: number[] = [];
   let clearing = true;
   const reader = (async () => {
     while (clearing) {
       const t0 = performance.now();
-      await cache.get('other');
+      await others.get('other');
       during.push(performance.now() - t0);
     }
   })();
   await sleep(20);
   const cpu0 = await cpuUsed(admin);
   const t0 = performance.now();
-  await ns.clear();
+  await target.clear();
   const clearMs = performance.now() - t0;
   const cpu1 = await cpuUsed(admin);
   clearing = false;
   await reader;
-  const gone = (await ns.getMany(['k0', `k${N - 1}`])).every((v) => v === undefined);
+  const gone = (await target.getMany(['k0', `k${N - 1}`])).every((v) => v === undefined);
   during.sort((a, b) => a - b);
-  console.log(`\nclear(): namespace of ${N} keys (${dbsize} Redis keys before)`);
-  console.log('| clear() resolved in | Redis CPU during it (user+sys, incl. the INFO calls) | reads of other keys during it | their p99 | old entries unreachable after |');
-  console.log('|---|---|---|---|---|');
-  console.log(`| ${clearMs.toFixed(2)} ms | ${((cpu1 - cpu0) * 1000).toFixed(1)} ms | ${during.length} | ${percentile(during, 0.99).toFixed(2)} ms | ${gone} |`);
+  const what = variant === 'namespace' ? `namespace.clear(): a namespace of ${N} keys` : `cache.clear(): a cache of ${N} keys`;
+  console.log(`\n${what} (${dbsize} Redis keys before)`);
+  console.log('| clear() resolved in | Redis CPU during it (user+sys, incl. the INFO calls) | reads of other keys during it | their p99 | their max | old entries unreachable after | Redis keys after |');
+  console.log('|---|---|---|---|---|---|---|');
+  console.log(`| ${clearMs.toFixed(2)} ms | ${((cpu1 - cpu0) * 1000).toFixed(1)} ms | ${during.length} | ${percentile(during, 0.99).toFixed(2)} ms | ${(during.at(-1) ?? 0).toFixed(2)} ms | ${gone} | ${await admin.dbsize()} |`);
+  await others.close();
   await cache.close();
   client.disconnect();
 }
@@ -242,8 +251,9 @@ if (args.role === 'worker') {
 } else {
   const store = await provideRedis();
   const admin = new Redis(store.adminUrl);
-  await batchScenario(store.url, admin);
-  await clearScenario(store.url, admin);
+  if (!args['clear-only']) await batchScenario(store.url, admin);
+  await clearScenario(store.url, admin, 'namespace');
+  await clearScenario(store.url, admin, 'cache');
   console.log(`\ncommand: npm run bench:batch -- ${process.argv.slice(2).join(' ')}`);
   admin.disconnect();
   await store.stop();

@@ -8,8 +8,8 @@ import type { Io } from './io.js';
  * lies, without a generation on plain keys (which would cost every call a lookup):
  * 1. every master is walked with SCAN (MATCH on value and fence keys, COUNT per step: Redis is never blocked;
  *    on a Cluster each master in parallel);
- * 2. each step's entries go out as one pipeline per slot of `clearEntry` (the delete script without
- *    its note): the fence's high-water mark rises past every grant issued so far and the value goes,
+ * 2. each step's entries go out in pipelines of CHUNK (per slot) of `clearEntry` (the delete script
+ *    without its note), one after the other: the fence's high-water mark rises past every grant issued so far and the value goes,
  *    so a rebuild holding an older grant cannot land its write afterwards;
  * 3. then ONE note for the whole clear (the caller sends it, acknowledged like a namespace clear),
  *    on which every process flushes its L1, degraded memo and flights.
@@ -20,8 +20,14 @@ import type { Io } from './io.js';
  * Cost: O(1) Redis work per entry (one SCAN slot and one short script), amortised over the steps.
  */
 
-/** Keys per SCAN step, and so at most per pipeline. */
+/** Keys per SCAN step. */
 const SCAN_COUNT = 1000;
+/**
+ * Entries per pipeline, one pipeline at a time per node: Redis runs a pipeline read in one go, so
+ * 100 short scripts (~2 ms) is the longest other clients wait behind a clear; 1,000 at once held
+ * them up to ~20–40 ms in `npm run bench:batch`.
+ */
+const CHUNK = 100;
 
 /**
  * The SCAN pattern of the prefix's value and fence keys: `<prefix>:{<8 hex>}:[vf]:*`, the prefix's glob
@@ -58,18 +64,20 @@ export async function invalidateEverything(port: RedisPort, io: Io, batch: Batch
           const entry = entryOfKey(prefix, redisKey);
           if (entry) byKey.set(entry.key, entry);
         }
-        const entries = [...byKey.values()];
-        if (entries.length === 0) continue;
-        const entryAt = (i: number): { readonly value: string; readonly fence: string } => entries[i] as (typeof entries)[number];
-        const replies = await batch.run(
-          'clear',
-          entries.map((e) => e.key),
-          (scripts, i) => void scripts.clearEntry(entryAt(i).value, entryAt(i).fence, fenceTtl),
-          (i) => entryAt(i).value, // with replicaAck, each group is confirmed
-        );
-        const failed = replies.find((r) => !r.ok);
-        if (failed && !failed.ok) throw failed.error instanceof RedisUnavailableError ? failed.error : new RedisUnavailableError('clear', failed.error);
-        cleared += entries.length;
+        const all = [...byKey.values()];
+        for (let from = 0; from < all.length; from += CHUNK) {
+          const entries = all.slice(from, from + CHUNK);
+          const entryAt = (i: number): { readonly value: string; readonly fence: string } => entries[i] as (typeof entries)[number];
+          const replies = await batch.run(
+            'clear',
+            entries.map((e) => e.key),
+            (scripts, i) => void scripts.clearEntry(entryAt(i).value, entryAt(i).fence, fenceTtl),
+            (i) => entryAt(i).value, // with replicaAck, each group is confirmed
+          );
+          const failed = replies.find((r) => !r.ok);
+          if (failed && !failed.ok) throw failed.error instanceof RedisUnavailableError ? failed.error : new RedisUnavailableError('clear', failed.error);
+        }
+        cleared += all.length;
       } while (cursor !== '0');
       return cleared;
     }),
