@@ -29,7 +29,7 @@ import { Bus, Waiters, type Note } from './wait.js';
 
 export type { Loader, LoaderContext } from './loader.js';
 
-/** The clear note's path for the cache's own clear() ('*' is no namespace name: never a namespace's path). */
+/** The path of the cache's own clear() for its note and acknowledgements ('*' is no namespace name: never a namespace's path). */
 const WHOLE_CACHE = '*';
 
 const REMOTE_CHANGES: Partial<Record<Note['kind'], 'written' | 'set' | 'deleted'>> = { w: 'written', s: 'set', d: 'deleted' };
@@ -304,16 +304,17 @@ export class Cache extends EventEmitter<CacheEvents> {
    * invalidated as `delete()` does, its fence raised (a rebuild already running cannot write after
    * it), in one pipeline per slot per SCAN step; then one note tells every process to drop its L1,
    * degraded copies and running flights, and the call resolves once they acknowledged (at most
-   * 2 × `redisTimeout`), as a namespace's clear does. Cost: O(1) Redis work per entry, amortised over
-   * SCAN steps of 1,000 keys. Rejects with `RedisUnavailableError` if Redis fails meanwhile (some
-   * entries are then left: call it again). A namespace's own `clear()` is O(1) whatever its size:
-   * prefer namespaces for data cleared often.
+   * 2 × `redisTimeout`), as a namespace's clear does. Cost: SCAN visits every key of each master in
+   * steps of 1,000, plus one short script per entry. Rejects with `RedisUnavailableError` if Redis
+   * fails meanwhile (some entries are then left: call it again). A namespace's own `clear()` is O(1)
+   * whatever its size: prefer namespaces for data cleared often.
    */
   async clear(): Promise<void> {
     if (this.closed) throw new CacheClosedError();
     await invalidateEverything(this.port, this.io, this.batch, this.options.prefix, this.options.defaults.lockTtl);
     this.clearedEverything(); // this process at once; the others on the note
-    await this.host().clear(WHOLE_CACHE);
+    const id = randomBytes(9).toString('base64url');
+    await this.generations.clear(WHOLE_CACHE, id, this.bus.channel, this.bus.message('a', clearNoteKey(WHOLE_CACHE, id)), 2 * this.options.redisTimeout, this.options.clock);
   }
 
   /** Everything was cleared (here, or a note from another process): nothing kept from before may answer a call. */
@@ -541,9 +542,9 @@ export class Cache extends EventEmitter<CacheEvents> {
 
   /** Another process's write, set or delete drops this process's copy before any waiter re-reads. */
   private onNote(note: Note): void {
-    if (note.kind === 'c') {
+    if (note.kind === 'c' || note.kind === 'a') {
       const clear = parseClearNote(note.key);
-      if (clear?.path === WHOLE_CACHE) this.clearedEverything();
+      if (clear && note.kind === 'a') this.clearedEverything();
       if (clear) this.generations.ack(clear.path, clear.id);
       return;
     }

@@ -1,6 +1,6 @@
 import type { Batch } from './batch.js';
 import type { RedisPort } from './client/port.js';
-import { RedisUnavailableError } from './errors.js';
+import { CacheClosedError, RedisUnavailableError } from './errors.js';
 import type { Io } from './io.js';
 
 /**
@@ -17,7 +17,9 @@ import type { Io } from './io.js';
  * before clear() was called and still there at the end is invalidated, and every rebuild holding a
  * grant (its fence hash) then is refused its write. A value first written during the walk under a
  * grant taken after its fence was raised was loaded after clear() began: not an entry from before it.
- * Cost: O(1) Redis work per entry (one SCAN slot and one short script), amortised over the steps.
+ * Cost: SCAN visits every key of each master, the cache's or not (O(keys on the node), in steps),
+ * plus one short script per entry. A reshard during the walk can move a key from a master not yet
+ * walked to one already walked: it is then missed (SCAN's guarantee holds per node).
  */
 
 /** Keys per SCAN step. */
@@ -48,11 +50,22 @@ export function entryOfKey(prefix: string, redisKey: string): { readonly key: st
   return { key, value: `${base}v:${key}`, fence: `${base}f:${key}` };
 }
 
-/** Invalidates every entry under `prefix` on every master (steps 1 and 2). Rejects with RedisUnavailableError; then some entries may be left. */
+/**
+ * Invalidates every entry under `prefix` on every master (steps 1 and 2). Rejects with
+ * RedisUnavailableError (then some entries may be left), or CacheClosedError after close().
+ */
 export async function invalidateEverything(port: RedisPort, io: Io, batch: Batch, prefix: string, fenceTtl: number): Promise<number> {
-  const pattern = entryKeyPattern(prefix);
+  // One routed command first: a client still connecting (an ioredis Cluster before its slot map)
+  // knows none or only some of its masters, and a walk over those would miss entries silently.
+  const probe = `${prefix}:clear`;
+  await io.run('clear', () => port.command(probe, ['EXISTS', probe]));
+  const masters = port.eachNode('masters');
+  if (masters.length === 0) throw new RedisUnavailableError('clear', new Error('the client knows no master to walk'));
+  // SCAN's MATCH is no key argument: the client's own keyPrefix (ioredis) is not added to it for us.
+  const { keyPrefix } = port;
+  const pattern = entryKeyPattern(keyPrefix + prefix);
   const counts = await Promise.all(
-    port.eachNode('masters').map(async (node) => {
+    masters.map(async (node) => {
       let cleared = 0;
       let cursor = '0';
       do {
@@ -61,7 +74,8 @@ export async function invalidateEverything(port: RedisPort, io: Io, batch: Batch
         // A step may name an entry twice (its value and its fence): once is enough.
         const byKey = new Map<string, { readonly key: string; readonly value: string; readonly fence: string }>();
         for (const redisKey of found) {
-          const entry = entryOfKey(prefix, redisKey);
+          if (!redisKey.startsWith(keyPrefix)) continue;
+          const entry = entryOfKey(prefix, redisKey.slice(keyPrefix.length)); // the scripts get keyPrefix added back by the client
           if (entry) byKey.set(entry.key, entry);
         }
         const all = [...byKey.values()];
@@ -75,7 +89,7 @@ export async function invalidateEverything(port: RedisPort, io: Io, batch: Batch
             (i) => entryAt(i).value, // with replicaAck, each group is confirmed
           );
           const failed = replies.find((r) => !r.ok);
-          if (failed && !failed.ok) throw failed.error instanceof RedisUnavailableError ? failed.error : new RedisUnavailableError('clear', failed.error);
+          if (failed && !failed.ok) throw failed.error instanceof RedisUnavailableError || failed.error instanceof CacheClosedError ? failed.error : new RedisUnavailableError('clear', failed.error);
         }
         cleared += all.length;
       } while (cursor !== '0');

@@ -103,6 +103,12 @@ export class IoredisPort implements RedisPort {
     return node.call(...args);
   }
 
+  get keyPrefix(): string {
+    // A Cluster keeps its per-node options (keyPrefix among them) in `redisOptions`.
+    const prefix = prop(this.client, 'options', 'keyPrefix') ?? prop(this.client, 'options', 'redisOptions', 'keyPrefix');
+    return typeof prefix === 'string' ? prefix : '';
+  }
+
   eachNode(role: 'masters' | 'all'): ((args: readonly ScriptArg[]) => Promise<unknown>)[] {
     type Node = { call(...a: ScriptArg[]): Promise<unknown> };
     if (!this.cluster) return [(args) => this.command('', args)];

@@ -150,6 +150,8 @@ export class NodeRedisPort implements RedisPort {
       .then((node) => (node as { sendCommand(args: Args, options: CommandOptions): Promise<unknown> }).sendCommand(strings, PLAIN));
   }
 
+  readonly keyPrefix = '';
+
   eachNode(role: 'masters' | 'all'): ((args: readonly ScriptArg[]) => Promise<unknown>)[] {
     const strings = (args: readonly ScriptArg[]): Args => args.map((a) => (typeof a === 'number' ? String(a) : a));
     if (!this.cluster) return [(args) => this.send(undefined, strings(args), PLAIN)];

@@ -83,6 +83,11 @@ export interface RedisPort {
    * PUBSUB NUMSUB); on a standalone client the one server. Replies as `command`.
    */
   eachNode(role: 'masters' | 'all'): ((args: readonly ScriptArg[]) => Promise<unknown>)[];
+  /**
+   * What the client puts before every key argument on its own (ioredis `keyPrefix`; '' otherwise):
+   * SCAN's MATCH has no key argument, so the clear adds it there and strips it from SCAN's replies.
+   */
+  readonly keyPrefix: string;
   /** True when the client does not verify the server's TLS certificate. */
   readonly skipsTlsVerification: boolean;
 }

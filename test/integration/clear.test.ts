@@ -54,6 +54,17 @@ describe('cache.clear()', () => {
     expect(await other.get('k1')).toBe('theirs');
   });
 
+  it('clears through an ioredis client with keyPrefix (SCAN\'s MATCH gets the client\'s prefix, which the client adds to keys only)', async () => {
+    const client = h.client({ keyPrefix: 'app:' });
+    const cache = createCache({ redis: client, prefix: `kp${process.pid}` });
+    await cache.set('k', 'old', 60_000);
+    expect(await h.admin.exists(`app:${keysOf(cache, 'k').value}`)).toBe(1);
+    await cache.clear();
+    expect(await cache.get('k')).toBeUndefined();
+    expect(await h.admin.exists(`app:${keysOf(cache, 'k').value}`)).toBe(0);
+    await cache.close();
+  });
+
   it('once it resolves, no process returns an entry written before it, L1 included', async () => {
     const a = twin(h.cache());
     const b = twin(a);

@@ -4,7 +4,7 @@ import { portFor } from '../../src/client/detect.js';
 import { createCache, type Cache, type CacheOptions, type RedisClient } from '../../src/index.js';
 import { entryKeys, hashSlot } from '../../src/keys.js';
 import { clusterClient as sharedClusterClient, deferred, heldRebuild, missedCall, nextEvent, nodeRedisClusterClient, subscriptionDowns } from '../support/harness.js';
-import { startRedisCluster, type RedisClusterHandle } from '../support/redis-server.js';
+import { ACL_USER, AS_ACL_USER, startRedisCluster, type RedisClusterHandle } from '../support/redis-server.js';
 
 let cluster: RedisClusterHandle;
 const clients: Cluster[] = [];
@@ -85,6 +85,23 @@ describe.each<Family>(['ioredis', 'node-redis', 'node-redis5'])('Redis Cluster (
     expect(await valueKeysPerNode()).toEqual(masters.map(() => 0));
     expect(await b.getMany(keys)).toEqual(keys.map(() => undefined));
     expect(await b.namespace('ns').get('n')).toBeUndefined();
+  });
+
+  it('cache.clear() on a client still connecting waits for it to know every master, then clears them all', async () => {
+    const writer = await cache('clr2');
+    const keys = Array.from({ length: 60 }, (_, i) => `c${i}`);
+    for (const k of keys) await writer.set(k, `old ${k}`, 60_000);
+    // A new client given one startup node, no command sent yet: an ioredis Cluster knows none of its
+    // masters at first, then only that node, until its slot map is read.
+    const one = family === 'ioredis' ? new Cluster(cluster.startup.slice(0, 1), { redisOptions: { maxRetriesPerRequest: 1, ...(AS_ACL_USER ? ACL_USER : {}) } }) : undefined;
+    if (one) {
+      one.on('error', () => undefined);
+      clients.push(one);
+    }
+    const fresh = one ? createCache({ redis: one, prefix: `${family}-clr2` }) : await cache('clr2');
+    if (one) caches.push(fresh);
+    await fresh.clear();
+    expect(await writer.getMany(keys)).toEqual(keys.map(() => undefined));
   });
 
   it('the entry keys of different user keys spread over more than one node', async () => {

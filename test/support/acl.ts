@@ -20,5 +20,5 @@ export const APP_COMMANDS = [
  * reads the slot map only. Granted only on the nodes of a test Cluster, each family's clients as a
  * user of its own (redis-server.ts).
  */
-export const IOREDIS_CLUSTER_COMMANDS = ['+cluster|slots', '+cluster|info', '+pubsub|numsub'];
+export const IOREDIS_CLUSTER_COMMANDS = ['+cluster|slots', '+cluster|info', '+pubsub|numsub', '+readonly'];
 export const NODE_REDIS_CLUSTER_COMMANDS = ['+cluster|slots', '+pubsub|numsub'];
