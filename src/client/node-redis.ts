@@ -317,6 +317,12 @@ class NodeRedisSubscriberPort extends DuplicateSubscriberPort {
     if (!sub) return Promise.reject(new Error('subscriber closed'));
     // One listener instance, so a repeated SUBSCRIBE never registers a second copy.
     this.listener ??= (message, ch) => onMessage(ch, message);
+    // node-redis resolves a SUBSCRIBE for a channel it already registered at once, sending nothing,
+    // whatever its socket does: while it reconnects (a killed connection, reconnects refused) that
+    // would say "held" with no subscription on the server, and the Bus would trust L1 while notes are
+    // lost (a Bus retry after a refused SUBSCRIBE runs while the client is down). Only a ready client
+    // holds a subscription (it re-subscribes before 'ready'); otherwise refuse, and 'ready' retries.
+    if ((sub as { isReady?: boolean }).isReady === false) return Promise.reject(new Error('subscriber connection not ready'));
     try {
       return sub.subscribe(channel, this.listener);
     } catch (err) {
