@@ -258,17 +258,53 @@ abstract class DuplicateSubscriberPort implements SubscriberPort {
     this.drop();
   }
 
-  /** Destroys the duplicate without waiting (Redis may be down); one already closed is left as it is. */
+  /**
+   * The duplicates whose TCP connect is pending (from connect() or a 'reconnecting' to the next
+   * 'connect' or 'error'). node-redis 5 and 6 assign the socket only once it connected: a destroy()
+   * before that leaves it open, and it connects and goes ready anyway (a socket left after close());
+   * node-redis 5 then refuses a second destroy(). Kept up to date by `track`; read by `drop`.
+   */
+  private readonly connecting = new WeakSet<NodeRedisSubscriber>();
+
+  /** Follows whether `sub`'s TCP connect is pending; call before its connect(). */
+  protected track(sub: NodeRedisSubscriber): void {
+    this.connecting.add(sub);
+    sub.on('reconnecting', () => this.connecting.add(sub));
+    const settled = () => void this.connecting.delete(sub);
+    sub.on('connect', settled);
+    sub.on('error', settled);
+    sub.on('end', settled);
+  }
+
+  /**
+   * Destroys the duplicate without waiting (Redis may be down); one already closed is left as it is.
+   * While its TCP connect is pending, the destroy waits for that connect to succeed or fail.
+   */
   protected drop(): void {
     const sub = this.sub;
     this.sub = undefined;
     if (!sub) return;
-    try {
-      if (sub.destroy) sub.destroy();
-      else void sub.disconnect?.().catch(() => undefined);
-    } catch {
-      // Already closed (node-redis throws ClientClosedError): nothing to drop.
+    if (this.connecting.has(sub)) {
+      const later = () => {
+        sub.off('connect', later);
+        sub.off('error', later);
+        destroyClient(sub);
+      };
+      sub.on('connect', later);
+      sub.on('error', later);
+      return;
     }
+    destroyClient(sub);
+  }
+}
+
+/** destroy() (or disconnect()) a node-redis client now; one already closed is left as it is. */
+function destroyClient(sub: NodeRedisSubscriber): void {
+  try {
+    if (sub.destroy) sub.destroy();
+    else void sub.disconnect?.().catch(() => undefined);
+  } catch {
+    // Already closed (node-redis throws ClientClosedError): nothing to drop.
   }
 }
 
@@ -302,6 +338,7 @@ class NodeRedisSubscriberPort extends DuplicateSubscriberPort {
     sub.on('ready', up);
     sub.on('reconnecting', down);
     sub.on('end', down);
+    this.track(sub);
     // connect() marks the client open at once (commands queue until ready) and settles when ready;
     // with a reconnect strategy that gives up, it rejects (already reported through 'error').
     sub.connect().then(

@@ -402,3 +402,34 @@ describe('the subscriber port while its connection is down', () => {
     }
   });
 });
+
+describe('the subscriber port leaves no socket behind', () => {
+  it('(h) close() while its connection is still connecting (at once, and right after a reconnect()): no socket is left open', async () => {
+    const client = h.cacheClient();
+    await client.ping();
+    // Every connection the port opens (ioredis and node-redis: duplicate()), to look at each after close().
+    const opened: { status?: string; isReady?: boolean }[] = [];
+    const c = client as unknown as { duplicate: (...args: unknown[]) => { status?: string; isReady?: boolean } };
+    const duplicate = c.duplicate.bind(client);
+    c.duplicate = (...args: unknown[]) => {
+      const d = duplicate(...args);
+      opened.push(d);
+      return d;
+    };
+    const port = portFor(client);
+    for (let i = 0; i < 5; i++) {
+      const sub = port.subscriber();
+      sub.on('error', () => undefined);
+      sub.close(); // its TCP connect is still pending
+    }
+    const again = port.subscriber();
+    again.on('error', () => undefined);
+    await new Promise<void>((resolve) => again.on('ready', () => resolve()));
+    again.reconnect(); // a fresh connection, still connecting when closed
+    again.close();
+    await sleep(300);
+    expect(opened.length).toBeGreaterThanOrEqual(6);
+    // node-redis: isReady; ioredis: status ('end' once closed).
+    expect(opened.filter((d) => d.isReady === true || (d.status !== undefined && d.status !== 'end'))).toHaveLength(0);
+  });
+});
