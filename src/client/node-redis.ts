@@ -318,6 +318,9 @@ function destroyClient(sub: NodeRedisSubscriber): void {
  * fresh one (the same events follow: 'close', then 'ready' once the new one is up).
  */
 class NodeRedisSubscriberPort extends DuplicateSubscriberPort {
+  /** The channels a SUBSCRIBE reply registered on the current duplicate (node-redis keeps them across reconnects). */
+  private readonly registered = new Set<string>();
+
   constructor(duplicate: () => NodeRedisSubscriber) {
     super(duplicate);
     this.open();
@@ -325,6 +328,7 @@ class NodeRedisSubscriberPort extends DuplicateSubscriberPort {
 
   protected open(): void {
     const sub = this.fresh();
+    this.registered.clear();
     const mine = (fn: () => void) => () => {
       if (this.sub === sub) fn();
     };
@@ -354,14 +358,21 @@ class NodeRedisSubscriberPort extends DuplicateSubscriberPort {
     if (!sub) return Promise.reject(new Error('subscriber closed'));
     // One listener instance, so a repeated SUBSCRIBE never registers a second copy.
     this.listener ??= (message, ch) => onMessage(ch, message);
-    // node-redis resolves a SUBSCRIBE for a channel it already registered at once, sending nothing,
-    // whatever its socket does: while it reconnects (a killed connection, reconnects refused) that
-    // would say "held" with no subscription on the server, and the Bus would trust L1 while notes are
-    // lost (a Bus retry after a refused SUBSCRIBE runs while the client is down). Only a ready client
-    // holds a subscription (it re-subscribes before 'ready'); otherwise refuse, and 'ready' retries.
-    if ((sub as { isReady?: boolean }).isReady === false) return Promise.reject(new Error('subscriber connection not ready'));
+    // node-redis resolves a SUBSCRIBE for a channel it already registered (a SUBSCRIBE reply did) at
+    // once, sending nothing, whatever its socket does: while it reconnects (a killed connection,
+    // reconnects refused) that would say "held" with no subscription on the server, and the Bus would
+    // trust L1 while notes are lost (a Bus retry after a refused SUBSCRIBE runs while the client is
+    // down). Only a ready client holds such a channel (it re-subscribes before 'ready'): otherwise
+    // refuse, and 'ready' retries. A channel not registered yet is really sent (queued until
+    // connected), so its reply is a real confirmation, as at start while Redis is down.
+    if (this.registered.has(channel) && (sub as { isReady?: boolean }).isReady === false) {
+      return Promise.reject(new Error('subscriber connection not ready'));
+    }
     try {
-      return sub.subscribe(channel, this.listener);
+      return sub.subscribe(channel, this.listener).then((reply) => {
+        if (this.sub === sub) this.registered.add(channel);
+        return reply;
+      });
     } catch (err) {
       // node-redis throws (ClientClosedError) instead of rejecting when the client is closed.
       return Promise.reject(err instanceof Error ? err : new Error(String(err)));
