@@ -2,6 +2,7 @@ import type { Batch } from './batch.js';
 import type { RedisPort } from './client/port.js';
 import { CacheClosedError, RedisUnavailableError } from './errors.js';
 import type { Io } from './io.js';
+import { entryKeys } from './keys.js';
 
 /**
  * The cache's own clear(): every entry under the prefix (namespaces' included) is invalidated where it
@@ -40,21 +41,24 @@ export function entryKeyPattern(prefix: string): string {
   return `${prefix.replace(/[*?[\]\\]/g, '\\$&')}:{????????}:[vf]:*`;
 }
 
-/** The user key, value key and fence key of a value or fence key found by SCAN (keys.ts: the kind letter sits at a fixed offset). */
+/**
+ * The user key, value key and fence key of a value or fence key found by SCAN (keys.ts: the kind letter
+ * sits at a fixed offset); the Redis keys come from `entryKeys`, the one place that lays them out.
+ */
 export function entryOfKey(prefix: string, redisKey: string): { readonly key: string; readonly value: string; readonly fence: string } | undefined {
   const kindAt = prefix.length + 12; // `<prefix>:{12345678}:` then the kind
   const kind = redisKey.slice(kindAt, kindAt + 2);
   if (!redisKey.startsWith(`${prefix}:{`) || (kind !== 'v:' && kind !== 'f:')) return undefined;
-  const base = redisKey.slice(0, kindAt);
   const key = redisKey.slice(kindAt + 2);
-  return { key, value: `${base}v:${key}`, fence: `${base}f:${key}` };
+  const { value, fence } = entryKeys(prefix, key);
+  return { key, value, fence };
 }
 
 /**
  * Invalidates every entry under `prefix` on every master (steps 1 and 2). Rejects with
  * RedisUnavailableError (then some entries may be left), or CacheClosedError after close().
  */
-export async function invalidateEverything(port: RedisPort, io: Io, batch: Batch, prefix: string, fenceTtl: number): Promise<number> {
+export async function invalidateEverything(port: RedisPort, io: Io, batch: Batch, prefix: string, fenceTtl: number): Promise<void> {
   // One routed command first: a client still connecting (an ioredis Cluster before its slot map)
   // knows none or only some of its masters, and a walk over those would miss entries silently.
   const probe = `${prefix}:clear`;
@@ -64,9 +68,8 @@ export async function invalidateEverything(port: RedisPort, io: Io, batch: Batch
   // SCAN's MATCH is no key argument: the client's own keyPrefix (ioredis) is not added to it for us.
   const { keyPrefix } = port;
   const pattern = entryKeyPattern(keyPrefix + prefix);
-  const counts = await Promise.all(
+  await Promise.all(
     masters.map(async (node) => {
-      let cleared = 0;
       let cursor = '0';
       do {
         const [next, found] = (await io.run('clear', () => node(['SCAN', cursor, 'MATCH', pattern, 'COUNT', SCAN_COUNT]))) as [string | number, string[]];
@@ -91,12 +94,9 @@ export async function invalidateEverything(port: RedisPort, io: Io, batch: Batch
           const failed = replies.find((r) => !r.ok);
           if (failed && !failed.ok) throw failed.error instanceof RedisUnavailableError || failed.error instanceof CacheClosedError ? failed.error : new RedisUnavailableError('clear', failed.error);
         }
-        cleared += all.length;
       } while (cursor !== '0');
-      return cleared;
     }),
   );
-  return counts.reduce((a, b) => a + b, 0);
 }
 
 /**
