@@ -302,7 +302,7 @@ export class Cache extends EventEmitter<CacheEvents> {
    * Removes every entry of the cache — its plain keys and every namespace's — in every process: each
    * master is walked with SCAN (never KEYS; a Cluster's masters in parallel) and each entry found is
    * invalidated as `delete()` does, its fence raised (a rebuild already running cannot write after
-   * it), in one pipeline per slot per SCAN step; then one note tells every process to drop its L1,
+   * it), 100 per pipeline, one pipeline at a time per node; then one note tells every process to drop its L1,
    * degraded copies and running flights, and the call resolves once they acknowledged (at most
    * 2 × `redisTimeout`), as a namespace's clear does. Cost: SCAN visits every key of each master in
    * steps of 1,000, plus one short script per entry. Rejects with `RedisUnavailableError` if Redis
@@ -313,8 +313,14 @@ export class Cache extends EventEmitter<CacheEvents> {
     if (this.closed) throw new CacheClosedError();
     await invalidateEverything(this.port, this.io, this.batch, this.options.prefix, this.options.defaults.lockTtl);
     this.clearedEverything(); // this process at once; the others on the note
+    await this.announceClear(WHOLE_CACHE, 'a');
+  }
+
+  /** A clear's note (`c`: a namespace path; `a`: the whole cache), then the wait for every subscriber's acknowledgement. */
+  private announceClear(path: string, kind: 'c' | 'a'): Promise<void> {
     const id = randomBytes(9).toString('base64url');
-    await this.generations.clear(WHOLE_CACHE, id, this.bus.channel, this.bus.message('a', clearNoteKey(WHOLE_CACHE, id)), 2 * this.options.redisTimeout, this.options.clock);
+    // A subscriber that has not acknowledged within 2 × redisTimeout is one the heartbeat counts as down by then.
+    return this.generations.clear(path, id, this.bus.channel, this.bus.message(kind, clearNoteKey(path, id)), 2 * this.options.redisTimeout, this.options.clock);
   }
 
   /** Everything was cleared (here, or a note from another process): nothing kept from before may answer a call. */
@@ -352,9 +358,7 @@ export class Cache extends EventEmitter<CacheEvents> {
       },
       clear: (path) => {
         if (this.closed) return Promise.reject(new CacheClosedError());
-        const id = randomBytes(9).toString('base64url');
-        // A subscriber that has not acknowledged within 2 × redisTimeout is one the heartbeat counts as down by then.
-        return this.generations.clear(path, id, this.bus.channel, this.bus.message('c', clearNoteKey(path, id)), 2 * this.options.redisTimeout, this.options.clock);
+        return this.announceClear(path, 'c');
       },
     };
     return this.namespaceHost;
