@@ -32,6 +32,9 @@ export type { Loader, LoaderContext } from './loader.js';
 /** The path of the cache's own clear() for its note and acknowledgements ('*' is no namespace name: never a namespace's path). */
 const WHOLE_CACHE = '*';
 
+/** The node name a plain client's port gives every key (port.nodeOf): one breaker for the entries and the namespaces' counters. */
+const STANDALONE = 'standalone';
+
 const REMOTE_CHANGES: Partial<Record<Note['kind'], 'written' | 'set' | 'deleted'>> = { w: 'written', s: 'set', d: 'deleted' };
 
 export function createCache(options: CacheOptions): Cache {
@@ -96,7 +99,9 @@ export class Cache extends EventEmitter<CacheEvents> {
     this.port = port;
     // Redis answering again after failures ends every degraded copy (see degraded-memo.ts) and sends
     // the releases it did not answer again (lock/grant.ts); one breaker per node.
-    this.io = new Io(o.redisTimeout, o.breakerThreshold, o.breakerCooldown, o.clock, this.onAnswer, (key) => (key === undefined ? '' : port.nodeOf(`{${slotTag(key)}}`)), (redisKey) => port.nodeOf(redisKey));
+    // A plain client is one node: its breaker needs no slot tag per call (a Cluster's does).
+    const nodeOfKey = port.cluster ? (key: string | undefined) => (key === undefined ? '' : port.nodeOf(`{${slotTag(key)}}`)) : (key: string | undefined) => (key === undefined ? '' : STANDALONE);
+    this.io = new Io(o.redisTimeout, o.breakerThreshold, o.breakerCooldown, o.clock, this.onAnswer, nodeOfKey, (redisKey) => port.nodeOf(redisKey));
     const scripts = withReplicaAck(defineScripts(port), port, o.replicaAck);
     // The subscriber's heartbeat: a silently dead socket counts as down within 2 × redisTimeout.
     this.bus = new Bus(o.prefix, o.redisTimeout);

@@ -58,33 +58,57 @@ const IGNORE = (): void => undefined;
  * flight would keep every flight's result reachable until close()).
  */
 class Closing {
-  private readonly pending = new Set<() => void>();
+  /** The guards of running flights, linked (not a Set: see Guard). */
+  private first: Guard | undefined;
 
   constructor(private readonly lifetime: AbortSignal) {
     lifetime.addEventListener('abort', () => {
-      for (const close of this.pending) close();
-      this.pending.clear();
+      for (let guard = this.first; guard; guard = this.first) {
+        this.unlink(guard);
+        guard.close();
+      }
     }, { once: true });
   }
 
   guard<T>(key: string, work: Promise<T>): Promise<T> {
     if (this.lifetime.aborted) return Promise.reject(new CacheClosedError(key));
     return new Promise<T>((resolve, reject) => {
-      const close = (): void => reject(new CacheClosedError(key));
-      this.pending.add(close);
+      const guard: Guard = { close: () => reject(new CacheClosedError(key)), prev: undefined, next: this.first };
+      if (this.first) this.first.prev = guard;
+      this.first = guard;
       work.then(
         (v) => {
-          this.pending.delete(close);
+          this.unlink(guard);
           resolve(v);
         },
         (e: unknown) => {
-          this.pending.delete(close);
+          this.unlink(guard);
           // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors
           reject(e);
         },
       );
     });
   }
+
+  /** Idempotent: a guard already unlinked (by close(), or its flight settled) is left alone. */
+  private unlink(guard: Guard): void {
+    if (guard.prev) guard.prev.next = guard.next;
+    else if (this.first === guard) this.first = guard.next;
+    else return;
+    if (guard.next) guard.next.prev = guard.prev;
+    guard.prev = guard.next = undefined;
+  }
+}
+
+/**
+ * A running flight's link in Closing's list. A list through the entries, not a Set held by the
+ * long-lived Closing: a Set's add and delete per flight cost microseconds of GC each (measured with
+ * io.ts's in-flight operations, which had the same shape: ~4 µs per operation).
+ */
+interface Guard {
+  readonly close: () => void;
+  prev: Guard | undefined;
+  next: Guard | undefined;
 }
 
 const closing = (lifetime: AbortSignal | undefined): Closing | undefined => (lifetime ? new Closing(lifetime) : undefined);

@@ -119,10 +119,11 @@ describe('close() guard (the heap figure: npm run bench:heap)', () => {
     const lifetime = new AbortController();
     const flight = new SingleFlight(Number.POSITIVE_INFINITY, lifetime.signal);
     for (let i = 0; i < 100; i++) await flight.run(`k${i}`, undefined, async () => i);
-    const pending = (flight as unknown as { closed: { pending: Set<unknown> } }).closed.pending;
-    expect(pending.size).toBe(0);
+    const closing = (flight as unknown as { closed: { first: unknown } }).closed;
+    expect(closing.first).toBeUndefined(); // the guards' list is empty
     const hanging = flight.run('hang', undefined, () => new Promise(() => undefined));
     await Promise.resolve();
+    expect(closing.first).toBeDefined(); // the running flight is guarded
     lifetime.abort();
     await expect(hanging).rejects.toMatchObject({ code: 'ERR_CLOSED', key: 'hang' });
   });

@@ -36,6 +36,17 @@ describe('entry keys', () => {
     const b = Object.values(entryKeys('sg:x', 'y'));
     for (const k of a) expect(b).not.toContain(k);
   });
+
+  it('the remembered keys of a key follow its prefix: one key used under two prefixes in turn gets each prefix\'s keys', () => {
+    for (let i = 0; i < 3; i++) {
+      for (const prefix of ['sg', 'ns:7']) {
+        const k = entryKeys(prefix, 'same');
+        expect(k.value).toBe(`${prefix}:{${slotTag('same')}}:v:same`);
+        expect(k.fence).toBe(`${prefix}:{${slotTag('same')}}:f:same`);
+      }
+    }
+    expect(Object.isFrozen(entryKeys('sg', 'same'))).toBe(true);
+  });
 });
 
 describe('validateKey', () => {
