@@ -233,7 +233,7 @@ describe('a lock abandoned across an automatic Cluster failover is released by i
   /**
    * The holder's loader runs on the slot master (its grant confirmed on the replica); the master is
    * SIGKILLed; the loader finishes, so the holder's write and release fail (breakerThreshold 1: the
-   * write's timeout opens the dead node's breaker and the release is refused unsent). Only then is
+   * write's failure opens the dead node's breaker and the release is refused unsent). Only then is
    * the replica allowed to fail over (`cluster-replica-no-failover` until then: the order is fixed,
    * not raced). The promoted replica holds the holder's lock with most of its 60 s lease left. A
    * waiter in another cache starts, finds the lock held and waits (pollInterval 60 s: only a note
@@ -249,14 +249,15 @@ describe('a lock abandoned across an automatic Cluster failover is released by i
 
     const holderClient = clusterClient(cluster!, clients);
     const waiterClient = clusterClient(cluster!, clients);
-    const holder = cacheOn({ redis: holderClient, prefix, redisTimeout: 200, breakerThreshold: 1, breakerCooldown: 60_000 });
+    const holder = cacheOn({ redis: holderClient, prefix, redisTimeout: 1000, breakerThreshold: 1, breakerCooldown: 60_000 });
     const waiter = cacheOn({ redis: waiterClient, prefix, redisTimeout: 1000 });
     if (!keepRetries) {
       const retries = (holder as unknown as { retries: { add: (...args: unknown[]) => void } }).retries;
       retries.add = () => undefined;
     }
-    expect(await holder.ready()).toBe(true);
-    expect(await waiter.ready()).toBe(true);
+    // ready() waits redisTimeout at most: ask again until each Cluster's pub/sub node is connected.
+    await until('holder subscribed', async () => holder.ready());
+    await until('waiter subscribed', async () => waiter.ready());
     const options = { ttl: 60_000, lockTtl: 60_000, waitTimeout: 60_000, pollInterval: 60_000 };
 
     const held = await heldRebuild<string>(holder, 'k', options);
