@@ -2,7 +2,7 @@
 import { Redis } from 'ioredis';
 import { LRUCache } from 'lru-cache';
 import { Packr } from 'msgpackr';
-import { createCache } from '../src/index.js';
+import { library } from './lib/library.js';
 import { entryKeys } from '../src/keys.js';
 import { HIT_TTL, HIT_VALUE, type HitReport, type HitRequest } from './lib/hit-cost.js';
 
@@ -23,6 +23,7 @@ async function run(req: HitRequest, go: () => Promise<number>): Promise<HitRepor
     for (const k of names) lru.set(k, HIT_VALUE);
     answer = (key) => lru.get(key);
   } else {
+    const { createCache } = (await library()).lib;
     const cache = createCache({ redis, prefix: req.prefix, ...(req.variant === 'ours-l1' ? { local: { max: req.keys * 2 } } : {}) });
     const loader = () => HIT_VALUE;
     answer = (key) => cache.getOrCompute(key, loader, HIT_TTL);

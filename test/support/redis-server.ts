@@ -107,7 +107,7 @@ export async function waitForPing(host: string, port: number, timeoutMs = 10_000
 /** Starts a throwaway redis-server on a free loopback port. Extra `args` are passed through (e.g. cluster flags). */
 export async function startRedisServer(args: string[] = [], options: { port?: number; clusterNode?: boolean } = {}): Promise<RedisServer> {
   if (!hasRedisBinary()) throw new Error('redis-server is not installed; install it (Debian: apt-get install redis-server) or set REDIS_URL');
-  const port = options.port ?? (await freePort());
+  let port = options.port ?? (await freePort());
   const dir = mkdtempSync(join(tmpdir(), 'sg-redis-'));
   const host = '127.0.0.1';
   let child: ChildProcess | undefined;
@@ -133,7 +133,23 @@ export async function startRedisServer(args: string[] = [], options: { port?: nu
   const exited = (c: ChildProcess): Promise<void> =>
     c.exitCode !== null || c.signalCode !== null ? Promise.resolve() : new Promise((r) => c.once('exit', () => r()));
 
-  await launch();
+  // freePort() closes the port before redis-server binds it: a server started at the same moment
+  // (a Cluster's nodes start side by side) can take it. Then this one exits at once; pick another.
+  for (let attempt = 1; ; attempt++) {
+    try {
+      await launch();
+      break;
+    } catch (err) {
+      const c = child as ChildProcess | undefined;
+      const died = c !== undefined && (c.exitCode !== null || c.signalCode !== null);
+      c?.kill('SIGKILL');
+      if (!died || options.port !== undefined || attempt >= 3) {
+        rmSync(dir, { recursive: true, force: true });
+        throw err;
+      }
+      port = await freePort();
+    }
+  }
   return {
     host,
     port,
@@ -217,11 +233,18 @@ export interface RedisClusterHandle {
  * unnoticed (a long one: no failure detection during the test).
  */
 export async function startRedisCluster(masters = 3, nodeTimeoutMs = 5000, replicas = 0): Promise<RedisClusterHandle> {
-  const nodes = await Promise.all(
+  const started = await Promise.allSettled(
     Array.from({ length: masters * (1 + replicas) }, () =>
       startRedisServer(['--cluster-enabled', 'yes', '--cluster-config-file', 'nodes.conf', '--cluster-node-timeout', String(nodeTimeoutMs)], { clusterNode: true }),
     ),
   );
+  const nodes = started.flatMap((s) => (s.status === 'fulfilled' ? [s.value] : []));
+  const failed = started.find((s): s is PromiseRejectedResult => s.status === 'rejected');
+  if (failed) {
+    // No node of a cluster that could not start is left running.
+    await Promise.all(nodes.map((n) => n.stop()));
+    throw failed.reason;
+  }
   const addrs = nodes.map((n) => `${n.host}:${n.port}`);
   const created = spawnSync('redis-cli', ['--cluster', 'create', ...addrs, '--cluster-replicas', String(replicas), '--cluster-yes'], { encoding: 'utf8' });
   if (created.status !== 0) {
