@@ -29,9 +29,12 @@ import {
   type Violation,
   type Write,
 } from '../support/checker.js';
+import { TEST_CLIENT } from '../support/clients.js';
 import { startRedisServer, type RedisServer } from '../support/redis-server.js';
 
 const WORKER = fileURLToPath(new URL('../support/campaign-worker.ts', import.meta.url));
+/** The port family every worker's cache must run on: SG_TEST_CLIENT's (the workers inherit the env). */
+const FAMILY = TEST_CLIENT.startsWith('ioredis') ? 'ioredis' : 'node-redis';
 const now = (): number => performance.timeOrigin + performance.now();
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -205,7 +208,8 @@ async function campaign(c: CampaignConfig) {
       });
       child.once('exit', () => resolve({ ...acc, resources: [], killed: true }));
     });
-    await new Promise((r) => child.once('message', r)); // ready
+    const ready = await new Promise<{ family?: string }>((r) => child.once('message', r));
+    if (ready.family !== FAMILY) throw new Error(`campaign worker ${proc}: its cache runs on ${ready.family}, not ${FAMILY} (SG_TEST_CLIENT=${TEST_CLIENT})`);
     child.send({ op: 'start', until });
     return handle;
   };
