@@ -78,12 +78,28 @@ export function familyClient(
   const o = { url, disableOfflineQueue: !offlineQueue, socket };
   const c = kind === 'node-redis' ? redis().createClient(o) : redis5().createClient(o);
   c.on('error', () => undefined);
+  // node-redis (v5, v6) assigns a connecting socket only once it connected: a destroy() while a
+  // (re)connect's TCP connect is pending leaves that socket open (it connects and goes ready; v5 then
+  // refuses a second destroy()). So a dispose in that window waits for the connect to end.
+  let connecting = connect;
+  c.on('reconnecting', () => (connecting = true));
+  for (const settled of ['connect', 'error', 'end'] as const) c.on(settled, () => (connecting = false));
   // The caller connects a node-redis client; connect() opens it at once (commands queue until ready).
   if (connect) c.connect().catch(() => undefined);
+  const destroy = () => {
+    if (c.isOpen) c.destroy();
+  };
   return {
     client: c,
     dispose: () => {
-      if (c.isOpen) c.destroy();
+      if (!connecting) return destroy();
+      const later = () => {
+        c.off('connect', later);
+        c.off('error', later);
+        destroy();
+      };
+      c.on('connect', later);
+      c.on('error', later);
     },
   };
 }
