@@ -38,6 +38,19 @@ const cache = createCache({
 } as CacheOptions);
 
 const now = (): number => performance.timeOrigin + performance.now();
+/**
+ * [up, when] each time the cache's subscription came up (true) or went down (false), as its Bus reports
+ * them to the cache (onUp: L1 and the degraded memo start over; onDown: L1 stops). Down from creation
+ * until the first. The checker needs them for the one exception README states to "no superseded read"
+ * (a degraded value kept while the subscription is down: see checker.ts, DegradedAllowance).
+ */
+const subscription: [boolean, number][] = [[false, now()]];
+{
+  const handlers = (cache as unknown as { bus: { handlers: { onUp: () => void; onDown: () => void } } }).bus.handlers;
+  const { onUp, onDown } = handlers;
+  handlers.onUp = () => (subscription.push([true, now()]), onUp());
+  handlers.onDown = () => (subscription.push([false, now()]), onDown());
+}
 /** Every live timer and where it was set, to name the ones left after close() (diagnostics only). */
 const liveTimers = new Map<unknown, string>();
 {
@@ -157,8 +170,8 @@ async function loop(until: number): Promise<void> {
 
 /** Streams the history in batches, so a worker killed by the campaign loses at most the last 250 ms. */
 function flush(): void {
-  if (settles.length === 0 && runs.length === 0 && writes.length === 0 && refused.length === 0) return;
-  process.send?.({ ev: 'batch', settles: settles.splice(0), writes: writes.splice(0), runs: runs.splice(0), refused: refused.splice(0), unhandled: unhandled.splice(0) });
+  if (settles.length === 0 && runs.length === 0 && writes.length === 0 && refused.length === 0 && subscription.length === 0) return;
+  process.send?.({ ev: 'batch', settles: settles.splice(0), writes: writes.splice(0), runs: runs.splice(0), refused: refused.splice(0), unhandled: unhandled.splice(0), subscription: subscription.splice(0) });
 }
 
 process.on('message', (m: { op: 'start'; until: number } | { op: 'exit' }) => {
@@ -185,7 +198,7 @@ process.on('message', (m: { op: 'start'; until: number } | { op: 'exit' }) => {
     const resources = open();
     // Which timers, when some are left: where they were set.
     if (resources.includes('Timeout')) for (const stack of liveTimers.values()) console.error(`campaign-worker ${proc}: timer left after close(), set at ${stack}`);
-    process.send?.({ ev: 'history', proc, settles, writes, runs, refused, unhandled, resources }, () => process.exit(0));
+    process.send?.({ ev: 'history', proc, settles, writes, runs, refused, unhandled, resources, subscription }, () => process.exit(0));
   })();
 });
 // The adapter the cache picked, so the campaign can check it runs on the family under test.
