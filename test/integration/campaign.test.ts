@@ -386,7 +386,7 @@ async function campaign(c: CampaignConfig) {
     loaderRuns: runs.length,
     'keys evicted': evicted,
     'no stale overwrite': `${reads.checked} ordered read pairs checked, ${reads.violations.length} violations (${fromRefusedWrites.size} answers of refused writes left out)`,
-    'no superseded read': `${superseded.checked} reads judged against a delete/set done > ${SUPERSEDE_BOUND} ms before, ${superseded.violations.length} violations`,
+    'no superseded read': `${superseded.checked} reads judged against a delete/set done > ${SUPERSEDE_BOUND} ms before, ${superseded.violations.length} violations (${superseded.allowedDegraded} degraded values older than a write left out: kept while their process's subscription was down)`,
     'aborts harmless': `${aborts.checked} calls with a signal; ${aborts.violations.filter((v) => v.property === 'no backoff from aborts').length} ERR_BACKOFF (calls, sets, deletes), ${aborts.violations.filter((v) => v.property === 'abort only the caller who aborted').length} ERR_ABORTED without a signal`,
     'bounded settle': `${bounded.checked} settles checked against ${SETTLE_BOUND} ms, ${bounded.violations.length} violations`,
     'unhandled rejections': unhandled.length,

@@ -168,9 +168,11 @@ export function noSupersededReads(
   bound: number,
   pauses: Interval[],
   degraded?: DegradedAllowance,
-): { checked: number; violations: Violation[] } {
+): { checked: number; violations: Violation[]; allowedDegraded: number } {
   const violations: Violation[] = [];
   let checked = 0;
+  /** Reads left unjudged against at least one superseding write under the DegradedAllowance. */
+  let allowedDegraded = 0;
   const done = new Map<string, Write[]>();
   for (const w of writes) {
     if (!w.ok) continue;
@@ -188,10 +190,14 @@ export function noSupersededReads(
     const kept = r.fence === undefined && degraded ? degraded.keptUntil.get(r.value) : undefined;
     const unheard = kept !== undefined && r.start <= kept && degraded ? degraded.unsubscribed.filter((d) => d.proc === r.proc && d.to >= r.start) : [];
     let judged = false;
+    let allowed = false;
     for (const w of g) {
       if (w.end + bound >= r.start) break; // sorted by end: every later one is too recent too
       if (frozen.some((p) => p.to > w.end)) continue;
-      if (unheard.some((d) => d.from <= w.end + (degraded as DegradedAllowance).lag)) continue;
+      if (unheard.some((d) => d.from <= w.end + (degraded as DegradedAllowance).lag)) {
+        if (w.start > made) allowed = true;
+        continue;
+      }
       judged = true;
       if (w.start > made) {
         violations.push({
@@ -202,8 +208,9 @@ export function noSupersededReads(
       }
     }
     if (judged) checked++;
+    if (allowed) allowedDegraded++;
   }
-  return { checked, violations };
+  return { checked, violations, allowedDegraded };
 }
 
 /**

@@ -87,6 +87,7 @@ describe('campaign checker: no superseded read', () => {
     const allowance = (from: number, to: number, keptUntil = 3000) => ({ unsubscribed: [{ proc: 2, from, to }], lag: 200, keptUntil: new Map([['5.1', keptUntil]]) });
     const judge = (r: Settle, a?: ReturnType<typeof allowance>) => noSupersededReads([r], [del(3, 200, 300)], at, 500, [], a).violations.length;
     expect(judge(degradedRead(2, 1000), allowance(50, 2000))).toBe(0); // down across the delete and the read: allowed
+    expect(noSupersededReads([degradedRead(2, 1000)], [del(3, 200, 300)], at, 500, [], allowance(50, 2000)).allowedDegraded).toBe(1); // and counted
     expect(judge(degradedRead(2, 1000), allowance(450, 2000))).toBe(0); // went down within the lag after the delete: its note may be lost
     expect(judge(degradedRead(2, 1000), allowance(600, 2000))).toBe(1); // went down later: the note had reached it
     expect(judge(degradedRead(2, 1000), allowance(50, 900))).toBe(1); // subscribed again before the read: the memo was dropped
