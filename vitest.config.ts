@@ -4,15 +4,20 @@ import { defineConfig } from 'vitest/config';
  * `SG_TEST_CLIENT=node-redis` (the third pass of `npm test`) reruns only the files whose caches are
  * built on the client family under test (test/support/clients.ts): core, edges, fail-safe, fault,
  * coherence, stale-window, refresh-ahead, telemetry, review behaviours, batches, getOrComputeMany,
- * namespaces, loader control, grant releases, the degraded memo, and the ACL and TLS tests
- * (security). The rest test the library's own logic above the port (fence, model, campaign, multi-process workers) or pick their families
- * themselves (client-versions, cluster, redlock), and already ran in the first two passes.
+ * namespaces, loader control, grant releases, the degraded memo, the ACL and TLS tests
+ * (security), and the multi-process workers (test/support/worker.ts builds its cache with
+ * familyClient). The rest test the library's own logic above the port (fence, model) or pick their
+ * families themselves (client-versions, cluster, redlock), and already ran in the first two passes.
+ * The fault campaign's workers follow SG_TEST_CLIENT too, but campaign.test.ts is not here yet: on
+ * node-redis one of three runs failed (issue #9: a worker's sockets left open after close(), and
+ * superseded L1 reads in the boot-down campaign); SG_TEST_CAMPAIGN=1 adds it to this pass by hand.
  */
 const FOLLOW_CLIENT_FAMILY = [
   'core', 'edges', 'failsafe', 'redis-faults', 'network-faults', 'coherence', 'stale-window',
   'refresh-ahead', 'telemetry', 'review', 'review-final', 'review-refresh',
   'batch-reads', 'many', 'namespace', 'clear', 'loader-control', 'grant', 'degraded-memo',
-  'security',
+  'security', 'multiprocess',
+  ...(process.env.SG_TEST_CAMPAIGN === '1' ? ['campaign'] : []),
 ].map((name) => `test/integration/${name}.test.ts`);
 const ALL = ['test/**/*.test.ts'];
 const otherFamily = process.env.SG_TEST_CLIENT !== undefined && process.env.SG_TEST_CLIENT !== 'ioredis';

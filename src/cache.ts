@@ -465,8 +465,10 @@ export class Cache extends EventEmitter<CacheEvents> {
 
   /**
    * Writes a value, fenced like a rebuild (an in-flight rebuild's older write is then rejected); works
-   * during a `failBackoff`. Throws RedisUnavailableError, or UnstorableValueError for a value that could
-   * never be read back (nothing is written then).
+   * during a `failBackoff`. If the fence refuses the write (the fence hash was lost since this call's
+   * token, or a newer write landed), the entry is deleted instead, as by `delete()`. Throws
+   * RedisUnavailableError, or UnstorableValueError for a value that could never be read back (nothing
+   * is written then).
    */
   async set<T>(key: string, value: T, ttlOrOptions?: number | CallOptions): Promise<void> {
     const call = this.resolveCall(key, ttlOrOptions);
@@ -494,6 +496,12 @@ export class Cache extends EventEmitter<CacheEvents> {
       if (!accepted) {
         this.telemetry.writeRejected();
         this.safeEmit('writeRejected', { key, fence: grant.fence });
+        // The fence refused this set: its hash was lost (evicted, deleted, a restart) and maybe re-seeded
+        // since the grant, or a newer write landed. The store may then still hold a value from before this
+        // call, which every process would go on serving. Delete the entry as delete() does (a new token,
+        // the mark raised, a 'd' note to every L1): nothing older than this set() survives it.
+        await this.deps.store.invalidate(key, keys, this.options.defaults.lockTtl);
+        this.local.deleted(key);
       }
       this.forget(key); // a call starting now must not join a rebuild begun before this set
     } finally {

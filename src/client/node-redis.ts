@@ -258,17 +258,53 @@ abstract class DuplicateSubscriberPort implements SubscriberPort {
     this.drop();
   }
 
-  /** Destroys the duplicate without waiting (Redis may be down); one already closed is left as it is. */
+  /**
+   * The duplicates whose TCP connect is pending (from connect() or a 'reconnecting' to the next
+   * 'connect' or 'error'). node-redis 5 and 6 assign the socket only once it connected: a destroy()
+   * before that leaves it open, and it connects and goes ready anyway (a socket left after close());
+   * node-redis 5 then refuses a second destroy(). Kept up to date by `track`; read by `drop`.
+   */
+  private readonly connecting = new WeakSet<NodeRedisSubscriber>();
+
+  /** Follows whether `sub`'s TCP connect is pending; call before its connect(). */
+  protected track(sub: NodeRedisSubscriber): void {
+    this.connecting.add(sub);
+    sub.on('reconnecting', () => this.connecting.add(sub));
+    const settled = () => void this.connecting.delete(sub);
+    sub.on('connect', settled);
+    sub.on('error', settled);
+    sub.on('end', settled);
+  }
+
+  /**
+   * Destroys the duplicate without waiting (Redis may be down); one already closed is left as it is.
+   * While its TCP connect is pending, the destroy waits for that connect to succeed or fail.
+   */
   protected drop(): void {
     const sub = this.sub;
     this.sub = undefined;
     if (!sub) return;
-    try {
-      if (sub.destroy) sub.destroy();
-      else void sub.disconnect?.().catch(() => undefined);
-    } catch {
-      // Already closed (node-redis throws ClientClosedError): nothing to drop.
+    if (this.connecting.has(sub)) {
+      const later = () => {
+        sub.off('connect', later);
+        sub.off('error', later);
+        destroyClient(sub);
+      };
+      sub.on('connect', later);
+      sub.on('error', later);
+      return;
     }
+    destroyClient(sub);
+  }
+}
+
+/** destroy() (or disconnect()) a node-redis client now; one already closed is left as it is. */
+function destroyClient(sub: NodeRedisSubscriber): void {
+  try {
+    if (sub.destroy) sub.destroy();
+    else void sub.disconnect?.().catch(() => undefined);
+  } catch {
+    // Already closed (node-redis throws ClientClosedError): nothing to drop.
   }
 }
 
@@ -282,6 +318,9 @@ abstract class DuplicateSubscriberPort implements SubscriberPort {
  * fresh one (the same events follow: 'close', then 'ready' once the new one is up).
  */
 class NodeRedisSubscriberPort extends DuplicateSubscriberPort {
+  /** The channels a SUBSCRIBE reply registered on the current duplicate (node-redis keeps them across reconnects). */
+  private readonly registered = new Set<string>();
+
   constructor(duplicate: () => NodeRedisSubscriber) {
     super(duplicate);
     this.open();
@@ -289,6 +328,7 @@ class NodeRedisSubscriberPort extends DuplicateSubscriberPort {
 
   protected open(): void {
     const sub = this.fresh();
+    this.registered.clear();
     const mine = (fn: () => void) => () => {
       if (this.sub === sub) fn();
     };
@@ -302,6 +342,7 @@ class NodeRedisSubscriberPort extends DuplicateSubscriberPort {
     sub.on('ready', up);
     sub.on('reconnecting', down);
     sub.on('end', down);
+    this.track(sub);
     // connect() marks the client open at once (commands queue until ready) and settles when ready;
     // with a reconnect strategy that gives up, it rejects (already reported through 'error').
     sub.connect().then(
@@ -317,8 +358,21 @@ class NodeRedisSubscriberPort extends DuplicateSubscriberPort {
     if (!sub) return Promise.reject(new Error('subscriber closed'));
     // One listener instance, so a repeated SUBSCRIBE never registers a second copy.
     this.listener ??= (message, ch) => onMessage(ch, message);
+    // node-redis resolves a SUBSCRIBE for a channel it already registered (a SUBSCRIBE reply did) at
+    // once, sending nothing, whatever its socket does: while it reconnects (a killed connection,
+    // reconnects refused) that would say "held" with no subscription on the server, and the Bus would
+    // trust L1 while notes are lost (a Bus retry after a refused SUBSCRIBE runs while the client is
+    // down). Only a ready client holds such a channel (it re-subscribes before 'ready'): otherwise
+    // refuse, and 'ready' retries. A channel not registered yet is really sent (queued until
+    // connected), so its reply is a real confirmation, as at start while Redis is down.
+    if (this.registered.has(channel) && (sub as { isReady?: boolean }).isReady === false) {
+      return Promise.reject(new Error('subscriber connection not ready'));
+    }
     try {
-      return sub.subscribe(channel, this.listener);
+      return sub.subscribe(channel, this.listener).then((reply) => {
+        if (this.sub === sub) this.registered.add(channel);
+        return reply;
+      });
     } catch (err) {
       // node-redis throws (ClientClosedError) instead of rejecting when the client is closed.
       return Promise.reject(err instanceof Error ? err : new Error(String(err)));

@@ -356,3 +356,86 @@ describe('the subscription when Redis is down at boot', () => {
     await a.close();
   });
 });
+
+describe('the subscriber port while its connection is down', () => {
+  it('(g) a SUBSCRIBE sent while the pub/sub connection is lost (killed, reconnects refused) does not resolve as held (node-redis: the channel is already registered, so it sent nothing)', async () => {
+    const port = portFor(h.cacheClient());
+    const sub = port.subscriber();
+    const t0 = Date.now();
+    const events: string[] = [];
+    const ready = () => new Promise<void>((resolve) => sub.on('ready', () => resolve()));
+    let closes = 0;
+    sub.on('ready', () => events.push(`ready@${Date.now() - t0}`));
+    sub.on('close', () => (closes++, events.push(`close@${Date.now() - t0}`)));
+    sub.on('error', () => undefined);
+    try {
+      const channel = `coh-g-${process.pid}`;
+      const heard: string[] = [];
+      const onMessage = (_ch: string, m: string) => heard.push(m);
+      await until(async () => sub.subscribe(channel, onMessage).then(() => true, () => false));
+      // Reconnects refused: maxclients lowered to the connections that stay, then the pub/sub ones killed.
+      const [, before] = (await h.admin.config('GET', 'maxclients')) as [string, string];
+      const list = String(await h.admin.client('LIST'));
+      const all = list.split('\n').filter((l) => l.trim() !== '');
+      const subscribers = all.filter((l) => / sub=[1-9]/.test(l)).length;
+      const back = ready();
+      try {
+        await h.admin.config('SET', 'maxclients', String(all.length - subscribers));
+        await h.admin.client('KILL', 'TYPE', 'pubsub');
+        await until(async () => closes > 0);
+        await sleep(100);
+        const outcome = await Promise.race([
+          sub.subscribe(channel, onMessage).then(() => 'resolved', () => 'rejected'),
+          sleep(500).then(() => 'pending'),
+        ]);
+        expect(outcome, `subscriber events: ${events.join(' ')}`).not.toBe('resolved');
+      } finally {
+        await h.admin.config('SET', 'maxclients', before);
+      }
+      await back;
+      // Back: a SUBSCRIBE holds again, and a message reaches it.
+      await until(async () => sub.subscribe(channel, onMessage).then(() => true, () => false));
+      await until(async () => (await h.admin.publish(channel, 'm')) > 0);
+      await until(async () => heard.length > 0);
+    } finally {
+      sub.close();
+    }
+  });
+});
+
+describe('the subscriber port leaves no socket behind', () => {
+  it('(h) close() while its connection is still connecting (at once, and right after a reconnect()): no socket is left open', async () => {
+    const client = h.cacheClient();
+    await client.ping();
+    // Every connection the port opens (ioredis and node-redis: duplicate()), to look at each after close().
+    const opened: { status?: string; isReady?: boolean }[] = [];
+    const c = client as unknown as { duplicate: (...args: unknown[]) => { status?: string; isReady?: boolean } };
+    const duplicate = c.duplicate.bind(client);
+    c.duplicate = (...args: unknown[]) => {
+      const d = duplicate(...args);
+      opened.push(d);
+      return d;
+    };
+    const port = portFor(client);
+    for (let i = 0; i < 5; i++) {
+      const sub = port.subscriber();
+      sub.on('error', () => undefined);
+      sub.close(); // its TCP connect is still pending
+    }
+    const again = port.subscriber();
+    again.on('error', () => undefined);
+    await new Promise<void>((resolve) => again.on('ready', () => resolve()));
+    again.reconnect(); // a fresh connection, still connecting when closed
+    again.close();
+    // The harness's own disposal of a caller's client (familyClient) in the same window.
+    for (let i = 0; i < 3; i++) {
+      const made = familyClient(h.url);
+      opened.push(made.client as unknown as { status?: string; isReady?: boolean });
+      made.dispose();
+    }
+    await sleep(300);
+    expect(opened.length).toBeGreaterThanOrEqual(9);
+    // node-redis: isReady; ioredis: status ('end' once closed).
+    expect(opened.filter((d) => d.isReady === true || (d.status !== undefined && d.status !== 'end'))).toHaveLength(0);
+  });
+});

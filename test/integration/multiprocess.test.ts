@@ -1,5 +1,6 @@
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { TEST_CLIENT } from '../support/clients.js';
 import { maxActiveKey, runsKey } from '../support/counting-loader.js';
 import { startRedisServer, type RedisServer } from '../support/redis-server.js';
 import { startWorkers, type Worker } from '../support/workers.js';
@@ -21,6 +22,12 @@ afterAll(async () => {
   await Promise.all(workers.map((w) => w.stop()));
   admin.disconnect();
   await server.stop();
+});
+
+describe('the client family under test (SG_TEST_CLIENT)', () => {
+  it("every worker's cache runs on it (the workers inherit the env; their counters stay on ioredis)", () => {
+    expect(workers.map((w) => w.family)).toEqual(Array(PROCESSES).fill(TEST_CLIENT.startsWith('ioredis') ? 'ioredis' : 'node-redis'));
+  });
 });
 
 async function stampede(key: string, lock: 'none' | 'local' | 'single') {

@@ -6,9 +6,10 @@
  * to the parent live over IPC (so it can pause a holder); the history streams in batches, the rest
  * at the end, after close(), with the handles still open and any unhandled rejection.
  */
-import { Redis } from 'ioredis';
 import { createCache, type CacheOptions, type CallOptions } from '../../src/index.js';
+import { portFor } from '../../src/client/detect.js';
 import { UNSAFE, type UnsafeSwitches } from '../../src/unsafe.js';
+import { familyClient } from './family.js';
 
 const env = process.env;
 const proc = Number(env.SG_PROC);
@@ -24,8 +25,8 @@ const unsafe = JSON.parse(env.SG_UNSAFE ?? '{}') as UnsafeSwitches;
 const unhandled: string[] = [];
 process.on('unhandledRejection', (e) => unhandled.push(e instanceof Error && e.stack ? e.stack.split('\n').slice(0, 10).join(' | ') : String(e)));
 
-const redis = new Redis(env.SG_REDIS_URL as string, { maxRetriesPerRequest: 1 });
-redis.on('error', () => undefined);
+// The cache's client is of the family under test (SG_TEST_CLIENT, inherited from the parent's env).
+const { client: redis, dispose: disposeRedis } = familyClient(env.SG_REDIS_URL as string);
 const cache = createCache({
   redis,
   prefix: env.SG_PREFIX,
@@ -37,6 +38,19 @@ const cache = createCache({
 } as CacheOptions);
 
 const now = (): number => performance.timeOrigin + performance.now();
+/**
+ * [up, when] each time the cache's subscription came up (true) or went down (false), as its Bus reports
+ * them to the cache (onUp: L1 and the degraded memo start over; onDown: L1 stops). Down from creation
+ * until the first. The checker needs them for the one exception README states to "no superseded read"
+ * (a degraded value kept while the subscription is down: see checker.ts, DegradedAllowance).
+ */
+const subscription: [boolean, number][] = [[false, now()]];
+{
+  const handlers = (cache as unknown as { bus: { handlers: { onUp: () => void; onDown: () => void } } }).bus.handlers;
+  const { onUp, onDown } = handlers;
+  handlers.onUp = () => (subscription.push([true, now()]), onUp());
+  handlers.onDown = () => (subscription.push([false, now()]), onDown());
+}
 /** Every live timer and where it was set, to name the ones left after close() (diagnostics only). */
 const liveTimers = new Map<unknown, string>();
 {
@@ -156,8 +170,8 @@ async function loop(until: number): Promise<void> {
 
 /** Streams the history in batches, so a worker killed by the campaign loses at most the last 250 ms. */
 function flush(): void {
-  if (settles.length === 0 && runs.length === 0 && writes.length === 0 && refused.length === 0) return;
-  process.send?.({ ev: 'batch', settles: settles.splice(0), writes: writes.splice(0), runs: runs.splice(0), refused: refused.splice(0), unhandled: unhandled.splice(0) });
+  if (settles.length === 0 && runs.length === 0 && writes.length === 0 && refused.length === 0 && subscription.length === 0) return;
+  process.send?.({ ev: 'batch', settles: settles.splice(0), writes: writes.splice(0), runs: runs.splice(0), refused: refused.splice(0), unhandled: unhandled.splice(0), subscription: subscription.splice(0) });
 }
 
 process.on('message', (m: { op: 'start'; until: number } | { op: 'exit' }) => {
@@ -167,20 +181,25 @@ process.on('message', (m: { op: 'start'; until: number } | { op: 'exit' }) => {
     await Promise.all(Array.from({ length: callers }, () => loop(m.until)));
     clearInterval(streaming);
     await cache.close();
-    redis.disconnect();
+    disposeRedis();
     // Let the sockets finish closing, any late rejection surface, and the callers' own AbortSignal.timeout
     // timers (up to 2 × loaderMs, started by the last calls) lapse: those are the caller's handles, not the cache's.
     await sleep(2 * loaderMs + 50);
-    // Then up to 2.5 s more for the process to go quiet: a connection whose ready check failed (Redis
-    // paused or restarting) is ended by ioredis with its own `disconnectTimeout` timer (2 s by default)
-    // that lives until the socket closes — seen here, set in ioredis' AbstractConnector.disconnect. A
+    // Then up to 2.5 s more for the process to go quiet, for a timer of the client library's own that
+    // outlives its disconnect: ioredis ends a connection whose ready check failed (Redis paused or
+    // restarting) with its `disconnectTimeout` timer (2 s by default) that lives until the socket
+    // closes — seen here, set in ioredis' AbstractConnector.disconnect. node-redis (v5, v6) waits
+    // between reconnection attempts on a node:timers/promises setTimeout that destroy() does not
+    // cancel (its default backoff: at most 2 s + 200 ms jitter); the loop sees that the client was
+    // closed only when the wait ends. (Not in liveTimers: the promise timer bypasses the global.) A
     // leaked interval, or a timer of the cache that outlives close() by more, still shows.
     const open = () => process.getActiveResourcesInfo().filter((r) => r !== 'PipeWrap' && r !== 'TTYWrap');
     for (let waited = 0; open().length > 0 && waited < 2500; waited += 50) await sleep(50);
     const resources = open();
     // Which timers, when some are left: where they were set.
     if (resources.includes('Timeout')) for (const stack of liveTimers.values()) console.error(`campaign-worker ${proc}: timer left after close(), set at ${stack}`);
-    process.send?.({ ev: 'history', proc, settles, writes, runs, refused, unhandled, resources }, () => process.exit(0));
+    process.send?.({ ev: 'history', proc, settles, writes, runs, refused, unhandled, resources, subscription }, () => process.exit(0));
   })();
 });
-process.send?.({ ev: 'ready', proc });
+// The adapter the cache picked, so the campaign can check it runs on the family under test.
+process.send?.({ ev: 'ready', proc, family: portFor(redis).family });

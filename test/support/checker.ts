@@ -136,12 +136,30 @@ export function producedAt(runs: LoaderRun[], writes: Write[]): Map<string, numb
 }
 
 /**
+ * The one exception README "Guarantees" (Degraded values) states to "no superseded read": while a
+ * process's subscription is down *and* Redis is unavailable to it, a value it computed degraded and
+ * kept (the degraded memo) can be older than another process's write or delete made meanwhile, for at
+ * most its ttl. Such a value carries no fencing token; the memo drops it on the next (re)subscription.
+ */
+export interface DegradedAllowance {
+  /** When each process's subscription was down (from its cache's creation to its first subscription, then each drop to the next). */
+  unsubscribed: Interval[];
+  /** How long after a write the subscription may still count as up while its note was already lost: the heartbeat's detection (2 × redisTimeout) plus the note's own delay. */
+  lag: number;
+  /** Per degraded value (no token): until when the memo may serve it (its loader's end + ttl). */
+  keptUntil: Map<string, number>;
+}
+
+/**
  * No read returns a superseded value: once a `delete` or `set` of a key has completed (call returned
  * ok at `W.end`), no call that starts more than `bound` ms later — in any process, L1 on or off —
  * returns a value that existed before `W` started (`produced < W.start`). `bound` is the propagation
  * allowance for other processes' L1 (the pub/sub note, or the flush after a resubscribe). A reader
  * that was frozen (SIGSTOP) after `W` ended is not judged against `W`: it could not hear the note.
- * Values whose origin the history lost (a killed worker's last batch) are not judged.
+ * Values whose origin the history lost (a killed worker's last batch) are not judged. With `degraded`,
+ * a value without a token is not judged against `W` when its reader's subscription went down by
+ * `W.end + lag` and stayed down until the read, and the read is within the value's ttl
+ * (DegradedAllowance): a value with a token (the store's, or L1's) is judged as any other.
  */
 export function noSupersededReads(
   settles: Settle[],
@@ -149,9 +167,12 @@ export function noSupersededReads(
   produced: Map<string, number>,
   bound: number,
   pauses: Interval[],
-): { checked: number; violations: Violation[] } {
+  degraded?: DegradedAllowance,
+): { checked: number; violations: Violation[]; allowedDegraded: number } {
   const violations: Violation[] = [];
   let checked = 0;
+  /** Reads left unjudged against at least one superseding write under the DegradedAllowance. */
+  let allowedDegraded = 0;
   const done = new Map<string, Write[]>();
   for (const w of writes) {
     if (!w.ok) continue;
@@ -166,10 +187,17 @@ export function noSupersededReads(
     const g = done.get(r.key);
     if (made === undefined || !g) continue;
     const frozen = pauses.filter((p) => p.proc === r.proc && p.from < r.start);
+    const kept = r.fence === undefined && degraded ? degraded.keptUntil.get(r.value) : undefined;
+    const unheard = kept !== undefined && r.start <= kept && degraded ? degraded.unsubscribed.filter((d) => d.proc === r.proc && d.to >= r.start) : [];
     let judged = false;
+    let allowed = false;
     for (const w of g) {
       if (w.end + bound >= r.start) break; // sorted by end: every later one is too recent too
       if (frozen.some((p) => p.to > w.end)) continue;
+      if (unheard.some((d) => d.from <= w.end + (degraded as DegradedAllowance).lag)) {
+        if (w.start > made) allowed = true;
+        continue;
+      }
       judged = true;
       if (w.start > made) {
         violations.push({
@@ -180,8 +208,9 @@ export function noSupersededReads(
       }
     }
     if (judged) checked++;
+    if (allowed) allowedDegraded++;
   }
-  return { checked, violations };
+  return { checked, violations, allowedDegraded };
 }
 
 /**

@@ -1,13 +1,16 @@
 /**
- * A forked "app server" process: its own ioredis connection and cache, driven over IPC by a test
- * or a benchmark. Events go to the parent over IPC, never through the Redis under test.
+ * A forked "app server" process: its own cache on a client of the family under test (SG_TEST_CLIENT,
+ * inherited from the parent's env; ioredis for the loader's counters and the Redlock nodes), driven
+ * over IPC by a test or a benchmark. Events go to the parent over IPC, never through the Redis under test.
  *
  * Parent → worker:  { op: 'call', id, key, callers, options, loader, startAt? } | { op: 'open', gate, value } | { op: 'stats', id } | { op: 'exit' }
- * Worker → parent:  { ev: 'ready' } | { ev: 'loader-start', id, key, fence } | { ev: 'result', id, results }
+ * Worker → parent:  { ev: 'ready', family } (the adapter the cache picked) | { ev: 'loader-start', id, key, fence } | { ev: 'result', id, results }
  *                   | { ev: 'cache', name, data } (every cache event, for the history checker) | { ev: 'stats', id, stats }
  */
 import { Redis } from 'ioredis';
 import { createCache, type CallOptions, type LoaderContext } from '../../src/index.js';
+import { portFor } from '../../src/client/detect.js';
+import { familyClient } from './family.js';
 import { countingLoader, type LoaderSpec } from './counting-loader.js';
 
 interface CallMsg {
@@ -34,12 +37,12 @@ const send = (m: unknown): void => {
 
 const url = process.env.SG_REDIS_URL ?? 'redis://127.0.0.1:6379';
 const prefix = process.env.SG_PREFIX ?? 'sg';
-const redis = new Redis(url, { maxRetriesPerRequest: 1 });
+const { client: redis, dispose: disposeRedis } = familyClient(url);
 // The loader's own counters are the test's bookkeeping, not the cache's traffic: admin user.
 const counters = new Redis(process.env.SG_ADMIN_URL ?? url, { maxRetriesPerRequest: 1 });
 const redlockUrls = (process.env.SG_REDLOCK_URLS ?? '').split(',').filter(Boolean);
 const redlockNodes = redlockUrls.map((u) => new Redis(u, { maxRetriesPerRequest: 1 }));
-for (const c of [redis, counters, ...redlockNodes]) c.on('error', () => undefined);
+for (const c of [counters, ...redlockNodes]) c.on('error', () => undefined);
 const cache = createCache({
   redis,
   prefix,
@@ -82,10 +85,11 @@ process.on('message', (msg: Msg) => {
   else if (msg.op === 'stats') send({ ev: 'stats', id: msg.id, stats: cache.stats() });
   else if (msg.op === 'exit') {
     void cache.close().then(() => {
-      for (const c of [redis, counters, ...redlockNodes]) c.disconnect();
+      disposeRedis();
+      for (const c of [counters, ...redlockNodes]) c.disconnect();
       process.exit(0);
     });
   }
 });
 
-void Promise.all([redis.ping(), counters.ping(), cache.ready()]).then(() => send({ ev: 'ready' }));
+void Promise.all([redis.ping(), counters.ping(), cache.ready()]).then(() => send({ ev: 'ready', family: portFor(redis).family }));

@@ -19,12 +19,16 @@ export interface WorkerEvent {
   key?: string;
   fence?: number;
   stats?: CacheStats;
+  /** On 'ready': the port family the worker's cache picked ('ioredis' | 'node-redis'). */
+  family?: string;
 }
 
 export class Worker {
   readonly events: WorkerEvent[] = [];
   private nextId = 1;
   private listeners = new Set<(e: WorkerEvent) => void>();
+  /** The port family of this worker's cache (SG_TEST_CLIENT's: see test/support/clients.ts). */
+  family: string | undefined;
 
   private constructor(readonly child: ChildProcess) {
     child.on('message', (m: WorkerEvent) => {
@@ -40,7 +44,7 @@ export class Worker {
       stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
     });
     const w = new Worker(child);
-    await w.next((e) => e.ev === 'ready');
+    w.family = (await w.next((e) => e.ev === 'ready')).family;
     return w;
   }
 

@@ -81,6 +81,22 @@ describe('campaign checker: no superseded read', () => {
     expect(r.checked).toBe(1); // only the read of 2.1 was judged (against the delete)
   });
 
+  it("degraded values (no token): only the README's exception passes — subscription down by the write (plus lag) until the read, within the value's ttl", () => {
+    const degradedRead = (proc: number, start: number, fence?: number): Settle => ({ ...read(proc, start, '5.1'), fence });
+    const at = new Map([['5.1', 100]]);
+    const allowance = (from: number, to: number, keptUntil = 3000) => ({ unsubscribed: [{ proc: 2, from, to }], lag: 200, keptUntil: new Map([['5.1', keptUntil]]) });
+    const judge = (r: Settle, a?: ReturnType<typeof allowance>) => noSupersededReads([r], [del(3, 200, 300)], at, 500, [], a).violations.length;
+    expect(judge(degradedRead(2, 1000), allowance(50, 2000))).toBe(0); // down across the delete and the read: allowed
+    expect(noSupersededReads([degradedRead(2, 1000)], [del(3, 200, 300)], at, 500, [], allowance(50, 2000)).allowedDegraded).toBe(1); // and counted
+    expect(judge(degradedRead(2, 1000), allowance(450, 2000))).toBe(0); // went down within the lag after the delete: its note may be lost
+    expect(judge(degradedRead(2, 1000), allowance(600, 2000))).toBe(1); // went down later: the note had reached it
+    expect(judge(degradedRead(2, 1000), allowance(50, 900))).toBe(1); // subscribed again before the read: the memo was dropped
+    expect(judge(degradedRead(2, 3500), allowance(50, 4000))).toBe(1); // past the value's ttl
+    expect(judge(degradedRead(1, 1000), allowance(50, 2000))).toBe(1); // another process's subscription was down, not the reader's
+    expect(judge(degradedRead(2, 1000, 7), allowance(50, 2000))).toBe(1); // a value with a token (store, L1): no exception
+    expect(judge(degradedRead(2, 1000))).toBe(1); // no allowance given: judged as any other
+  });
+
   it('producedAt: a loader value when its loader started (it read the origin then), a set value when the set settled', () => {
     const at = producedAt([{ proc: 1, key: 'k', start: 10, end: 50, fence: 1, value: '1.1' }], [set(2, 60, 70, '2.1'), del(2, 80, 90)]);
     expect([...at]).toEqual([['1.1', 10], ['2.1', 70]]);
