@@ -140,7 +140,7 @@ export async function startRedisServer(args: string[] = [], options: { port?: nu
       await launch();
       break;
     } catch (err) {
-      const c = child as ChildProcess | undefined;
+      const c = child;
       const died = c !== undefined && (c.exitCode !== null || c.signalCode !== null);
       c?.kill('SIGKILL');
       if (!died || options.port !== undefined || attempt >= 3) {
