@@ -198,7 +198,8 @@ export function assertAllowedValue(root: unknown): void {
     }
     const proto: unknown = Object.getPrototypeOf(v);
     if (proto === Object.prototype || proto === null) {
-      for (const k of Object.keys(v)) stack.push((v as Record<string, unknown>)[k]);
+      // for-in over own keys: the same keys as Object.keys, without an array per object (every hit walks its value).
+      for (const k in v) if (Object.hasOwn(v, k)) stack.push((v as Record<string, unknown>)[k]);
     } else if (v instanceof Map) {
       for (const [k, item] of v) stack.push(k, item);
     } else if (v instanceof Set) {

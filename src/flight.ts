@@ -70,19 +70,37 @@ class Closing {
     }, { once: true });
   }
 
-  guard<T>(key: string, work: Promise<T>): Promise<T> {
-    if (this.lifetime.aborted) return Promise.reject(new CacheClosedError(key));
+  /**
+   * `work`'s outcome, or CacheClosedError once close() ran first; `settled` runs once, just before
+   * the returned promise settles either way (the flight leaves its map: one promise fewer per call
+   * than a `.finally`).
+   */
+  guard<T>(key: string, work: Promise<T>, settled: () => void): Promise<T> {
+    if (this.lifetime.aborted) {
+      // Not synchronously: the flight is not in its map yet (start() is still returning it).
+      queueMicrotask(settled);
+      return Promise.reject(new CacheClosedError(key));
+    }
     return new Promise<T>((resolve, reject) => {
-      const guard: Guard = { close: () => reject(new CacheClosedError(key)), prev: undefined, next: this.first };
+      const guard: Guard = {
+        close: () => {
+          settled();
+          reject(new CacheClosedError(key));
+        },
+        prev: undefined,
+        next: this.first,
+      };
       if (this.first) this.first.prev = guard;
       this.first = guard;
       work.then(
         (v) => {
           this.unlink(guard);
+          settled();
           resolve(v);
         },
         (e: unknown) => {
           this.unlink(guard);
+          settled();
           // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors
           reject(e);
         },
@@ -195,8 +213,8 @@ export class NoFlight implements Coalescer {
 function start(key: string, work: Work<unknown>, closed: Closing | undefined, abandon: () => void): Flight {
   const stop = new LazyStop();
   const working = Promise.resolve().then(() => work(stop));
-  const promise = (closed ? closed.guard(key, working) : working).finally(abandon);
-  working.catch(IGNORE);
+  // The guard observes `working` (so does `.finally`); `promise` is observed here for the callers that all left.
+  const promise = closed ? closed.guard(key, working, abandon) : working.finally(abandon);
   promise.catch(IGNORE);
   return { promise, stop, abandon, abortable: 0, pinned: false, callers: 0 };
 }
