@@ -1,3 +1,4 @@
+import { fileURLToPath } from 'node:url';
 import { configDefaults, defineConfig } from 'vitest/config';
 
 /**
@@ -26,6 +27,9 @@ const otherFamily = process.env.SG_TEST_CLIENT !== undefined && process.env.SG_T
 const IOREDIS_ACL_PASS_SKIPS = !otherFamily && process.env.SG_TEST_ACL === '1' ? ['test/integration/campaign.test.ts'] : [];
 
 export default defineConfig({
+  // The examples import the package by its name, as a user's code does; in this repository that name
+  // is the source (tsconfig.json "paths" says the same to tsc and to tsx, which runs the web examples).
+  resolve: { alias: { 'stampede-guard': fileURLToPath(new URL('./src/index.ts', import.meta.url)) } },
   test: {
     include: otherFamily ? FOLLOW_CLIENT_FAMILY : ALL,
     exclude: [...configDefaults.exclude, ...IOREDIS_ACL_PASS_SKIPS],

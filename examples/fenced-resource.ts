@@ -10,7 +10,7 @@
  * Run: REDIS_URL=redis://127.0.0.1:6379 node --import tsx examples/fenced-resource.ts
  */
 import { Redis } from 'ioredis';
-import { createCache } from '../src/index.js';
+import { createCache } from 'stampede-guard';
 
 const FENCED_WRITE = `
 local last = tonumber(redis.call('HGET', KEYS[1], 'fence') or '0')

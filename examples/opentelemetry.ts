@@ -20,7 +20,7 @@ import { context, SpanKind, SpanStatusCode, trace, type Attributes, type BatchOb
 import { ConsoleMetricExporter, MeterProvider, PeriodicExportingMetricReader } from '@opentelemetry/sdk-metrics';
 import { BasicTracerProvider, ConsoleSpanExporter, SimpleSpanProcessor } from '@opentelemetry/sdk-trace-base';
 import { Redis } from 'ioredis';
-import { createCache, GET_OR_COMPUTE_CHANNEL, type Cache, type CacheStats, type GetOrComputeContext } from '../src/index.js';
+import { createCache, GET_OR_COMPUTE_CHANNEL, type Cache, type CacheStats, type GetOrComputeContext } from 'stampede-guard';
 
 /** What the span and the per-call metrics record of one call, between its `start` and its `asyncEnd`. */
 interface InFlight {

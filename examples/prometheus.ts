@@ -15,7 +15,7 @@
 import { pathToFileURL } from 'node:url';
 import { Redis } from 'ioredis';
 import { Counter, Histogram, Registry } from 'prom-client';
-import { createCache, type Cache, type CacheEvents, type CacheStats } from '../src/index.js';
+import { createCache, type Cache, type CacheEvents, type CacheStats } from 'stampede-guard';
 
 /** Counters whose value is the cache's own counter, read when the registry is scraped. */
 const STATS_COUNTERS: readonly { name: string; help: string; read: (s: CacheStats) => number }[] = [

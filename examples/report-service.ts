@@ -8,7 +8,7 @@
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Redis } from 'ioredis';
-import { AbortedError, createCache, type CacheStats } from '../src/index.js';
+import { AbortedError, createCache, type CacheStats } from 'stampede-guard';
 
 export interface Report {
   readonly id: string;
