@@ -1,4 +1,5 @@
 import { Cluster, Redis } from 'ioredis';
+import { Cluster as Cluster6 } from 'ioredis6';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { portFor } from '../../src/client/detect.js';
 import { createCache, type Cache, type CacheOptions, type RedisClient } from '../../src/index.js';
@@ -25,17 +26,24 @@ function clusterClient(admin = false): Cluster {
   return sharedClusterClient(cluster, clients, admin);
 }
 
-type Family = 'ioredis' | 'node-redis' | 'node-redis5';
+type Family = 'ioredis' | 'ioredis6' | 'node-redis' | 'node-redis5';
 
-/** The cache's cluster client: ioredis `Cluster`, or node-redis `createCluster()` connected as a caller would. */
+/** The cache's cluster client: ioredis 5 or 6 `Cluster`, or node-redis `createCluster()` connected as a caller would. */
 async function cacheClient(family: Family): Promise<RedisClient> {
   if (family === 'ioredis') return clusterClient();
+  if (family === 'ioredis6') {
+    // The same options as the ioredis 5 client (harness.clusterClient), on the other major version.
+    const c = new Cluster6(cluster.startup, { redisOptions: { maxRetriesPerRequest: 1, ...(AS_ACL_USER ? ACL_USER : {}) } });
+    c.on('error', () => undefined);
+    disposals.push(() => c.disconnect());
+    return c as unknown as RedisClient;
+  }
   return nodeRedisClusterClient(cluster, disposals, family === 'node-redis' ? 6 : 5);
 }
 
 const BRACE_KEYS = ['}', '}abc', '{x}', 'a{b}c', '{', '{}', 'x:lock', 'plain', '😀{}', '\r\n{'];
 
-describe.each<Family>(['ioredis', 'node-redis', 'node-redis5'])('Redis Cluster (3 masters), %s client', (family) => {
+describe.each<Family>(['ioredis', 'ioredis6', 'node-redis', 'node-redis5'])('Redis Cluster (3 masters), %s client', (family) => {
   // Each family on its own prefixes: both run against the same cluster.
   async function cache(prefix: string, extra: Partial<CacheOptions> = {}): Promise<Cache> {
     const c = createCache({ redis: await cacheClient(family), prefix: `${family}-${prefix}`, ...extra });
