@@ -465,8 +465,9 @@ export class Cache extends EventEmitter<CacheEvents> {
 
   /**
    * Writes a value, fenced like a rebuild (an in-flight rebuild's older write is then rejected); works
-   * during a `failBackoff`. If the fence refuses the write (the fence hash was lost since this call's
-   * token, or a newer write landed), the entry is deleted instead, as by `delete()`. Throws
+   * during a `failBackoff`. If the fence refuses the write because the fence hash was lost since this
+   * call's token (nothing accepted since), the entry is deleted instead, as by `delete()`; a set()
+   * superseded by a newer write leaves that value. Throws
    * RedisUnavailableError, or UnstorableValueError for a value that could never be read back (nothing
    * is written then).
    */
@@ -489,19 +490,26 @@ export class Cache extends EventEmitter<CacheEvents> {
       const ttl = writeTtl(call);
       const sent = this.options.clock.now();
       this.telemetry.ownWrite(key, grant.fence);
-      const accepted = await this.deps.store.write(key, keys, grant, value, call, 0, 's', ttl);
+      const written = await this.deps.store.write(key, keys, grant, value, call, 0, 's', ttl);
       outcome = 'written';
       // Redis started the entry's ttl between `sent` and now: L1's copy counts from `sent`.
-      this.local.written(ticket, key, value, ttl - (this.options.clock.now() - sent), accepted, { fence: grant.fence, ttlMs: ttl, loadMs: 0 });
-      if (!accepted) {
+      this.local.written(ticket, key, value, ttl - (this.options.clock.now() - sent), written === 'accepted', { fence: grant.fence, ttlMs: ttl, loadMs: 0 });
+      if (written !== 'accepted') {
         this.telemetry.writeRejected();
         this.safeEmit('writeRejected', { key, fence: grant.fence });
-        // The fence refused this set: its hash was lost (evicted, deleted, a restart) and maybe re-seeded
-        // since the grant, or a newer write landed. The store may then still hold a value from before this
-        // call, which every process would go on serving. Delete the entry as delete() does (a new token,
-        // the mark raised, a 'd' note to every L1): nothing older than this set() survives it.
-        await this.deps.store.invalidate(key, keys, this.options.defaults.lockTtl);
-        this.local.deleted(key);
+      }
+      if (written === 'fenceLost') {
+        // The fence was lost (evicted, deleted, a restart) since this set's token, and nothing was
+        // accepted since: the store may still hold a value from before this call, which every process
+        // would go on serving. Delete the entry as delete() does (a new token, the mark raised, a 'd'
+        // note to every L1): nothing older than this set() survives it. A set() superseded by a newer
+        // write leaves that newer value alone (deleting it would refuse, and so delete, every write in
+        // flight, over and over while sets overlap).
+        try {
+          await this.deps.store.invalidate(key, keys, this.options.defaults.lockTtl);
+        } finally {
+          this.local.deleted(key); // even if the delete failed: it may still be applied, and L1 must not outlive it
+        }
       }
       this.forget(key); // a call starting now must not join a rebuild begun before this set
     } finally {

@@ -213,8 +213,9 @@ export class NoFlight implements Coalescer {
 function start(key: string, work: Work<unknown>, closed: Closing | undefined, abandon: () => void): Flight {
   const stop = new LazyStop();
   const working = Promise.resolve().then(() => work(stop));
-  // The guard observes `working` (so does `.finally`); `promise` is observed here for the callers that all left.
+  // `promise` is observed here too, for a flight whose callers all left.
   const promise = closed ? closed.guard(key, working, abandon) : working.finally(abandon);
+  working.catch(IGNORE); // a guard made after close() never observes `working`
   promise.catch(IGNORE);
   return { promise, stop, abandon, abortable: 0, pinned: false, callers: 0 };
 }

@@ -343,7 +343,7 @@ export class Rebuild implements Answered {
     const sent = this.d.clock.now();
     try {
       this.d.telemetry.ownWrite(key, grant.fence);
-      written = await this.d.store.write(key, this.keys, grant, value, call, loadMs, 'w', ttl, refreshAhead);
+      written = (await this.d.store.write(key, this.keys, grant, value, call, loadMs, 'w', ttl, refreshAhead)) === 'accepted';
       const freshMs = ttl - (this.d.clock.now() - sent);
       this.d.local.written(ticket, key, value, freshMs, written, { fence: grant.fence, ttlMs: ttl, loadMs: Math.round(loadMs), refreshAhead });
       if (!written) {

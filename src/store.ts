@@ -18,6 +18,13 @@ export interface StoreEvents {
 }
 
 /** Entry reads and fenced writes on the store's Redis. Throws RedisUnavailableError; never a decode error. */
+/**
+ * What the fence made of a write (the rule: lock/scripts.ts). Refused, it was either `superseded` (a
+ * newer write, set or delete is in the store) or `fenceLost` (nothing was accepted since the fence was
+ * lost and re-seeded: the stored value, if any, is from before the loss).
+ */
+export type Written = 'accepted' | 'superseded' | 'fenceLost';
+
 export class Store {
   constructor(
     private readonly io: Io,
@@ -80,14 +87,14 @@ export class Store {
 
   /**
    * Writes `value` under `grant`'s fence, releases the grant's lock and announces the outcome, all in
-   * one script. Resolves false when the fence refused it (a newer write, set, delete or re-seed: see
-   * the fence rule in lock/scripts.ts); waiters are then told 'r' (released without a value).
+   * one script. Resolves with what the fence made of it (Written; the rule: lock/scripts.ts); a refused
+   * write's waiters are told 'r' (released without a value).
    * Throws UnstorableValueError, before any Redis traffic and with the grant still held, for a value
    * that could never be read back; throws RedisUnavailableError (operation 'set' for kind 's').
    * `ttl` is this write's fresh time (`writeTtl(call)`: `call.ttl` drawn with `ttlJitter`); the entry carries it.
    * `refreshAhead`: the loader's own policy for this entry (`ctx.setOptions`), carried for every reader; omitted = the readers' option applies.
    */
-  async write(key: string, keys: EntryKeys, grant: Grant, value: unknown, call: ResolvedCall, loadMs: number, kind: NoteKind, ttl = call.ttl, refreshAhead?: RefreshPolicy): Promise<boolean> {
+  async write(key: string, keys: EntryKeys, grant: Grant, value: unknown, call: ResolvedCall, loadMs: number, kind: NoteKind, ttl = call.ttl, refreshAhead?: RefreshPolicy): Promise<Written> {
     const bytes = this.encode(key, value, grant.fence, call, loadMs, ttl, refreshAhead);
     const accepted = await this.io.run(
       kind === 's' ? 'set' : 'write',
@@ -106,7 +113,7 @@ export class Store {
       key,
     );
     grant.markReleased();
-    return accepted === 1;
+    return accepted === 1 ? 'accepted' : accepted === -1 ? 'fenceLost' : 'superseded';
   }
 
   /** Bumps the fence (so no in-flight rebuild can write), deletes the value and announces it. */

@@ -9,9 +9,10 @@ import { script, type RedisPort, type ScriptArg } from '../client/port.js';
 /**
  * THE FENCE RULE (the single source; README "Guarantees" and LockLostError quote it).
  *
- * The fence of an entry is one hash with two fields, so both share one key and one TTL:
+ * The fence of an entry is one hash, so its fields share one key and one TTL:
  *   n  the counter: every grant, set and delete takes the next value as its token;
- *   w  the high-water mark: the token of the last accepted write, set or delete — or the seed.
+ *   w  the high-water mark: the token of the last accepted write, set or delete — or the seed;
+ *   s  the seed itself, kept so that a refused write can tell why (below).
  *
  *   A write (a rebuild's write or set()) is accepted iff the entry's fence hash exists and the
  *   write's token is greater than `w`. `w` is raised by every accepted write, every set(), every
@@ -21,6 +22,11 @@ import { script, type RedisPort, type ScriptArg } from '../client/port.js';
  *
  * So accepted tokens per key strictly increase, a late, stale rebuilder never overwrites a newer value,
  * and a value read before a delete cannot come back after the fence was lost and re-created.
+ *
+ * A refused write says why: `superseded` (w was raised by a newer write, set or delete: the store
+ * holds the newer state) or `fenceLost` (the hash is gone, or w is still its seed: no write was
+ * accepted since the fence was lost, so the stored value, if any, predates the loss — a set() then
+ * deletes it rather than leave it; cache.ts).
  *
  * Decided: a newer *grant* alone does NOT refuse an older write; only a newer accepted write, set,
  * delete or re-seed does. Fence-only grants (modes none/local) overlap by design; if each newer grant
@@ -40,7 +46,7 @@ local function bump_fence(fence_key, ttl)
   if redis.call('HEXISTS', fence_key, 'n') == 0 then
     local t = redis.call('TIME')
     local seed = t[1] .. string.format('%06d', tonumber(t[2]))
-    redis.call('HSET', fence_key, 'n', seed, 'w', seed)
+    redis.call('HSET', fence_key, 'n', seed, 'w', seed, 's', seed)
   end
   local f = redis.call('HINCRBY', fence_key, 'n', 1)
   if redis.call('PTTL', fence_key) < tonumber(ttl) then redis.call('PEXPIRE', fence_key, ttl) end
@@ -86,10 +92,13 @@ return {1, bump_fence(KEYS[2], ARGV[3])}
  * Applies the fence rule (top of this file). Releases our lock either way and announces either way:
  * an accepted write with ARGV[6], a rejected one with ARGV[7] ("released without a value"), so waiters
  * are woken at once instead of polling.
- * → 1 accepted | 0 rejected.
+ * → 1 accepted | 0 rejected: superseded (a newer write, set or delete raised w) | -1 rejected: the fence
+ * was lost (no hash, or w is still its seed `s`: nothing accepted since the re-seed).
  */
-const writeScript = (accepts: string): string => `
-local ok = ${accepts}
+const writeScript = (fenced: boolean): string => `
+local exists = redis.call('EXISTS', KEYS[2]) == 1
+local w = redis.call('HGET', KEYS[2], 'w')
+local ok = ${fenced ? "exists and tonumber(ARGV[2]) > tonumber(w or '0')" : 'true'}
 if ok then
   redis.call('SET', KEYS[1], ARGV[3], 'PX', ARGV[4])
   redis.call('HSET', KEYS[2], 'w', ARGV[2])
@@ -101,16 +110,16 @@ if ok then
   return 1
 end
 redis.call('PUBLISH', ARGV[5], ARGV[7])
+if not exists or w == redis.call('HGET', KEYS[2], 's') then return -1 end
 return 0
 `;
 
-// A missing 'w' only exists in a hash seeded by an older library version (before w was seeded).
-export const WRITE = writeScript(
-  "redis.call('EXISTS', KEYS[2]) == 1 and tonumber(ARGV[2]) > tonumber(redis.call('HGET', KEYS[2], 'w') or '0')",
-);
+// A missing 'w' only exists in a hash seeded by an older library version (before w was seeded); a
+// hash seeded by an older version has no 's' either (a refusal there reads as superseded).
+export const WRITE = writeScript(true);
 
 /** The negative control's write: WRITE without the fence check (tests only, see `unsafeUnfencedWrites`). */
-export const WRITE_UNFENCED = writeScript('true');
+export const WRITE_UNFENCED = writeScript(false);
 
 /**
  * release: KEYS[1]=lock KEYS[2]=backoff; ARGV[1]=token ARGV[2]=channel ARGV[3]=message ('' = announce
@@ -212,13 +221,13 @@ export interface Scripts {
 // Versioned names: a script change gets a new name, so two library versions on one client never clash.
 const SCRIPTS = {
   read: script('sgReadV2', 1, READ),
-  acquire: script('sgAcquireV3', 3, ACQUIRE),
-  write: script('sgWriteV3', 3, WRITE),
-  writeUnfenced: script('sgWriteUnfencedV3', 3, WRITE_UNFENCED),
+  acquire: script('sgAcquireV4', 3, ACQUIRE),
+  write: script('sgWriteV4', 3, WRITE),
+  writeUnfenced: script('sgWriteUnfencedV4', 3, WRITE_UNFENCED),
   release: script('sgReleaseV3', 2, RELEASE),
   extend: script('sgExtendV1', 2, EXTEND),
-  invalidate: script('sgInvalidateV3', 2, INVALIDATE),
-  clearEntry: script('sgClearEntryV1', 2, CLEAR_ENTRY),
+  invalidate: script('sgInvalidateV4', 2, INVALIDATE),
+  clearEntry: script('sgClearEntryV2', 2, CLEAR_ENTRY),
   redlockAcquire: script('sgRedlockAcquireV1', 1, REDLOCK_ACQUIRE),
 } as const;
 

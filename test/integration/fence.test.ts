@@ -308,6 +308,67 @@ describe('set() is an explicit write', () => {
     expect(await other.get('k')).not.toBe('old');
   });
 
+  /** Runs `before` right before `setterClient` sends the set's write script (the one on both the value and the fence key), then sends it. */
+  function beforeSetWrite(setterClient: Redis, keys: { value: string; fence: string }, before: () => Promise<unknown>): void {
+    const original = setterClient.sendCommand.bind(setterClient);
+    let done = false;
+    setterClient.sendCommand = ((command: Command, stream?: never) => {
+      const names = command.args.map(String);
+      if (!done && (command.name === 'evalsha' || command.name === 'eval') && names.includes(keys.value) && names.includes(keys.fence)) {
+        done = true;
+        void before().then(() => original(command, stream), (err: unknown) => command.reject(err as Error));
+        return command.promise;
+      }
+      return original(command, stream);
+    });
+  }
+
+  // Found by review: deleting on every refusal made overlapping set()s delete each other's values (each
+  // delete refuses every write in flight, whose set() deletes again). Only a lost fence deletes.
+  it('a set() superseded by a newer set() between its grant and its write leaves the newer value in place (no delete)', async () => {
+    const prefix = 'set-superseded';
+    const keys = entryKeys(prefix, 'k');
+    const setterClient = client(server.url);
+    const setter = createCache({ redis: setterClient, prefix });
+    caches.push(setter);
+    const other = await cache(prefix);
+    await other.set('k', 'old', 60_000);
+    beforeSetWrite(setterClient, keys, () => other.set('k', 'newer', 60_000));
+    const refused = nextEvent(setter, 'writeRejected');
+    await setter.set('k', 'mine', 60_000);
+    await refused; // the newer set() landed between this set's token and its write
+    expect(await freshRead(prefix, 'k')).toBe('newer');
+    expect(await other.get('k')).toBe('newer');
+  });
+
+  it('a set() whose fence was lost and re-seeded by another grant before its write deletes the entry (nothing was accepted since the loss)', async () => {
+    const prefix = 'set-reseeded';
+    const keys = entryKeys(prefix, 'k');
+    const setterClient = client(server.url);
+    const setter = createCache({ redis: setterClient, prefix });
+    caches.push(setter);
+    const other = await cache(prefix);
+    await other.set('k', 'old', 60_000);
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    let rebuild: Promise<unknown> | undefined;
+    beforeSetWrite(setterClient, keys, async () => {
+      await admin.del(keys.fence);
+      // A forced rebuild elsewhere takes a grant: the fence is re-seeded above this set's token.
+      let granted!: () => void;
+      const started = new Promise<void>((r) => (granted = r));
+      rebuild = other.getOrCompute('k', async () => (granted(), await gate, 'rebuilt'), { ttl: 60_000, forceFresh: true });
+      await started;
+    });
+    const refused = nextEvent(setter, 'writeRejected');
+    await setter.set('k', 'mine', 60_000);
+    await refused;
+    expect(await freshRead(prefix, 'k')).toBeUndefined(); // 'old' is gone: deleted, not left behind
+    release();
+    await rebuild;
+    expect(await freshRead(prefix, 'k')).not.toBe('old');
+  });
+
   it('rejects a value that could never be read back with ERR_UNSTORABLE_VALUE and writes nothing', async () => {
     const c = await cache('set-unstorable');
     const keys = entryKeys('set-unstorable', 'k');

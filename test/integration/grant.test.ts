@@ -72,7 +72,7 @@ describe('grant release outcomes', () => {
   it("'written' sends nothing more: the fenced write already freed the lock and announced the value", async () => {
     const s = await setup();
     const grant = await s.acquire('w');
-    expect(await s.store.write('w', s.keys('w'), grant, 'v', s.call, 0, 'w')).toBe(true);
+    expect(await s.store.write('w', s.keys('w'), grant, 'v', s.call, 0, 'w')).toBe('accepted');
     expect(await grant.release('written')).toBe('released');
     expect(await h.admin.exists(s.keys('w').lock)).toBe(0);
     expect(await s.settled()).toEqual(['w:w']);
@@ -82,9 +82,9 @@ describe('grant release outcomes', () => {
     const s = await setup();
     const grant = await s.acquire('x');
     const newer = await s.local.acquire('x', s.keys('x'), s.call);
-    expect(await s.store.write('x', s.keys('x'), newer as Grant, 'newer', s.call, 0, 's')).toBe(true);
+    expect(await s.store.write('x', s.keys('x'), newer as Grant, 'newer', s.call, 0, 's')).toBe('accepted');
     await newer?.release('written');
-    expect(await s.store.write('x', s.keys('x'), grant, 'older', s.call, 0, 'w')).toBe(false);
+    expect(await s.store.write('x', s.keys('x'), grant, 'older', s.call, 0, 'w')).toBe('superseded');
     await grant.release('written');
     expect(await s.settled()).toEqual(['s:x', 'r:x']);
   });
