@@ -323,16 +323,22 @@ describe('set() is an explicit write', () => {
     });
   }
 
-  // Found by review: deleting on every refusal made overlapping set()s delete each other's values (each
-  // delete refuses every write in flight, whose set() deletes again). Only a lost fence deletes.
-  it('a set() superseded by a newer set() between its grant and its write leaves the newer value in place (no delete)', async () => {
-    const prefix = 'set-superseded';
+  /** A setter cache on a client of its own (to intercept its write) and another cache, key 'k' holding 'old'. */
+  async function setterAndOther(prefix: string) {
     const keys = entryKeys(prefix, 'k');
     const setterClient = client(server.url);
     const setter = createCache({ redis: setterClient, prefix });
     caches.push(setter);
     const other = await cache(prefix);
     await other.set('k', 'old', 60_000);
+    return { keys, setterClient, setter, other };
+  }
+
+  // Found by review: deleting on every refusal made overlapping set()s delete each other's values (each
+  // delete refuses every write in flight, whose set() deletes again). Only a lost fence deletes.
+  it('a set() superseded by a newer set() between its grant and its write leaves the newer value in place (no delete)', async () => {
+    const prefix = 'set-superseded';
+    const { keys, setterClient, setter, other } = await setterAndOther(prefix);
     beforeSetWrite(setterClient, keys, () => other.set('k', 'newer', 60_000));
     const refused = nextEvent(setter, 'writeRejected');
     await setter.set('k', 'mine', 60_000);
@@ -343,12 +349,7 @@ describe('set() is an explicit write', () => {
 
   it('a set() whose fence was lost and re-seeded by another grant before its write deletes the entry (nothing was accepted since the loss)', async () => {
     const prefix = 'set-reseeded';
-    const keys = entryKeys(prefix, 'k');
-    const setterClient = client(server.url);
-    const setter = createCache({ redis: setterClient, prefix });
-    caches.push(setter);
-    const other = await cache(prefix);
-    await other.set('k', 'old', 60_000);
+    const { keys, setterClient, setter, other } = await setterAndOther(prefix);
     let release!: () => void;
     const gate = new Promise<void>((r) => (release = r));
     let rebuild: Promise<unknown> | undefined;
