@@ -73,7 +73,7 @@ export interface Served {
   key: string;
   start: number;
   end: number;
-  fence: number | undefined;
+  fence?: number;
 }
 
 /**
