@@ -251,11 +251,13 @@ const NODE_TIMEOUT_MS = 2000;
 const ACK = { replicas: 1, timeout: 500 };
 const FAILOVER_CACHE = { redisTimeout: 1500, breakerThreshold: 3, breakerCooldown: 500 };
 /**
- * lockTtl also bounds the fence hash's life (every grant extends it to lockTtl): 10 s, so the lagging
- * replica's copy is still there when it is promoted (3–6 s after the cut) and the control's repeats
- * come from the lag, not from a re-seed hiding it.
+ * lockTtl also bounds the fence hash's life (every grant extends it to lockTtl): 20 s, so the lagging
+ * replica's copy is still there when it is promoted (seen 3.5–4.5 s after the kill) and the control's
+ * repeats come from the lag, not from a re-seed hiding it. A lock whose release the old master
+ * answered after the cut comes back with the promotion; waiters then wait out waitTimeout (3 s) and
+ * compute under a fence-only grant (onWaitTimeout 'compute'), and the lock lapses with its lease.
  */
-const FAILOVER_CALL = { ttl: TTL, lockTtl: 10_000, waitTimeout: 3000, pollInterval: 50 };
+const FAILOVER_CALL = { ttl: TTL, lockTtl: 20_000, waitTimeout: 3000, pollInterval: 50 };
 const FAILOVER_SETTLE_BOUND = FAILOVER_CALL.waitTimeout + LOADER_MS + 8 * FAILOVER_CACHE.redisTimeout + 2000;
 
 interface RoundFacts {
@@ -291,7 +293,7 @@ async function failoverCampaign(seed: number, ack: boolean, rounds: number) {
   const bump = (f: string) => (injected[f] = (injected[f] ?? 0) + 1);
   let histories: History[];
   try {
-    await sleep(1500); // warm-up without faults
+    await sleep(1000); // warm-up without faults
     for (let round = 0; round < rounds; round++) {
       const via = admin(c.nodes[0]!.port); // every node is up between rounds
       const masters = await mastersOf(via);
@@ -343,9 +345,9 @@ async function failoverCampaign(seed: number, ack: boolean, rounds: number) {
       bump('node restart');
       await fleet.refresh();
       facts.push({ master, replica, lagMs, cut, lostGrants, failoverMs: Math.round(failoverMs) });
-      await sleep(1000 + Math.floor(rand() * 1000));
+      await sleep(500 + Math.floor(rand() * 1000));
     }
-    await sleep(1500); // a tail without faults
+    await sleep(1000); // a tail without faults
   } finally {
     histories = await fleet.stop();
   }
@@ -405,7 +407,7 @@ async function deadShardCampaign(seed: number, rounds: number, unsafe: UnsafeSwi
   const outages: Outage[] = [];
   let histories: History[];
   try {
-    await sleep(1500);
+    await sleep(1000); // warm-up without faults
     for (let round = 0; round < rounds; round++) {
       const node = c.nodes[Math.floor(rand() * c.nodes.length)] as RedisServer;
       const downMs = 2000 + Math.floor(rand() * 1500);
@@ -415,9 +417,9 @@ async function deadShardCampaign(seed: number, rounds: number, unsafe: UnsafeSwi
       await node.restart(); // same port and nodes.conf: the same node, master of the same slots, empty
       outages.push({ node: node.port, from, restarted: now() });
       await until('cluster ok on the restarted node', async () => (await admin(node.port).cluster('INFO')).includes('cluster_state:ok'));
-      await sleep(1000 + Math.floor(rand() * 1000));
+      await sleep(500 + Math.floor(rand() * 1000));
     }
-    await sleep(1500);
+    await sleep(1000); // a tail without faults
   } finally {
     histories = await fleet.stop();
   }
@@ -429,6 +431,8 @@ async function deadShardCampaign(seed: number, rounds: number, unsafe: UnsafeSwi
   const degraded = histories.flatMap((h) => h.degraded);
   const healthy = healthyShardsNeverDegrade(degraded, ownerOf, outages, settles);
   // Every process served its dead shard from the store again after each restart (else the exemption above ran to the end).
+  // Recovery: from each restart to each process's first fenced (stored) value from that shard.
+  const recovery = quantiles(outages.flatMap((o) => histories.map((h) => Math.min(...h.settles.filter((s) => s.fence !== undefined && s.start >= o.restarted && ownerOf(s.key) === o.node).map((s) => s.end)) - o.restarted)));
   const unrecovered = outages.flatMap((o) =>
     histories
       .map((h, i) => ({ proc: i + 1, back: h.settles.some((s) => s.fence !== undefined && s.start >= o.restarted && ownerOf(s.key) === o.node) }))
@@ -462,6 +466,7 @@ async function deadShardCampaign(seed: number, rounds: number, unsafe: UnsafeSwi
     'degraded loader runs on the dead shard after its restart': degradedRuns.length - whileDown.length,
     [`all loader runs per key per ${TTL} ms window`]: quantiles(loadersPerWindow(runs, TTL)),
     'processes that never served a restarted shard again': unrecovered,
+    'restart to first fenced value from the shard, per process, ms (the breaker\'s cooldown grows while the node stays dead)': recovery,
     'reads never go backwards / tokens never repeat': `${reads.checked} read pairs, ${tokens.checked} tokens: ${reads.violations.length + tokens.repeats.length + tokens.backwards.length} violations`,
     'bounded settle': `${bounded.checked} settles checked against ${DEAD_SETTLE_BOUND} ms, ${bounded.violations.length} violations`,
     'settle latency ms': quantiles(bounded.latencies),
