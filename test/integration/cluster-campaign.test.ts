@@ -388,9 +388,14 @@ async function failoverCampaign(seed: number, ack: boolean, rounds: number) {
 // ------------------------------------------------------------------------------------------------
 // Schedule 2: a dead shard without failover
 
-/** redisTimeout 2 s: a live master's command never times out on a loaded 2-core machine (that would degrade a healthy key). */
-const DEAD_CACHE = { redisTimeout: 2000, breakerThreshold: 3, breakerCooldown: 500 };
-const DEAD_CALL = { ttl: TTL, lockTtl: 2000, waitTimeout: 3000, pollInterval: 50 };
+/**
+ * redisTimeout 1.5 s: a live master's command does not time out on a loaded 2-core machine (that
+ * would degrade a healthy key). lockTtl twice that: with a lease no longer than an acquire may take,
+ * a grant answered late is judged lost before its loader starts and the call rejects (ERR_LOCK_LOST,
+ * seen with 2 s and 2 s).
+ */
+const DEAD_CACHE = { redisTimeout: 1500, breakerThreshold: 3, breakerCooldown: 500 };
+const DEAD_CALL = { ttl: TTL, lockTtl: 3000, waitTimeout: 3000, pollInterval: 50 };
 const DEAD_SETTLE_BOUND = DEAD_CALL.waitTimeout + LOADER_MS + 8 * DEAD_CACHE.redisTimeout + 2000;
 
 async function deadShardCampaign(seed: number, rounds: number, unsafe: UnsafeSwitches, extra: object = {}) {
