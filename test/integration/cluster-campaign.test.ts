@@ -123,6 +123,8 @@ interface History {
 }
 
 interface Fleet {
+  /** The histories so far (streamed in batches every 250 ms). */
+  live(): History[];
   refresh(): Promise<void>;
   stop(): Promise<History[]>;
 }
@@ -191,11 +193,12 @@ async function startFleet(cluster: RedisClusterHandle, prefix: string, cacheOpti
         refreshed = () => (clearTimeout(timer), resolve());
         child.send({ op: 'refresh' });
       });
-    return { child, ready, done, refresh };
+    return { child, ready, done, refresh, h };
   });
   await Promise.all(handles.map((h) => h.ready));
   for (const h of handles) h.child.send({ op: 'start' });
   return {
+    live: () => handles.map((x) => x.h),
     refresh: async () => void (await Promise.all(handles.map((h) => h.refresh()))),
     stop: async () => {
       for (const h of handles) h.child.send({ op: 'stop' });
@@ -235,6 +238,16 @@ async function mastersOf(via: Redis): Promise<number[]> {
 function withoutRefused(h: History): Settle[] {
   const refusedAt = new Map(h.refused.map(([proc, key, fence, at]) => [`${proc}\u0000${key}\u0000${fence}`, at]));
   return h.settles.filter((s) => s.fence === undefined || s.start > (refusedAt.get(`${s.proc}\u0000${s.key}\u0000${s.fence}`) ?? -Infinity));
+}
+
+/** The processes that have not yet served a stored (fenced) value from a shard since its restart. */
+function unrecoveredIn(histories: History[], outages: Outage[], ownerOf: (key: string) => number): string[] {
+  return outages.flatMap((o) =>
+    histories
+      .map((h, i) => ({ proc: i + 1, back: h.settles.some((s) => s.fence !== undefined && s.start >= o.restarted && ownerOf(s.key) === o.node) }))
+      .filter((p) => !p.back)
+      .map((p) => `proc ${p.proc} never served node ${o.node} again after its restart`),
+  );
 }
 
 function countBy(xs: string[]): Record<string, number> {
@@ -424,7 +437,14 @@ async function deadShardCampaign(seed: number, rounds: number, unsafe: UnsafeSwi
       await until('cluster ok on the restarted node', async () => (await admin(node.port).cluster('INFO')).includes('cluster_state:ok'));
       await sleep(500 + Math.floor(rand() * 1000));
     }
-    await sleep(1000); // a tail without faults
+    // Each process gets back to the restarted shards on its breaker's schedule: its cooldown grew
+    // while the node stayed dead (up to 8 × 500 ms, jittered to 1.5×). Stop once every process has
+    // served a stored value from every restarted shard (20 s at most; the test then names the laggard).
+    await until('every process served every restarted shard again', async () => {
+      const missing = unrecoveredIn(fleet.live(), outages, ownerOf);
+      return missing.length === 0 || missing.join('; ');
+    }, 400).catch(() => undefined);
+    await sleep(500); // a tail without faults
   } finally {
     histories = await fleet.stop();
   }
@@ -438,12 +458,7 @@ async function deadShardCampaign(seed: number, rounds: number, unsafe: UnsafeSwi
   // Every process served its dead shard from the store again after each restart (else the exemption above ran to the end).
   // Recovery: from each restart to each process's first fenced (stored) value from that shard.
   const recovery = quantiles(outages.flatMap((o) => histories.map((h) => Math.min(...h.settles.filter((s) => s.fence !== undefined && s.start >= o.restarted && ownerOf(s.key) === o.node).map((s) => s.end)) - o.restarted)));
-  const unrecovered = outages.flatMap((o) =>
-    histories
-      .map((h, i) => ({ proc: i + 1, back: h.settles.some((s) => s.fence !== undefined && s.start >= o.restarted && ownerOf(s.key) === o.node) }))
-      .filter((p) => !p.back)
-      .map((p) => `proc ${p.proc} never served node ${o.node} again after its restart`),
-  );
+  const unrecovered = unrecoveredIn(histories, outages, ownerOf);
   const degradedRuns = runs.filter((r) => r.fence === undefined);
   // The degraded memo's bound is judged while the shard is down (kill to restart): after the restart
   // each process's breaker closes (and its memo is cleared) on its own schedule.
