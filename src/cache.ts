@@ -101,7 +101,9 @@ export class Cache extends EventEmitter<CacheEvents> {
     // the releases it did not answer again (lock/grant.ts); one breaker per node.
     // A plain client is one node: its breaker needs no slot tag per call (a Cluster's does).
     const nodeOfKey = port.cluster ? (key: string | undefined) => (key === undefined ? '' : port.nodeOf(`{${slotTag(key)}}`)) : (key: string | undefined) => (key === undefined ? '' : STANDALONE);
-    this.io = new Io(o.redisTimeout, o.breakerThreshold, o.breakerCooldown, o.clock, this.onAnswer, nodeOfKey, (redisKey) => port.nodeOf(redisKey));
+    // UNSAFE sharedBreaker (negative control only): every key charged to one breaker, as before #13 §2.
+    const shared = o.unsafe.sharedBreaker;
+    this.io = new Io(o.redisTimeout, o.breakerThreshold, o.breakerCooldown, o.clock, this.onAnswer, shared ? () => STANDALONE : nodeOfKey, shared ? () => STANDALONE : (redisKey) => port.nodeOf(redisKey));
     const scripts = withReplicaAck(defineScripts(port), port, o.replicaAck);
     // The subscriber's heartbeat: a silently dead socket counts as down within 2 × redisTimeout.
     this.bus = new Bus(o.prefix, o.redisTimeout);

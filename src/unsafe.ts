@@ -1,2 +1,7 @@
 export const UNSAFE = Symbol.for('stampede-guard.unsafe');
-export interface UnsafeSwitches { unfencedWrites?: boolean; incoherentL1?: boolean }
+export interface UnsafeSwitches {
+  unfencedWrites?: boolean;
+  incoherentL1?: boolean;
+  /** Negative control (cluster campaign): one circuit breaker for the whole cache, not one per slot owner. */
+  sharedBreaker?: boolean;
+}

@@ -227,6 +227,7 @@ export type ResolvedCache = Readonly<
 export const UNSAFE_FIELDS = {
   unfencedWrites: field(boolean, false),
   incoherentL1: field(boolean, false),
+  sharedBreaker: field(boolean, false),
 } satisfies { readonly [K in keyof UnsafeSwitches]-?: Field<boolean> };
 
 // ---------------------------------------------------------------- DEFAULTS
