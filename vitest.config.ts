@@ -6,9 +6,11 @@ import { configDefaults, defineConfig } from 'vitest/config';
  * built on the client family under test (test/support/clients.ts): core, edges, fail-safe, fault,
  * coherence, stale-window, refresh-ahead, telemetry, review behaviours, batches, getOrComputeMany,
  * namespaces, loader control, grant releases, the degraded memo, the ACL and TLS tests
- * (security), and the multi-process workers (test/support/worker.ts builds its cache with
- * familyClient). The rest test the library's own logic above the port (fence, model) or pick their
- * families themselves (client-versions, cluster, redlock), and already ran in the first two passes.
+ * (security), the multi-process workers (test/support/worker.ts builds its cache with
+ * familyClient), and the fault files of issue #13: release-retry, redlock-giveup, replica-ack and
+ * cluster-breaker (a node-redis createCluster() there). The rest test the library's own logic above
+ * the port (fence, model), pick their families themselves (client-versions, cluster, redlock), or
+ * are on ioredis only (cluster-failover, cluster-campaign), and already ran in the first two passes.
  * The fault campaign's workers follow SG_TEST_CLIENT too: campaign.test.ts runs here on node-redis
  * (as the ACL user). The second pass (ioredis as the ACL user) leaves it out: it is the suite's
  * longest file (~5 min on 2 cores), its ioredis run is the first pass, and its runs as the ACL user
@@ -19,7 +21,8 @@ const FOLLOW_CLIENT_FAMILY = [
   'core', 'edges', 'failsafe', 'redis-faults', 'network-faults', 'coherence', 'stale-window',
   'refresh-ahead', 'telemetry', 'review', 'review-final', 'review-refresh',
   'batch-reads', 'many', 'namespace', 'clear', 'loader-control', 'grant', 'degraded-memo',
-  'security', 'multiprocess', 'campaign',
+  'security', 'multiprocess', 'release-retry', 'redlock-giveup', 'replica-ack', 'cluster-breaker',
+  'campaign',
 ].map((name) => `test/integration/${name}.test.ts`);
 const ALL = ['test/**/*.test.ts'];
 const otherFamily = process.env.SG_TEST_CLIENT !== undefined && process.env.SG_TEST_CLIENT !== 'ioredis';

@@ -1,20 +1,24 @@
 import { Cluster } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createCache, type Cache } from '../../src/index.js';
+import { createCache, type Cache, type RedisClient } from '../../src/index.js';
 import { entryKeys, slotTag } from '../../src/keys.js';
 import { namespacedKey } from '../../src/namespace.js';
 import { portFor } from '../../src/client/detect.js';
-import { clusterClient as sharedClusterClient } from '../support/harness.js';
+import { TEST_CLIENT } from '../support/clients.js';
+import { clusterClient as sharedClusterClient, nodeRedisClusterClient } from '../support/harness.js';
 import { startRedisCluster, type RedisClusterHandle } from '../support/redis-server.js';
 
 /**
  * Issue #13 §2 on a real 3-master Cluster: one master SIGKILLed, no failover (node timeout 60 s, so
  * the cluster never notices during the test). The circuit breaker is kept per slot owner: the dead
  * shard's failures open its own breaker only, and keys on the two live masters keep their lock — not
- * one degraded (unfenced, unlocked) loader run there.
+ * one degraded (unfenced, unlocked) loader run there. The caches' clients are of the family under
+ * test (SG_TEST_CLIENT: an ioredis Cluster, or a node-redis createCluster()); the test's own reads
+ * (CLUSTER SLOTS, KEYSLOT, GET) go through an ioredis Cluster as admin.
  */
 let cluster: RedisClusterHandle;
 const clients: Cluster[] = [];
+const disposals: (() => void)[] = [];
 const caches: Cache[] = [];
 
 beforeAll(async () => {
@@ -23,11 +27,33 @@ beforeAll(async () => {
 afterAll(async () => {
   await Promise.all(caches.map((c) => c.close()));
   for (const c of clients) c.disconnect();
+  for (const dispose of disposals) dispose();
   await cluster.stop();
 });
 
 function clusterClient(admin = false): Cluster {
   return sharedClusterClient(cluster, clients, admin);
+}
+
+/** A cluster client of the family under test (node-redis: connected as a caller would, its destroy in disposals). */
+async function familyCluster(admin = false): Promise<RedisClient> {
+  if (TEST_CLIENT === 'ioredis' || TEST_CLIENT === 'ioredis6') return clusterClient(admin);
+  return nodeRedisClusterClient(cluster, disposals, TEST_CLIENT === 'node-redis' ? 6 : 5, admin);
+}
+
+/**
+ * The caches' clients, made before the kill: a node-redis Cluster's connect() connects to every
+ * master first, so one made while a master is dead never connects (an ioredis Cluster connects
+ * lazily either way). Each cache takes one: the clients are as fresh as the caches.
+ */
+const made: RedisClient[] = [];
+beforeAll(async () => {
+  for (let i = 0; i < 3; i++) made.push(await familyCluster());
+});
+function cacheClient(): RedisClient {
+  const c = made.shift();
+  if (!c) throw new Error('no cluster client left: make more in beforeAll');
+  return c;
 }
 
 /** The port of the master owning `redisKey`, asked of the cluster itself (CLUSTER KEYSLOT + SLOTS). */
@@ -56,13 +82,15 @@ describe('the port routes by slot owner on a real cluster (the breaker\'s nodeOf
     const admin = clusterClient(true);
     const keys = Array.from({ length: 20 }, (_, i) => `key${i}`);
     const owners = await ownerPorts(admin, prefix, keys);
-    const c = clusterClient(true); // CONFIG GET below tells which node answered
-    await c.ping(); // the client loads its slot table
+    const c = await familyCluster(true); // CONFIG GET below tells which node answered
+    if (c instanceof Cluster) await c.ping(); // the client loads its slot table (node-redis: connect() did)
     const port = portFor(c);
     for (const key of keys) {
       const redisKey = entryKeys(prefix, key).value;
       expect(port.nodeOf(redisKey)).toBe(`127.0.0.1:${owners.get(key)}`);
-      const [, answeredBy] = (await port.commandOnNodeOf(redisKey, ['CONFIG', 'GET', 'port'])) as [string, string];
+      const reply = await port.commandOnNodeOf(redisKey, ['CONFIG', 'GET', 'port']);
+      // RESP2 answers a flat [name, value] list; RESP3 a map (node-redis 6's default: an object).
+      const answeredBy = Array.isArray(reply) ? (reply as string[])[1] : (reply as Record<string, string>).port;
       expect(Number(answeredBy)).toBe(owners.get(key));
     }
     expect(new Set(owners.values()).size).toBeGreaterThan(1);
@@ -89,7 +117,7 @@ describe('Redis Cluster, one master dead without failover', () => {
     expect(onLive.length).toBeGreaterThan(0);
 
     // A cooldown longer than the test: the dead shard's breaker, once open, stays open.
-    const cache = createCache({ redis: clusterClient(), prefix, redisTimeout: 200, breakerThreshold: 3, breakerCooldown: 60_000 });
+    const cache = createCache({ redis: cacheClient(), prefix, redisTimeout: 200, breakerThreshold: 3, breakerCooldown: 60_000 });
     caches.push(cache);
     const locks = new Map<string, string[]>();
     cache.on('computed', (e) => {
@@ -130,7 +158,7 @@ describe('Redis Cluster, one master dead without failover', () => {
       if ((await ownerOf(`${prefix}:ns:{${p}}`)) !== dead.port && (await ownerOf(`{${slotTag(p)}}`)) === dead.port) path = p;
     }
     expect(path).toBeDefined();
-    const seed = createCache({ redis: clusterClient(), prefix });
+    const seed = createCache({ redis: cacheClient(), prefix });
     caches.push(seed);
     await seed.namespace(path as string).get('x'); // creates the counter (seeded from TIME)
     const generation = Number(await admin.get(`${prefix}:ns:{${path as string}}`));
@@ -142,7 +170,7 @@ describe('Redis Cluster, one master dead without failover', () => {
     expect(plainOnDead).toBeDefined();
 
     await killDead();
-    const cache = createCache({ redis: clusterClient(), prefix, redisTimeout: 200, breakerThreshold: 3, breakerCooldown: 60_000 });
+    const cache = createCache({ redis: cacheClient(), prefix, redisTimeout: 200, breakerThreshold: 3, breakerCooldown: 60_000 });
     caches.push(cache);
     const locks: string[] = [];
     cache.on('computed', (e) => locks.push(String(e.lock)));

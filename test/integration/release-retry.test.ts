@@ -1,8 +1,8 @@
-import { once } from 'node:events';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createCache, type Cache } from '../../src/index.js';
+import { createCache, type Cache, type RedisClient } from '../../src/index.js';
 import { entryKeys } from '../../src/keys.js';
+import { familyClient, nextReady, TEST_CLIENT } from '../support/clients.js';
 import { heldRebuild, missedCall } from '../support/harness.js';
 import { startProxy, type Proxy } from '../support/proxy.js';
 import { asAppUser, startRedisServer, type RedisServer } from '../support/redis-server.js';
@@ -19,6 +19,7 @@ let proxy: Proxy;
 let nodes: RedisServer[];
 let nodeProxies: Proxy[];
 const clients: Redis[] = [];
+const disposals: (() => void)[] = [];
 const caches: Cache[] = [];
 
 beforeAll(async () => {
@@ -30,20 +31,33 @@ beforeAll(async () => {
 afterAll(async () => {
   await Promise.all(caches.map((c) => c.close()));
   for (const c of clients) c.disconnect();
+  for (const dispose of disposals) dispose();
   await Promise.all([proxy, ...nodeProxies].map((p) => p.close()));
   await Promise.all([server, ...nodes].map((s) => s.stop()));
 });
 
-function client(url: string, lossy = false): Redis {
-  // lossy: a command lost with its connection stays lost (as across a failover), instead of ioredis
-  // resending it after the reconnect — which would release the lock for us and hide the property.
-  const c = new Redis(url, { maxRetriesPerRequest: 1, ...(lossy ? { autoResendUnfulfilledCommands: false } : {}) });
+/** An ioredis client: the test's own raw reads. */
+function client(url: string): Redis {
+  const c = new Redis(url, { maxRetriesPerRequest: 1 });
   c.on('error', () => undefined);
   clients.push(c);
   return c;
 }
 
-function cache(redis: Redis): Cache {
+/**
+ * A client of the family under test (SG_TEST_CLIENT), for a cache or a redlock node. lossy: a command
+ * lost with its connection stays lost (as across a failover), instead of being sent again after the
+ * reconnect — which would release the lock for us and hide the property. ioredis resends such
+ * commands unless autoResendUnfulfilledCommands is false; node-redis never does (a socket that closes
+ * rejects every command it wrote and is waiting on; only unwritten ones wait for the reconnect).
+ */
+function cacheClient(url: string, lossy = false) {
+  const { client: c, dispose } = familyClient(url, TEST_CLIENT, lossy ? { resendUnanswered: false } : {});
+  disposals.push(dispose);
+  return c;
+}
+
+function cache(redis: RedisClient): Cache {
   // breakerThreshold 1: the write's timeout opens the breaker, so the release is refused unsent.
   const c = createCache({ redis, prefix: 'rr', redisTimeout: 200, breakerThreshold: 1, breakerCooldown: 60_000 });
   caches.push(c);
@@ -52,12 +66,15 @@ function cache(redis: Redis): Cache {
 
 describe('a release Redis did not answer is sent again once the connection is back', () => {
   it('the holder\'s write and release fail on a cut connection; once it reconnects the waiter takes over before the lease lapses', { timeout: 20_000 }, async () => {
-    const holderClient = client(asAppUser(proxy.url), true);
+    const holderClient = cacheClient(asAppUser(proxy.url), true);
     const holder = cache(holderClient);
-    const waiter = cache(client(server.url));
+    const waiter = cache(cacheClient(server.url));
     const admin = client(server.adminUrl);
-    expect(await holder.ready()).toBe(true);
-    expect(await waiter.ready()).toBe(true);
+    // Both subscribed before the rebuild (the waiter is woken by the release's note, not by polling).
+    // ready() gives up after redisTimeout (200 ms), which a loaded machine can exceed while the
+    // subscriber connects (node-redis: a duplicate the cache connects itself): ask until it says yes.
+    while (!(await holder.ready()));
+    while (!(await waiter.ready()));
     const options = { ttl: 60_000, lockTtl: 60_000, waitTimeout: 60_000, pollInterval: 60_000 };
 
     const held = await heldRebuild<string>(holder, 'k', options);
@@ -76,7 +93,7 @@ describe('a release Redis did not answer is sent again once the connection is ba
     expect(await admin.get(lockKey)).toBe(holderToken); // still held: nothing reached Redis
 
     // The connection comes back (a fresh one: the dark one lost bytes).
-    const ready = once(holderClient, 'ready');
+    const ready = nextReady(holderClient);
     proxy.blackhole('up', false);
     proxy.reset();
     await ready;
@@ -89,13 +106,16 @@ describe('a release Redis did not answer is sent again once the connection is ba
 
 describe('redlock: a release fewer than a quorum of nodes answered is sent again', () => {
   it('two of three nodes go dark during the release; once they are back and Redis answers, no node keeps the lock', { timeout: 20_000 }, async () => {
-    const direct = client(nodes[0]!.url);
-    const viaProxy = nodeProxies.map((p) => client(asAppUser(p.url), true));
-    const holder = createCache({ redis: client(server.url), prefix: 'rrl', lock: 'redlock', redlock: { nodes: [direct, ...viaProxy] } });
+    const direct = cacheClient(nodes[0]!.url);
+    const viaProxy = nodeProxies.map((p) => cacheClient(asAppUser(p.url), true));
+    const store = cacheClient(server.url);
+    const holder = createCache({ redis: store, prefix: 'rrl', lock: 'redlock', redlock: { nodes: [direct, ...viaProxy] } });
     caches.push(holder);
     const admins = nodes.map((n) => client(n.adminUrl));
     const lockKey = entryKeys('rrl', 'k').lock;
-    await Promise.all([direct, ...viaProxy].map((c) => c.ping())); // every node connected before the grant
+    // Every node and the store connected before the grant: a connection's set-up (node-redis: AUTH
+    // and CLIENT SETINFO before any command) must not eat into the vote's or the fence's redisTimeout.
+    await Promise.all([store, direct, ...viaProxy].map((c) => c.ping()));
     const held = await heldRebuild<string>(holder, 'k', { ttl: 60_000, lockTtl: 60_000 });
     // The grant resolves once a quorum (2 of 3) is ours; the third node's SET may still be on its way.
     // The property needs the lock on all three before the release, so wait for it to land.
@@ -109,7 +129,7 @@ describe('redlock: a release fewer than a quorum of nodes answered is sent again
     expect(await admins[0]!.exists(lockKey)).toBe(0);
     expect(await admins[1]!.exists(lockKey)).toBe(1);
 
-    const back = viaProxy.map((c) => once(c, 'ready'));
+    const back = viaProxy.map((c) => nextReady(c));
     for (const p of nodeProxies) {
       p.blackhole('up', false);
       p.reset();

@@ -1,7 +1,8 @@
 import { Redis } from 'ioredis';
 import { afterEach, describe, expect, it } from 'vitest';
-import { createCache, type Cache, type CacheOptions } from '../../src/index.js';
+import { createCache, type Cache, type CacheOptions, type RedisClient } from '../../src/index.js';
 import { entryKeys } from '../../src/keys.js';
+import { familyClient, type TestClient } from '../support/clients.js';
 import { startProxy, type Proxy } from '../support/proxy.js';
 import { startRedisServer, type RedisServer } from '../support/redis-server.js';
 
@@ -9,24 +10,29 @@ import { startRedisServer, type RedisServer } from '../support/redis-server.js';
  * Issue #13 §1 on real servers: a primary and a replica that replicates THROUGH the proxy, so the
  * replication stream can be cut (a SIGSTOPped replica would read the kernel-buffered bytes on resume
  * and catch up: RELIABILITY.md gap 4). The clients are the default user: WAIT is not among the
- * least-privilege commands unless replicaAck is on.
+ * least-privilege commands unless replicaAck is on. The caches' clients are of the family under
+ * test (SG_TEST_CLIENT); the test's own reads, probes and the promotion go through ioredis.
  */
 let servers: RedisServer[] = [];
 let proxies: Proxy[] = [];
 let clients: Redis[] = [];
+let disposals: (() => void)[] = [];
 let caches: Cache[] = [];
 
 afterEach(async () => {
   await Promise.all(caches.map((c) => c.close()));
   for (const c of clients) c.disconnect();
+  for (const dispose of disposals) dispose();
   await Promise.all(proxies.map((p) => p.close()));
   await Promise.all(servers.map((s) => s.stop()));
   servers = [];
   proxies = [];
   clients = [];
+  disposals = [];
   caches = [];
 });
 
+/** An ioredis client: the test's own reads, probes and the promotion. */
 function client(server: RedisServer): Redis {
   const c = new Redis(server.adminUrl, { maxRetriesPerRequest: 1 });
   c.on('error', () => undefined);
@@ -34,7 +40,14 @@ function client(server: RedisServer): Redis {
   return c;
 }
 
-function cache(redis: Redis, extra: Partial<CacheOptions> = {}): Cache {
+/** A client of the family under test (SG_TEST_CLIENT), for a cache. */
+function cacheClient(server: RedisServer): RedisClient & TestClient {
+  const { client: c, dispose } = familyClient(server.adminUrl);
+  disposals.push(dispose);
+  return c;
+}
+
+function cache(redis: RedisClient, extra: Partial<CacheOptions> = {}): Cache {
   const c = createCache({ redis, prefix: 'ra', redisTimeout: 3000, breakerThreshold: 1000, ...extra });
   caches.push(c);
   return c;
@@ -67,7 +80,7 @@ const ACK = { replicas: 1, timeout: 1000 };
 describe('replicaAck: grants and writes too few replicas acknowledged are not trusted', () => {
   it('replica in sync: grants and writes are acknowledged; the rebuild runs under the lock and is stored', async () => {
     const { primary } = await pair();
-    const c = cache(client(primary), { replicaAck: ACK });
+    const c = cache(cacheClient(primary), { replicaAck: ACK });
     const locks: string[] = [];
     c.on('computed', (e) => locks.push(`${String(e.lock)}:${String(e.written)}`));
     expect(await c.getOrCompute('k', () => 'v', 60_000)).toBe('v');
@@ -79,7 +92,8 @@ describe('replicaAck: grants and writes too few replicas acknowledged are not tr
 
   it('replication cut: the grant is released and the call runs degraded (not stored); set() and delete() reject with failure replicaAck', async () => {
     const { primary, link } = await pair();
-    const redis = client(primary);
+    const redis = cacheClient(primary);
+    const admin = client(primary);
     const c = cache(redis, { replicaAck: ACK });
     const locks: string[] = [];
     c.on('computed', (e) => locks.push(String(e.lock)));
@@ -89,8 +103,10 @@ describe('replicaAck: grants and writes too few replicas acknowledged are not tr
     // Reads still answer (a miss) and grants are still refused: the degraded copy serves, no second run.
     expect(await c.getOrCompute('k', () => 'v2', 60_000)).toBe('v');
     expect(locks).toEqual(['degraded']);
-    expect(await redis.exists(entryKeys('ra', 'k').lock)).toBe(0); // the untrusted grant was freed
-    expect(await redis.exists(entryKeys('ra', 'k').value)).toBe(0);
+    // A ping on the cache's own connection, answered after the release sent before it, orders the raw reads after it.
+    await redis.ping();
+    expect(await admin.exists(entryKeys('ra', 'k').lock)).toBe(0); // the untrusted grant was freed
+    expect(await admin.exists(entryKeys('ra', 'k').value)).toBe(0);
     await expect(c.set('k', 'x', 60_000)).rejects.toMatchObject({ code: 'ERR_REDIS_UNAVAILABLE', failure: 'replicaAck', operation: 'set' });
     await expect(c.delete('k')).rejects.toMatchObject({ code: 'ERR_REDIS_UNAVAILABLE', failure: 'replicaAck', operation: 'delete' });
     await expect(c.deleteMany(['k', 'k2'])).rejects.toMatchObject({ code: 'ERR_REDIS_UNAVAILABLE', failure: 'replicaAck', operation: 'delete' });
@@ -105,7 +121,7 @@ describe('replicaAck: grants and writes too few replicas acknowledged are not tr
    */
   async function failover(ack: boolean): Promise<{ served: number[]; how: string[] }> {
     const { primary, replica, link } = await pair();
-    const before = cache(client(primary), ack ? { replicaAck: ACK } : {});
+    const before = cache(cacheClient(primary), ack ? { replicaAck: ACK } : {});
     const served: number[] = [];
     // How each rebuild ran (lock mode, and whether it was stored), in order: says which phase lost its tokens if a run fails.
     const how: string[] = [];
@@ -138,7 +154,7 @@ describe('replicaAck: grants and writes too few replicas acknowledged are not tr
     while ((await promoted.role())[0] !== 'master') await new Promise((r) => setTimeout(r, 10));
     // The promoted primary has no replica left: the cache there runs without replicaAck.
     how.push(`promoted:fence-pttl=${String(await promoted.pttl(entryKeys('ra', 'k').fence))}`);
-    const after = cache(promoted);
+    const after = cache(cacheClient(replica));
     record(after);
     for (let i = 0; i < 5; i++) await rebuild(after);
     return { served, how };

@@ -49,6 +49,12 @@ export interface FamilyOptions {
   retryDelay?: number;
   /** false: not connected (ioredis lazyConnect; node-redis connect() not called). */
   connect?: boolean;
+  /**
+   * false: a command written before the connection dropped is not sent again after the reconnect
+   * (ioredis autoResendUnfulfilledCommands: false). node-redis never resends one: a closing socket
+   * rejects every command it wrote and is waiting on, so this option changes nothing there.
+   */
+  resendUnanswered?: boolean;
 }
 
 /** A client of `kind`, connecting (node-redis: connect() already called, commands queue until ready), plus its disposal. */
@@ -57,13 +63,14 @@ export function familyClient(
   kind: ClientFamily = TEST_CLIENT,
   options: FamilyOptions = {},
 ): { client: RedisClient & TestClient; dispose: () => void } {
-  const { offlineQueue = true, tls, retryDelay, connect = true } = options;
+  const { offlineQueue = true, tls, retryDelay, connect = true, resendUnanswered = true } = options;
   if (kind === 'ioredis' || kind === 'ioredis6') {
     // A bounded retry count: the cache's own redisTimeout bounds every call anyway.
     const o = {
       maxRetriesPerRequest: 1,
       enableOfflineQueue: offlineQueue,
       lazyConnect: !connect,
+      autoResendUnfulfilledCommands: resendUnanswered,
       ...(tls ? { tls } : {}),
       ...(retryDelay !== undefined ? { retryStrategy: () => retryDelay } : {}),
     };
@@ -136,4 +143,13 @@ export async function whenReady(client: TestClient): Promise<void> {
   const c = client as unknown as { status?: string; isReady?: boolean; once(event: 'ready', listener: () => void): unknown };
   if (c.status === 'ready' || c.isReady === true) return;
   await new Promise<void>((resolve) => c.once('ready', resolve));
+}
+
+/**
+ * Resolves at `client`'s next 'ready' (either family), whatever errors come first: unlike events.once,
+ * which rejects on the 'error' a node-redis client emits when its socket is reset.
+ */
+export function nextReady(client: TestClient): Promise<void> {
+  const c = client as unknown as { once(event: 'ready', listener: () => void): unknown };
+  return new Promise<void>((resolve) => c.once('ready', resolve));
 }
