@@ -36,7 +36,7 @@ async function cacheClient(family: Family): Promise<RedisClient> {
     const c = new Cluster6(cluster.startup, { redisOptions: { maxRetriesPerRequest: 1, ...(AS_ACL_USER ? ACL_USER : {}) } });
     c.on('error', () => undefined);
     disposals.push(() => c.disconnect());
-    return c as unknown as RedisClient;
+    return c;
   }
   return nodeRedisClusterClient(cluster, disposals, family === 'node-redis' ? 6 : 5);
 }
