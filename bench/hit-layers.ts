@@ -8,6 +8,7 @@
  * - `read script + decode`: the same through our read script (EVALSHA via defineCommand: bytes and
  *   PTTL together, the size cap inside Redis);
  * - `+ port`: the script through the client port and the typed script callers (scripts.ts);
+ * - `+ a promise hop`: the same wrapped in one more promise (what any layer's own promise costs);
  * - `+ Io`: bounded by redisTimeout, through the node's circuit breaker (io.ts);
  * - `+ Store.read`: the entry envelope checked, its value through the post-decode allow-list (codec.ts);
  * - `getOrCompute`: the whole call (options, L1 look-up, in-process flight, Rebuild, freshness, counters).
