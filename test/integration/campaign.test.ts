@@ -31,12 +31,12 @@ import {
 } from '../support/checker.js';
 import { TEST_CLIENT } from '../support/clients.js';
 import { startRedisServer, type RedisServer } from '../support/redis-server.js';
+import { prng, sleep } from '../support/schedule.js';
 
 const WORKER = fileURLToPath(new URL('../support/campaign-worker.ts', import.meta.url));
 /** The port family every worker's cache must run on: SG_TEST_CLIENT's (the workers inherit the env). */
 const FAMILY = TEST_CLIENT.startsWith('ioredis') ? 'ioredis' : 'node-redis';
 const now = (): number => performance.timeOrigin + performance.now();
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 type Fault = 'pause-holder' | 'kill-worker' | 'pause-redis' | 'restart-redis' | 'script-flush' | 'kill-pubsub' | 'del-fence-lock' | 'evict' | 'flap';
 
@@ -76,17 +76,6 @@ interface CampaignConfig {
 /** Names a rebuild of `proc` whose write with `fence` was refused. */
 const unstoredId = (proc: number, key: string, fence: number): string => `${proc}\u0000${key}\u0000${fence}`;
 
-/** Deterministic PRNG (mulberry32): a failing seed replays the same schedule. */
-function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 const TIMING = { ttl: 300, lockTtl: 400, waitTimeout: 1000, pollInterval: 50, redisTimeout: 200, loaderMs: 100 };
 /** Longest a call may take: a full wait, then a computed rebuild, each Redis step at its timeout, plus 2-core slack. */

@@ -30,22 +30,11 @@ import type { UnsafeSwitches } from '../../src/unsafe.js';
 import { boundedSettles, loadersPerWindow, monotonicReads, quantiles, type LoaderRun, type Settle, type Violation } from '../support/checker.js';
 import { grantsNeverRepeat, healthyShardsNeverDegrade, type DegradedEvent, type Grant, type Outage } from '../support/cluster-checker.js';
 import { ACL_USER, AS_ACL_USER, startRedisCluster, type RedisClusterHandle, type RedisServer } from '../support/redis-server.js';
+import { prng, sleep, until } from '../support/schedule.js';
 
 const WORKER = fileURLToPath(new URL('../support/cluster-campaign-worker.ts', import.meta.url));
 const now = (): number => performance.timeOrigin + performance.now();
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-/** Deterministic PRNG (mulberry32), as in campaign.test.ts: a seed replays the same schedule. */
-function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 const WORKERS = 3;
 const CALLERS = 20;
@@ -67,16 +56,6 @@ afterEach(async () => {
   children = [];
 });
 
-/** Polls `check` until it returns true; throws (naming `what` and the last diagnostic) after `limit` tries. */
-async function until(what: string, check: () => Promise<boolean | string>, limit = 600, every = 50): Promise<void> {
-  let last: boolean | string = false;
-  for (let i = 0; i < limit; i++) {
-    last = await check().catch((error: unknown) => String(error));
-    if (last === true) return;
-    await sleep(every);
-  }
-  throw new Error(`${what}: not reached (${String(last)})`);
-}
 
 /** Default-user connections straight to each node (fault injection, raw reads), by port. */
 function adminsOf(nodes: RedisServer[]): (port: number) => Redis {

@@ -5,6 +5,7 @@ import { portFor } from '../../src/client/detect.js';
 import { entryKeys } from '../../src/keys.js';
 import { clusterClient, deferred, heldRebuild, missedCall } from '../support/harness.js';
 import { ACL_USER, AS_ACL_USER, startRedisCluster, type RedisClusterHandle, type RedisServer } from '../support/redis-server.js';
+import { sleep, until } from '../support/schedule.js';
 
 /**
  * Issue #13 §1 and §3 on a real Redis Cluster with a real, automatic failover: 3 masters with one
@@ -47,18 +48,7 @@ afterEach(async () => {
   if (refused.length > 0) throw new Error(`Redis refused (NOPERM) operations the README's ACL should allow: ${refused.join(', ')}`);
 });
 
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-/** Polls `check` until it returns true; throws (naming `what` and the last diagnostic) after `limit` tries. */
-async function until(what: string, check: () => Promise<boolean | string>, limit = 600, every = 50): Promise<void> {
-  let last: boolean | string = false;
-  for (let i = 0; i < limit; i++) {
-    last = await check().catch((error: unknown) => String(error));
-    if (last === true) return;
-    await sleep(every);
-  }
-  throw new Error(`${what}: not reached (${String(last)})`);
-}
 
 /** A default-user connection straight to one node (fault injection, raw reads). */
 function adminOf(node: RedisServer): Redis {

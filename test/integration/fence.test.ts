@@ -273,41 +273,6 @@ describe('set() is an explicit write', () => {
     expect(await freshRead('set-backoff', 'k')).toBe('explicit');
   });
 
-  // Seen in the soak campaign: a del-fence-lock fault landed between a set()'s grant and its write; the
-  // fence refused the write, set() resolved, and every process served the older value for seconds.
-  it("a set() whose fence hash is lost between its grant and its write leaves no older value anywhere: not in the store, not in another process's L1", async () => {
-    const prefix = 'set-fence-lost';
-    const keys = entryKeys(prefix, 'k');
-    const setterClient = client(server.url);
-    const setter = createCache({ redis: setterClient, prefix, local: { max: 100 } });
-    caches.push(setter);
-    await setter.ready();
-    const other = await cache(prefix, { local: { max: 100 } });
-    await other.getOrCompute('k', () => 'old', 60_000);
-    expect(await setter.get('k')).toBe('old');
-    expect(await other.get('k')).toBe('old'); // kept in its L1
-    // The fence hash goes (as an eviction, a restart or a lapse would) right before the set's write is sent.
-    const original = setterClient.sendCommand.bind(setterClient);
-    let lost = false;
-    setterClient.sendCommand = ((command: Command, stream?: never) => {
-      const names = command.args.map(String);
-      if (!lost && (command.name === 'evalsha' || command.name === 'eval') && names.includes(keys.value) && names.includes(keys.fence)) {
-        lost = true;
-        void admin.del(keys.fence).then(() => original(command, stream), (err: unknown) => command.reject(err as Error));
-        return command.promise;
-      }
-      return original(command, stream);
-    });
-    const refused = nextEvent(setter, 'writeRejected');
-    const dropped = nextEvent(other, 'remoteChange');
-    await setter.set('k', 'new', 60_000);
-    await refused; // the fault hit the set's write
-    expect(await setter.get('k')).not.toBe('old');
-    expect(await freshRead(prefix, 'k')).not.toBe('old');
-    await dropped;
-    expect(await other.get('k')).not.toBe('old');
-  });
-
   /** Runs `before` right before `setterClient` sends the set's write script (the one on both the value and the fence key), then sends it. */
   function beforeSetWrite(setterClient: Redis, keys: { value: string; fence: string }, before: () => Promise<unknown>): void {
     const original = setterClient.sendCommand.bind(setterClient);
@@ -322,6 +287,32 @@ describe('set() is an explicit write', () => {
       return original(command, stream);
     });
   }
+  // Seen in the soak campaign: a del-fence-lock fault landed between a set()'s grant and its write; the
+  // fence refused the write, set() resolved, and every process served the older value for seconds.
+  it("a set() whose fence hash is lost between its grant and its write leaves no older value anywhere: not in the store, not in another process's L1", async () => {
+    const prefix = 'set-fence-lost';
+    const keys = entryKeys(prefix, 'k');
+    const setterClient = client(server.url);
+    const setter = createCache({ redis: setterClient, prefix, local: { max: 100 } });
+    caches.push(setter);
+    await setter.ready();
+    const other = await cache(prefix, { local: { max: 100 } });
+    await other.getOrCompute('k', () => 'old', 60_000);
+    expect(await setter.get('k')).toBe('old');
+    expect(await other.get('k')).toBe('old'); // kept in its L1
+    // The fence hash goes (as an eviction, a restart or a lapse would) right before the set's write is sent.
+    beforeSetWrite(setterClient, keys, () => admin.del(keys.fence));
+    const refused = nextEvent(setter, 'writeRejected');
+    const dropped = nextEvent(other, 'remoteChange');
+    await setter.set('k', 'new', 60_000);
+    await refused; // the fault hit the set's write
+    expect(await setter.get('k')).not.toBe('old');
+    expect(await freshRead(prefix, 'k')).not.toBe('old');
+    await dropped;
+    expect(await other.get('k')).not.toBe('old');
+  });
+
+
 
   /** A setter cache on a client of its own (to intercept its write) and another cache, key 'k' holding 'old'. */
   async function setterAndOther(prefix: string) {
