@@ -156,13 +156,14 @@ export function subscribeRetryDelay(failures: number, random: number): number {
  * The pub/sub side: one duplicated connection per cache, subscribed to one channel.
  * Waiters progress by polling when it is down; L1 is trusted only while it is up (see LocalTier).
  *
- * When is it up? ioredis (5.x, lib/redis/event_handler.ts) re-sends SUBSCRIBE by itself after a
+ * When is it up? ioredis (5.x, lib/redis/event_handler.ts) would re-send SUBSCRIBE by itself after a
  * reconnect, but only for channels a SUBSCRIBE *reply* registered (DataHandler adds the channel to
- * `condition.subscriber` on the reply); that re-subscribe's promise is internal, and no event says it
- * completed. A first SUBSCRIBE that failed (rejected by `maxRetriesPerRequest`, or at once with
- * `enableOfflineQueue: false`) registered nothing, so ioredis never re-sends it. Hence we own the
- * subscription: we send our own SUBSCRIBE at start, on every 'ready' (emitted on nextTick after
- * readyHandler queued ioredis's own re-subscribe), and after each refusal (backoff). The channel is
+ * `condition.subscriber` on the reply); that re-subscribe's promise is internal and unhandled (a close
+ * before its reply is an unhandled rejection), and no event says it completed. A first SUBSCRIBE that
+ * failed (rejected by `maxRetriesPerRequest`, or at once with `enableOfflineQueue: false`) registered
+ * nothing, so ioredis never re-sends it. Hence we own the subscription (the ioredis port turns
+ * `autoResubscribe` off on its duplicate): we send our own SUBSCRIBE at start, on every 'ready'
+ * (emitted on nextTick after readyHandler), and after each refusal (backoff). The channel is
  * subscribed on the current connection exactly when one of those resolves: replies come in order on
  * one socket, and a 'close' of that socket is handled after the replies it carried (so a later
  * onDown() follows, never precedes, the onUp() it invalidates). SUBSCRIBE to a channel already

@@ -63,7 +63,13 @@ export class IoredisPort implements RedisPort {
   }
 
   subscriber(): SubscriberPort {
-    return new IoredisSubscriberPort(this.client.duplicate() as IoredisSubscriber);
+    // The Bus owns the subscription: it sends its own SUBSCRIBE on every 'ready' (wait.ts). ioredis's
+    // own re-subscribe on reconnecting is sent unawaited (readyHandler), so a connection closed before
+    // its reply (close() at that moment) rejected it with no handler: an unhandled rejection, which
+    // ends a Node process by default. It is off on our duplicate. A Cluster's subscriber connection is
+    // ClusterSubscriber's, which never reconnects (it is replaced) and handles its re-subscribe's rejection.
+    const sub = this.cluster ? this.client.duplicate() : (this.client.duplicate as (override: { autoResubscribe: boolean }) => unknown)({ autoResubscribe: false });
+    return new IoredisSubscriberPort(sub as IoredisSubscriber);
   }
 
   get cluster(): boolean {

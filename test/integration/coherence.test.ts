@@ -439,3 +439,48 @@ describe('the subscriber port leaves no socket behind', () => {
     expect(opened.filter((d) => d.isReady === true || (d.status !== undefined && d.status !== 'end'))).toHaveLength(0);
   });
 });
+
+describe('the subscriber connection never leaves a promise unhandled', () => {
+  it('(i) close() right after the subscriber reconnected, its re-subscribe unanswered: no unhandled rejection (the Bus alone subscribes; ioredis\'s own re-subscribe is off)', async () => {
+    // The cache's client (and so its subscriber, a duplicate) goes through a proxy that can hold replies.
+    const replies = await startProxy({ host: '127.0.0.1', port: Number(new URL(h.url).port) });
+    proxies.push(replies);
+    const { client, dispose } = familyClient(through(replies));
+    familyDisposals.push(dispose);
+    await client.ping();
+    // Every duplicate (ioredis and node-redis: the subscriber), to act on its next 'ready'.
+    const opened: { once(event: 'ready', listener: () => void): unknown }[] = [];
+    const c = client as unknown as { duplicate: (...args: unknown[]) => (typeof opened)[number] };
+    const duplicate = c.duplicate.bind(client);
+    c.duplicate = (...args: unknown[]) => {
+      const d = duplicate(...args);
+      opened.push(d);
+      return d;
+    };
+    const cache = createCache({ redis: client, prefix: `coh-i${process.pid}` });
+    expect(await cache.ready()).toBe(true);
+    const unhandled: unknown[] = [];
+    const onUnhandled = (reason: unknown) => unhandled.push(reason);
+    process.on('unhandledRejection', onUnhandled);
+    try {
+      // 'ready' is emitted on the tick after the client wrote what it sends on reconnecting (ioredis:
+      // its own SUBSCRIBE, unawaited, when autoResubscribe is on). The proxy runs in this process, so
+      // no byte of it has reached Redis yet: holding replies now leaves it unanswered when close() ends the connection.
+      const closedOnReady = new Promise<void>((resolve) => {
+        for (const d of opened) {
+          d.once('ready', () => {
+            replies.hold('down', true);
+            resolve(cache.close());
+          });
+        }
+      });
+      await h.admin.client('KILL', 'TYPE', 'pubsub');
+      await closedOnReady;
+      await sleep(100); // an unhandled rejection is reported once its tick's microtasks are done
+      expect(unhandled).toEqual([]);
+    } finally {
+      process.off('unhandledRejection', onUnhandled);
+      replies.hold('down', false);
+    }
+  });
+});
