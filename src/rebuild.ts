@@ -490,8 +490,8 @@ const unitInterval = (): number => 1 - Math.random();
  *   (a process that loses it does nothing) and, under the grant, a re-read that goes on only if the
  *   entry is still the one that was hit (same fence); the write is fenced like any rebuild;
  * - a process tries an entry (one fence) once: after a failure, or a refresh that wrote nothing, it
- *   does not try that entry again before it expires — the value is served until then, and then the
- *   miss path (and fail-safe) apply; after losing the lock it may try again `pollInterval` later (the
+ *   does not try that entry again — the value is served until it expires, and then the miss path
+ *   (and fail-safe) apply; after losing the lock it may try again `pollInterval` later (the
  *   winner may fail). With `failBackoff`, a failure stops every process's attempts for that long.
  */
 export function refreshAheadOnHit(d: RebuildDeps, key: string, keysOf: () => EntryKeys, loader: Loader<unknown>, call: ResolvedCall, seen: Seen): void {
@@ -509,7 +509,12 @@ export function refreshAheadOnHit(d: RebuildDeps, key: string, keysOf: () => Ent
   // could no longer land, or is no longer needed, and its lock would hold callers up until the loader ends.
   const stop = new AbortController();
   const work = (async () => {
-    let retryAt = seen.freshUntil;
+    // Tried once: never again for this entry (fence). Not `seen.freshUntil`: that is a lower bound
+    // (counted from when the hit's read was sent), and a later, faster read of the same entry counts
+    // it fresh for longer, so a hold-off ending there let a process try the entry again in its last
+    // moments. An entry's fresh life is fixed when it is written (nothing extends it), so no fresh hit
+    // of it comes after its expiry anyway; another fence ends the hold-off (Background.heldOff).
+    let retryAt = Number.POSITIVE_INFINITY;
     // Redis failing says nothing about the origin: try again soon, not only after the entry expired.
     const soon = (): number => d.clock.now() + call.pollInterval;
     try {
@@ -591,7 +596,7 @@ export class Background {
   private readonly stops = new Map<string, { readonly stop: AbortController; readonly owner: Promise<void> }>();
   /**
    * Early refreshes this process will not start: per key, the entry (fence) already tried and until
-   * when (monotonic ms). A record for another fence, or past its time, is obsolete. Bounded.
+   * when (monotonic ms; Infinity: for good). A record for another fence, or past its time, is obsolete. Bounded.
    */
   private readonly tried = new Map<string, { readonly fence: number; readonly until: number }>();
 

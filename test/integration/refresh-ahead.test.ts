@@ -251,6 +251,34 @@ describe('a failing refresh', () => {
     expect(await a.get('k')).toBe('from-b');
   });
 
+  it('after its failed refresh of an entry, a process does not try that entry again, even on a later hit that counts the entry fresh for longer (each hit\'s estimate is a lower bound)', async () => {
+    const cache = h.cache();
+    const { state, loader } = failing();
+    const errors: unknown[] = [];
+    cache.on('refreshError', (e) => errors.push(e.error));
+    const filled = nextEvent(cache, 'computed');
+    // Fresh in Redis for 20 s: every hit below is of this one entry, and it is fresh when read.
+    expect(await cache.getOrCompute('k', loader, { ttl: 20_000 })).toBe('v1');
+    const { fence } = await filled;
+    const outcomes = refreshes(cache);
+    const deps = (cache as unknown as { deps: RebuildDeps }).deps;
+    const call = resolveCallOptions((cache as unknown as { options: { defaults: never } }).options.defaults, RA, 'k');
+    const keys = () => entryKeys(prefixOf(cache), 'k');
+    const facts = { fence: fence as number, ttlMs: 1000, loadMs: 1 };
+    // A hit whose read was slow: it counts the entry fresh for 100 ms more (a lower bound of the truth),
+    // past the refresh point; the refresh wins and its loader fails.
+    const failed = nextEvent(cache, 'refreshError');
+    refreshAheadOnHit(deps, 'k', keys, loader, call, { value: 'v1', freshUntil: performance.now() + 100, facts });
+    await failed;
+    await sleep(150);
+    // A later hit of the same entry, read faster: it counts it fresh for 100 ms more from now.
+    refreshAheadOnHit(deps, 'k', keys, loader, call, { value: 'v1', freshUntil: performance.now() + 100, facts });
+    await sleep(50);
+    expect(outcomes).toEqual(['started', 'won']);
+    expect(state.runs).toBe(2); // the fill and the one early refresh
+    expect(errors).toHaveLength(1);
+  });
+
   it('with failSafeTtl: after expiry the miss path fails over to the kept value', async () => {
     const cache = h.cache();
     const { state, loader } = failing();
