@@ -39,8 +39,17 @@ async function run(req: HitRequest, go: () => Promise<number>): Promise<HitRepor
   const until = startAt + req.durationMs;
   // An L1 or lru-cache answer never waits for I/O, so its loops may never yield to a timer: the
   // window is opened by the first iteration past startAt, from inside the loops.
-  const loop = async () => {
+  // Paced (req.rate > 0): each loop sends its share of the process's rate on a fixed schedule, so
+  // every variant does the same work per second and CPU per request compares at equal throughput.
+  const interval = req.rate > 0 ? (1000 * req.loops) / req.rate : 0;
+  const loop = async (i: number) => {
+    let next = startAt - req.warmupMs + (interval * i) / req.loops;
     for (;;) {
+      if (interval > 0) {
+        next += interval;
+        const wait = next - now();
+        if (wait > 1) await new Promise((r) => setTimeout(r, wait));
+      }
       const t = now();
       if (t >= until) return;
       if (!window && t >= startAt) window = { cpu: process.cpuUsage(), t };
@@ -48,7 +57,7 @@ async function run(req: HitRequest, go: () => Promise<number>): Promise<HitRepor
       if (window) requests++;
     }
   };
-  await Promise.all(Array.from({ length: req.loops }, loop));
+  await Promise.all(Array.from({ length: req.loops }, (_, i) => loop(i)));
   const opened = window ?? { cpu: process.cpuUsage(), t: now() };
   const cpu = process.cpuUsage(opened.cpu);
   const wallMs = now() - opened.t;

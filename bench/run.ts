@@ -1,7 +1,7 @@
 /**
  * `npm run bench [-- --quick] [--processes P] [--callers C] [--runs R] [--duration-ms D] [--loader-ms L]
  *   [--ttl-ms T] [--rate N] [--open-duration-ms D] [--only scenario,…] [--contenders a,b,…] [--no-http]
- *   [--no-micro] [--no-heap] [--no-failover] [--heap-runs N] [--trace DIR] [--cpu-prof DIR] [--out DIR]`
+ *   [--no-micro] [--no-heap] [--no-failover] [--no-hit] [--no-fleet] [--heap-runs N] [--trace DIR] [--cpu-prof DIR] [--out DIR]`
  *
  * `--out DIR`: write the results there instead (e.g. a run of a few scenarios that must not replace
  * the full run's bench/results/latest.md).
@@ -13,7 +13,9 @@
  * Multi-process stampede scenarios (every contender in the same run, same processes, same loader),
  * closed loop (C callers per process) or open loop (N arrivals per second per process, latency from
  * each scheduled arrival),
- * an HTTP scenario driven by autocannon, fresh-hit overhead, lock cost, and retained heap over many
+ * an HTTP scenario driven by autocannon, fresh-hit overhead, the hit's client CPU against a bare GET
+ * on K distinct keys and the fleet scenario (P processes; bench/lib/hit-cost.ts, bench/lib/fleet.ts),
+ * lock cost, and retained heap over many
  * loader runs (1,000,000; 100,000 with --quick; see bench/lib/heap.ts). Every figure is the median
  * of R runs, except the heap's: one run of N loader runs per variant unless --heap-runs says more. Writes bench/results/<stamp>.json, bench/results/latest.md and SVG charts.
  */
@@ -29,6 +31,8 @@ import { DEFAULT_IN_FLIGHT, heapGrowth, heapNote, type HeapFigure } from './lib/
 import { lockCost, overhead, tracingCost, type LatencyFigure } from './lib/micro.js';
 import { failoverMarkdown, writeReport, type FailoverFigures, type ScenarioRow } from './lib/report.js';
 import { replicaAckCost, stallRatio, type StallSizes } from './lib/failover.js';
+import { fleetBench, type FleetFigure, type FleetSizes } from './lib/fleet.js';
+import { hitCost, type HitFigure, type HitSizes } from './lib/hit-cost.js';
 import { idealRebuilds, idealRefreshes, lease, maxConcurrentOverall, maxConcurrentPerKey, median, percentile, runsPerKeyPerTtl, scenarios, type ScenarioSpec } from './lib/scenarios.js';
 import type { RunReport, RunRequest } from './worker.js';
 
@@ -52,6 +56,8 @@ const { values: args } = parseArgs({
     'no-micro': { type: 'boolean', default: false },
     'no-heap': { type: 'boolean', default: false },
     'no-failover': { type: 'boolean', default: false },
+    'no-hit': { type: 'boolean', default: false },
+    'no-fleet': { type: 'boolean', default: false },
     'heap-runs': { type: 'string' },
   },
 });
@@ -322,6 +328,21 @@ if (!args['no-failover']) {
   console.log(failoverMarkdown(failover).join('\n'));
 }
 
+// Issue #12: the fresh hit's client CPU against a bare GET (K distinct warm keys, P = 1 and 4), and
+// the fleet scenario (P processes, ours beside cache-aside), each on the shared store, flushed first.
+let hit: { sizes: HitSizes; figures: HitFigure[] } | undefined;
+if (!args['no-hit']) {
+  await Promise.all(flushers.map((f) => f.flushall()));
+  const hitSizes: HitSizes = { processes: [1, 4], keys: [20, 2000], loops: 10, warmupMs: quick ? 300 : 1000, durationMs: quick ? 1000 : 3000, runs: RUNS, rate: 0 };
+  hit = { sizes: hitSizes, figures: await hitCost(store.url, hitSizes, (l) => console.log(l)) };
+}
+let fleet: { sizes: FleetSizes; figures: FleetFigure[] } | undefined;
+if (!args['no-fleet']) {
+  await Promise.all(flushers.map((f) => f.flushall()));
+  const fleetSizes: FleetSizes = { processes: quick ? [1, 4, 16] : [1, 4, 16, 32], keys: [20, 2000], callers: 4, durationMs: quick ? 1500 : 4000, runs: RUNS };
+  fleet = { sizes: fleetSizes, figures: await fleetBench(store.url, fleetSizes, (l) => console.log(l)) };
+}
+
 // ------------------------------------------------------------------ output
 
 const env = {
@@ -340,7 +361,7 @@ const env = {
   sizes,
   ...(heap.length > 0 ? { heapNote: heapNote(heapTotal, heapRuns, DEFAULT_IN_FLIGHT) } : {}),
 };
-const files = writeReport({ env, rows, http, overhead: overheadFigures, tracing: tracingFigures, lockCost: lockFigures, heap, failover, latencySamples }, args.out ?? (quick ? 'bench/results/quick' : 'bench/results'));
+const files = writeReport({ env, rows, http, overhead: overheadFigures, tracing: tracingFigures, lockCost: lockFigures, heap, failover, hit, fleet, latencySamples }, args.out ?? (quick ? 'bench/results/quick' : 'bench/results'));
 console.log(`\nwrote ${files.join(', ')}`);
 for (const f of flushers) f.disconnect();
 await Promise.all(nodes.map((n) => n.stop()));

@@ -27,8 +27,9 @@ export interface HitRequest {
   loops: number;
   warmupMs: number;
   durationMs: number;
+  /** Requests per second per process, paced over its loops; 0: as fast as the loops go (the default). */
+  rate: number;
 }
-
 
 export interface HitReport {
   requests: number;
@@ -44,6 +45,8 @@ export interface HitFigure {
   cpuUsPerRequest: number;
   /** Requests per second over all processes (median of runs). */
   throughput: number;
+  /** Redis's own CPU (INFO used_cpu_user + used_cpu_sys) per answered request, µs (median of runs). */
+  redisCpuUsPerRequest: number;
 }
 
 /** The value every key holds: a small JSON-like record, as in the overhead figures. */
@@ -66,7 +69,14 @@ async function warm(url: string, prefix: string, keys: number): Promise<void> {
   }
 }
 
-async function oneRun(req: HitRequest, processes: number): Promise<{ cpuUsPerRequest: number; throughput: number }> {
+/** Redis's CPU so far (user + system), µs, from INFO cpu. */
+async function redisCpuUs(redis: Redis): Promise<number> {
+  const info = await redis.info('cpu');
+  const field = (name: string) => Number(new RegExp(`^${name}:([0-9.]+)`, 'm').exec(info)?.[1] ?? NaN);
+  return (field('used_cpu_user') + field('used_cpu_sys')) * 1e6;
+}
+
+async function oneRun(req: HitRequest, processes: number): Promise<{ cpuUsPerRequest: number; throughput: number; redisCpuUsPerRequest: number }> {
   const children = Array.from({ length: processes }, () => fork(WORKER, [], { execArgv: ['--import', 'tsx'], stdio: ['ignore', 'inherit', 'inherit', 'ipc'] }));
   try {
     await Promise.all(children.map((c) => new Promise((r) => c.once('message', r))));
@@ -86,11 +96,16 @@ async function oneRun(req: HitRequest, processes: number): Promise<{ cpuUsPerReq
     // The window opens at one instant in every process, after the warm-up that is not counted.
     const startAt = now() + 50 + req.warmupMs;
     for (const c of children) c.send({ startAt });
+    // Redis's CPU over the same window: read when it opens and when the last report is in.
+    const admin = new Redis(req.url);
+    const before = new Promise<number>((resolve) => setTimeout(() => resolve(redisCpuUs(admin)), Math.max(0, startAt - now())));
     const all = await Promise.all(reports);
+    const redisUs = (await redisCpuUs(admin)) - (await before);
+    admin.disconnect();
     const requests = all.reduce((s, r) => s + r.requests, 0);
     const cpu = all.reduce((s, r) => s + r.cpuUs, 0);
     const wall = Math.max(...all.map((r) => r.wallMs));
-    return { cpuUsPerRequest: cpu / Math.max(1, requests), throughput: requests / (wall / 1000) };
+    return { cpuUsPerRequest: cpu / Math.max(1, requests), throughput: requests / (wall / 1000), redisCpuUsPerRequest: redisUs / Math.max(1, requests) };
   } finally {
     for (const c of children) c.kill();
   }
@@ -103,6 +118,8 @@ export interface HitSizes {
   warmupMs: number;
   durationMs: number;
   runs: number;
+  /** Requests per second per process (paced); 0: unpaced. */
+  rate: number;
 }
 
 /** Every (P, K) configuration, every variant in each run, variants interleaved run by run; medians of `runs`. */
@@ -112,17 +129,18 @@ export async function hitCost(url: string, sizes: HitSizes, log: (line: string) 
     const prefix = `hit${keys}`;
     await warm(url, prefix, keys);
     for (const processes of sizes.processes) {
-      const samples = new Map<HitVariant, { cpu: number[]; tput: number[] }>(HIT_VARIANTS.map((v) => [v, { cpu: [], tput: [] }]));
+      const samples = new Map<HitVariant, { cpu: number[]; tput: number[]; redis: number[] }>(HIT_VARIANTS.map((v) => [v, { cpu: [], tput: [], redis: [] }]));
       for (let r = 0; r < sizes.runs; r++) {
         for (const variant of HIT_VARIANTS) {
-          const res = await oneRun({ variant, url, prefix, keys, loops: sizes.loops, warmupMs: sizes.warmupMs, durationMs: sizes.durationMs }, processes);
-          const s = samples.get(variant) as { cpu: number[]; tput: number[] };
+          const res = await oneRun({ variant, url, prefix, keys, loops: sizes.loops, warmupMs: sizes.warmupMs, durationMs: sizes.durationMs, rate: sizes.rate }, processes);
+          const s = samples.get(variant) as { cpu: number[]; tput: number[]; redis: number[] };
           s.cpu.push(res.cpuUsPerRequest);
           s.tput.push(res.throughput);
-          log(`hit cost · ${variant} · P=${processes} K=${keys} · run ${r + 1}/${sizes.runs}: ${res.cpuUsPerRequest.toFixed(2)} µs CPU/request, ${res.throughput.toFixed(0)} req/s`);
+          s.redis.push(res.redisCpuUsPerRequest);
+          log(`hit cost · ${variant} · P=${processes} K=${keys} · run ${r + 1}/${sizes.runs}: ${res.cpuUsPerRequest.toFixed(2)} µs CPU/request, ${res.throughput.toFixed(0)} req/s, Redis ${res.redisCpuUsPerRequest.toFixed(2)} µs CPU/request`);
         }
       }
-      for (const [variant, s] of samples) figures.push({ variant, processes, keys, cpuUsPerRequest: median(s.cpu), throughput: median(s.tput) });
+      for (const [variant, s] of samples) figures.push({ variant, processes, keys, cpuUsPerRequest: median(s.cpu), throughput: median(s.tput), redisCpuUsPerRequest: median(s.redis) });
     }
   }
   return figures;
@@ -133,10 +151,10 @@ export function hitMarkdown(figures: HitFigure[], sizes: HitSizes): string[] {
   if (figures.length === 0) return [];
   const out = [
     '',
-    `**Hit cost** (client CPU per request, ${sizes.loops} concurrent loops per process over K warm keys drawn uniformly, ${sizes.durationMs} ms timed after ${sizes.warmupMs} ms warm-up; medians of ${sizes.runs} runs; the reference is a bare ioredis GET + msgpackr decode of the same bytes, and a bare lru-cache get for L1):`,
+    `**Hit cost** (client CPU per request, ${sizes.loops} concurrent loops per process over K warm keys drawn uniformly, ${sizes.rate > 0 ? `paced at ${sizes.rate} requests/s per process` : 'unpaced'}, ${sizes.durationMs} ms timed after ${sizes.warmupMs} ms warm-up; medians of ${sizes.runs} runs; the reference is a bare ioredis GET + msgpackr decode of the same bytes, and a bare lru-cache get for L1; Redis's own CPU per request from INFO cpu):`,
     '',
-    '| P | K | bare GET µs/req | ours µs/req | ours ÷ bare | bare req/s | ours req/s | lru-cache µs/req | ours L1 µs/req | L1 ÷ lru |',
-    '|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|',
+    '| P | K | bare GET µs/req | ours µs/req | ours ÷ bare | bare req/s | ours req/s | Redis µs/req, bare | Redis µs/req, ours | lru-cache µs/req | ours L1 µs/req | L1 ÷ lru |',
+    '|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|',
   ];
   const pairs = new Map<string, Partial<Record<HitVariant, HitFigure>>>();
   for (const f of figures) {
@@ -147,7 +165,7 @@ export function hitMarkdown(figures: HitFigure[], sizes: HitSizes): string[] {
   for (const [k, p] of pairs) {
     const [P, K] = k.split('/');
     out.push(
-      `| ${P} | ${K} | ${f2(p.bare?.cpuUsPerRequest)} | ${f2(p.ours?.cpuUsPerRequest)} | ${f2((p.ours?.cpuUsPerRequest ?? NaN) / (p.bare?.cpuUsPerRequest ?? NaN))} | ${p.bare?.throughput.toFixed(0)} | ${p.ours?.throughput.toFixed(0)} | ${f2(p.lru?.cpuUsPerRequest)} | ${f2(p['ours-l1']?.cpuUsPerRequest)} | ${f2((p['ours-l1']?.cpuUsPerRequest ?? NaN) / (p.lru?.cpuUsPerRequest ?? NaN))} |`,
+      `| ${P} | ${K} | ${f2(p.bare?.cpuUsPerRequest)} | ${f2(p.ours?.cpuUsPerRequest)} | ${f2((p.ours?.cpuUsPerRequest ?? NaN) / (p.bare?.cpuUsPerRequest ?? NaN))} | ${p.bare?.throughput.toFixed(0)} | ${p.ours?.throughput.toFixed(0)} | ${f2(p.bare?.redisCpuUsPerRequest)} | ${f2(p.ours?.redisCpuUsPerRequest)} | ${f2(p.lru?.cpuUsPerRequest)} | ${f2(p['ours-l1']?.cpuUsPerRequest)} | ${f2((p['ours-l1']?.cpuUsPerRequest ?? NaN) / (p.lru?.cpuUsPerRequest ?? NaN))} |`,
     );
   }
   return out;

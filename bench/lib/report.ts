@@ -5,6 +5,8 @@ import { heapMarkdown, type HeapFigure, type HeapSample } from './heap.js';
 import type { HttpFigure } from './http.js';
 import type { LatencyFigure } from './micro.js';
 import { refreshPoint, RA_FRACTION } from './contenders.js';
+import { fleetMarkdown, type FleetFigure, type FleetSizes } from './fleet.js';
+import { hitMarkdown, type HitFigure, type HitSizes } from './hit-cost.js';
 import { percentile, REFRESH_AHEAD, REFRESH_AHEAD_SIZES, refreshFloor } from './scenarios.js';
 
 export interface ScenarioRow {
@@ -54,6 +56,10 @@ export interface Report {
   heap?: HeapFigure[];
   /** Issue #13's figures (periodic stalls, replicaAck); absent in older results files and with --no-failover. */
   failover?: FailoverFigures;
+  /** Issue #12's hit cost (K distinct warm keys, against a bare GET); absent in older results files and with --no-hit. */
+  hit?: { readonly sizes: HitSizes; readonly figures: readonly HitFigure[] };
+  /** Issue #12's fleet scenario (P processes); absent in older results files and with --no-fleet. */
+  fleet?: { readonly sizes: FleetSizes; readonly figures: readonly FleetFigure[] };
   latencySamples: Record<string, Record<string, number[]>>;
 }
 
@@ -109,6 +115,8 @@ export function markdown(r: Report): string {
   micro('Lock cost', r.lockCost);
   out.push(...heapMarkdown(r.heap ?? [], String(r.env.heapNote)));
   if (r.failover) out.push('', ...failoverMarkdown(r.failover));
+  if (r.hit) out.push(...hitMarkdown([...r.hit.figures], r.hit.sizes));
+  if (r.fleet && r.fleet.figures.length > 0) out.push('', ...fleetMarkdown(r.fleet.figures, r.fleet.sizes), '', 'Chart: `fleet-cpu.svg` (client CPU per request against P).');
   return `${out.join('\n')}\n`;
 }
 
@@ -265,6 +273,36 @@ export function heapChart(r: Report): string {
   return svg(W, H, parts);
 }
 
+/** Client CPU per request (µs, every process summed) against the fleet size P, one line per contender and K. */
+export function fleetChart(figures: readonly FleetFigure[]): string {
+  const { W, H, left, right, top, bottom } = LINE_FRAME;
+  const Ps = [...new Set(figures.map((f) => f.P))].sort((a, b) => a - b);
+  const maxUs = Math.max(1, ...figures.map((f) => f.cpuUsPerCall)) * 1.1;
+  // P at even steps (1, 4, 16, 32 are not evenly spaced in any simple scale; the labels say which).
+  const x = (P: number) => left + (Ps.length === 1 ? 0.5 : Ps.indexOf(P) / (Ps.length - 1)) * (right - left);
+  const y = (us: number) => bottom - (us / maxUs) * (bottom - top);
+  const parts: string[] = [`<text x="${left}" y="22" font-size="15" font-weight="bold">Client CPU per request (µs, all processes) against fleet size P</text>`];
+  const decade = 10 ** Math.floor(Math.log10(maxUs));
+  const step = maxUs / decade < 3 ? decade / 2 : decade;
+  for (let v = 0; v <= maxUs; v += step) {
+    parts.push(`<line x1="${left}" x2="${right}" y1="${y(v)}" y2="${y(v)}" stroke="#ddd"/><text x="${left - 6}" y="${y(v) + 4}" font-size="11" text-anchor="end">${v}</text>`);
+  }
+  for (const P of Ps) parts.push(`<text x="${x(P)}" y="${bottom + 16}" font-size="11" text-anchor="middle">P = ${P}</text>`);
+  const lines = [...new Set(figures.map((f) => `${f.contender}, K = ${f.K}`))];
+  lines.forEach((label, i) => {
+    const color = COLORS[(i + 1) % COLORS.length];
+    const dash = label.startsWith('cache-aside') ? ' stroke-dasharray="6 4"' : '';
+    const pts = figures
+      .filter((f) => `${f.contender}, K = ${f.K}` === label)
+      .sort((a, b) => a.P - b.P)
+      .map((f) => `${x(f.P).toFixed(1)},${y(f.cpuUsPerCall).toFixed(1)}`)
+      .join(' ');
+    parts.push(`<polyline points="${pts}" fill="none" stroke="${color}" stroke-width="2"${dash}/>`);
+    parts.push(legendEntry(i, color, label));
+  });
+  return svg(W, H, parts);
+}
+
 function svg(w: number, h: number, parts: string[]): string {
   return `<svg xmlns="http://www.w3.org/2000/svg" width="${w}" height="${h}" viewBox="0 0 ${w} ${h}" font-family="sans-serif"><rect width="100%" height="100%" fill="white"/>${parts.join('')}</svg>\n`;
 }
@@ -282,6 +320,10 @@ export function writeReport(r: Report, dir = 'bench/results'): string[] {
   if (r.heap && r.heap.length > 0) {
     writeFileSync(`${dir}/heap.svg`, heapChart(r));
     files.push(`${dir}/heap.svg`);
+  }
+  if (r.fleet && r.fleet.figures.length > 0) {
+    writeFileSync(`${dir}/fleet-cpu.svg`, fleetChart(r.fleet.figures));
+    files.push(`${dir}/fleet-cpu.svg`);
   }
   for (const s of ['cold-stampede', 'hot-20-keys', 'stale-window', 'fresh-hits', 'refresh-ahead', 'open-fresh-hits', 'mass-expiry']) {
     if (!r.latencySamples[s]) continue;

@@ -1,0 +1,135 @@
+/**
+ * The fleet scenario (issue 12 §2): the same hot-key load on fleets of P processes. Per (P, K), ours
+ * (`single`, no L1) beside hand-rolled cache-aside (GET; on a miss the loader and SET PX — no
+ * coordination), in one run: rebuild ratio (loader runs ÷ one per key per expiry), most loaders at once
+ * on one key, client CPU per request (process.cpuUsage over the timed window, every process summed),
+ * p99, and the pub/sub notes each process receives per second (every process subscribes to the one
+ * channel, so each receives every note: counted here by one more subscriber). Medians of R runs.
+ */
+import { fork, type ChildProcess } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { Redis } from 'ioredis';
+import { eventsChannel } from '../../src/keys.js';
+import type { ContenderName } from './contenders.js';
+import { idealRebuilds, maxConcurrentPerKey, median, percentile, type ScenarioSpec } from './scenarios.js';
+import type { RunReport, RunRequest } from '../worker.js';
+
+export const FLEET_CONTENDERS: readonly ContenderName[] = ['single', 'cache-aside'];
+const WORKER = fileURLToPath(new URL('../worker.ts', import.meta.url));
+const now = (): number => performance.timeOrigin + performance.now();
+
+export interface FleetSizes {
+  /** Fleet sizes P (processes on this machine). */
+  readonly processes: readonly number[];
+  /** Hot keys K. */
+  readonly keys: readonly number[];
+  /** Callers per process: small, so 32 processes still fit 2 cores without measuring only the queue. */
+  readonly callers: number;
+  readonly durationMs: number;
+  readonly runs: number;
+}
+
+export interface FleetFigure {
+  P: number;
+  K: number;
+  contender: ContenderName;
+  ratio: number;
+  maxAtOnce: number;
+  cpuUsPerCall: number;
+  p99: number;
+  callsPerSec: number;
+  notesPerProcessPerSec: number;
+}
+
+export const fleetSpec = (keys: number, durationMs: number): ScenarioSpec => ({
+  name: `fleet-${keys}`, kind: 'loop', keys, distribution: 'uniform', ttlMs: 1000, staleMs: 0, loaderMs: 100, durationMs, thinkMs: 5,
+});
+
+async function startFleet(P: number): Promise<ChildProcess[]> {
+  return Promise.all(
+    Array.from({ length: P }, () => {
+      const child = fork(WORKER, [], { execArgv: ['--import', 'tsx'], stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+      return new Promise<ChildProcess>((resolve) => child.once('message', () => resolve(child)));
+    }),
+  );
+}
+
+async function oneRun(url: string, workers: ChildProcess[], contender: ContenderName, scenario: ScenarioSpec, callers: number, prefix: string) {
+  const listener = new Redis(url);
+  let notes = 0;
+  await listener.subscribe(eventsChannel(prefix));
+  listener.on('message', () => notes++);
+  const startAt = now() + 500 + workers.length * 20;
+  const req: RunRequest = { op: 'run', contender, scenario, callers, startAt, url, redlockUrls: [], prefix };
+  const reports = await Promise.all(
+    workers.map(
+      (w) =>
+        new Promise<RunReport>((resolve, reject) => {
+          w.once('message', (m: RunReport | { ev: 'failed'; message: string }) => (m.ev === 'report' ? resolve(m) : reject(new Error(m.message))));
+          w.send(req);
+        }),
+    ),
+  );
+  const seconds = (now() - startAt) / 1000;
+  listener.disconnect();
+  const runs = reports.flatMap((r) => r.runs);
+  const latencies = reports.flatMap((r) => r.latencies).sort((a, b) => a - b);
+  const calls = latencies.length;
+  return {
+    ratio: runs.length / Math.max(1, idealRebuilds(runs, scenario.ttlMs)),
+    maxAtOnce: maxConcurrentPerKey(runs),
+    cpuUsPerCall: reports.reduce((s, r) => s + r.cpuUs, 0) / Math.max(1, calls),
+    p99: percentile(latencies, 99),
+    callsPerSec: calls / seconds,
+    notesPerProcessPerSec: notes / seconds,
+  };
+}
+
+/** Every (P, K), both contenders in each run, interleaved run by run; medians of `runs` (max at once: the most seen). */
+export async function fleetBench(url: string, sizes: FleetSizes, log: (line: string) => void = () => undefined): Promise<FleetFigure[]> {
+  const flusher = new Redis(url);
+  const figures: FleetFigure[] = [];
+  try {
+    for (const P of sizes.processes) {
+      const workers = await startFleet(P);
+      try {
+        for (const K of sizes.keys) {
+          const samples = new Map<ContenderName, Awaited<ReturnType<typeof oneRun>>[]>();
+          for (let r = 0; r < sizes.runs; r++) {
+            for (const contender of FLEET_CONTENDERS) {
+              await flusher.flushall();
+              const res = await oneRun(url, workers, contender, fleetSpec(K, sizes.durationMs), sizes.callers, `f${P}k${K}r${r}${contender}`);
+              (samples.get(contender) ?? samples.set(contender, []).get(contender))?.push(res);
+              log(`fleet · P=${P} K=${K} · ${contender} · run ${r + 1}/${sizes.runs}: ratio ${res.ratio.toFixed(2)}, ${res.maxAtOnce} at once, ${res.cpuUsPerCall.toFixed(1)} µs CPU/call, p99 ${res.p99.toFixed(1)} ms, ${res.callsPerSec.toFixed(0)} calls/s, ${res.notesPerProcessPerSec.toFixed(1)} notes/s per process`);
+            }
+          }
+          for (const [contender, xs] of samples) {
+            const m = (f: (x: (typeof xs)[number]) => number) => median(xs.map(f));
+            figures.push({ P, K, contender, ratio: m((x) => x.ratio), maxAtOnce: Math.max(...xs.map((x) => x.maxAtOnce)), cpuUsPerCall: m((x) => x.cpuUsPerCall), p99: m((x) => x.p99), callsPerSec: m((x) => x.callsPerSec), notesPerProcessPerSec: m((x) => x.notesPerProcessPerSec) });
+          }
+        }
+      } finally {
+        for (const w of workers) w.send({ op: 'exit' });
+      }
+    }
+  } finally {
+    flusher.disconnect();
+  }
+  return figures;
+}
+
+/** The fleet table: one row per (P, K, contender), ours' CPU beside cache-aside's in the same run. */
+export function fleetMarkdown(figures: readonly FleetFigure[], sizes: FleetSizes): string[] {
+  if (figures.length === 0) return [];
+  const out = [
+    `**Fleet** (${sizes.callers} callers per process, closed loop with 5 ms think time, K hot keys drawn uniformly, ttl 1000 ms, loader 100 ms, ${sizes.durationMs} ms per run; medians of ${sizes.runs}; cache-aside: GET, and on a miss the loader and SET PX, no coordination):`,
+    '',
+    '| P | K | contender | rebuild ratio | max at once | CPU µs/call | CPU vs cache-aside | p99 ms | calls/s | notes/s per process |',
+    '|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|',
+  ];
+  for (const f of figures) {
+    const bare = figures.find((b) => b.P === f.P && b.K === f.K && b.contender === 'cache-aside');
+    out.push(`| ${f.P} | ${f.K} | ${f.contender} | ${f.ratio.toFixed(2)} | ${f.maxAtOnce} | ${f.cpuUsPerCall.toFixed(1)} | ${bare ? (f.cpuUsPerCall / bare.cpuUsPerCall).toFixed(2) : '–'} | ${f.p99.toFixed(1)} | ${f.callsPerSec.toFixed(0)} | ${f.notesPerProcessPerSec.toFixed(1)} |`);
+  }
+  return out;
+}
