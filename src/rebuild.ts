@@ -430,14 +430,14 @@ export class Rebuild implements Answered {
   private refreshInBackground(stale: { readonly value: unknown; readonly fence: number }): void {
     const { d, key } = this;
     const now = d.clock.now();
-    if (!d.background.mayStart(key, stale.fence, now) || d.lifetime.aborted) return;
+    if (!d.background.mayStart('stale', key, stale.fence, now) || d.lifetime.aborted) return;
     const refresh = new Rebuild(d, key, this.keys, this.loader, this.call, { signal: d.lifetime });
     const work = (async () => {
       const grant = await d.lockers[this.call.lock].acquire(key, this.keys, this.call);
       if (grant) await refresh.rebuild(grant, stale.value);
       // Lost: another process refreshes. This process tries that entry's lock again only after
       // pollInterval (in case the winner fails), not on every stale read of the window.
-      else d.background.holdOff(key, stale.fence, d.clock.now() + this.call.pollInterval);
+      else d.background.holdOff('stale', key, stale.fence, d.clock.now() + this.call.pollInterval);
     })();
     d.background.track(key, work, d.emit);
   }
@@ -498,7 +498,7 @@ export function refreshAheadOnHit(d: RebuildDeps, key: string, keysOf: () => Ent
   const now = d.clock.now();
   if (!refreshDue(refreshPolicyFor(call.refreshAhead, seen.facts), seen.facts, call.ttl, seen.freshUntil - now, unitInterval)) return;
   const { background, emit } = d;
-  if (!background.mayStart(key, seen.facts.fence, now) || d.lifetime.aborted) return;
+  if (!background.mayStart('early', key, seen.facts.fence, now) || d.lifetime.aborted) return;
   const report = (outcome: RefreshCounted): void => {
     d.telemetry.refresh(outcome);
     emit('refresh', { key, outcome });
@@ -513,7 +513,8 @@ export function refreshAheadOnHit(d: RebuildDeps, key: string, keysOf: () => Ent
     // (counted from when the hit's read was sent), and a later, faster read of the same entry counts
     // it fresh for longer, so a hold-off ending there let a process try the entry again in its last
     // moments. An entry's fresh life is fixed when it is written (nothing extends it), so no fresh hit
-    // of it comes after its expiry anyway; another fence ends the hold-off (Background.heldOff).
+    // of it comes after its expiry anyway; another fence ends the hold-off (Background.heldOff), and
+    // the stale window's refresh keeps records of its own.
     let retryAt = Number.POSITIVE_INFINITY;
     // Redis failing says nothing about the origin: try again soon, not only after the entry expired.
     const soon = (): number => d.clock.now() + call.pollInterval;
@@ -547,7 +548,7 @@ export function refreshAheadOnHit(d: RebuildDeps, key: string, keysOf: () => Ent
       if (!(error instanceof RefreshAbandoned)) throw error;
       if (!d.lifetime.aborted) emit('refresh', { key, outcome: 'abandoned' });
     } finally {
-      background.holdOff(key, seen.facts.fence, retryAt);
+      background.holdOff('early', key, seen.facts.fence, retryAt);
     }
   })();
   background.track(key, work, emit, stop);
@@ -581,6 +582,9 @@ class RefreshAbandoned extends Error {
 /** How many keys' early-refresh hold-offs are remembered; forgetting one costs one more attempt, never a wrong value. */
 const MAX_HELD_OFF = 10_000;
 
+/** Which refresh a hold-off is for: the early refresh of a fresh entry, or the stale window's. */
+export type RefreshPath = 'early' | 'stale';
+
 /**
  * Background work on keys (a stale or early refresh, a rebuild that outlived its soft timeout): at
  * most one per key per process, never an unhandled rejection. Invariant: a key is in `byKey` only
@@ -595,14 +599,16 @@ export class Background {
    */
   private readonly stops = new Map<string, { readonly stop: AbortController; readonly owner: Promise<void> }>();
   /**
-   * Early refreshes this process will not start: per key, the entry (fence) already tried and until
-   * when (monotonic ms; Infinity: for good). A record for another fence, or past its time, is obsolete. Bounded.
+   * Refreshes this process will not start, per path: per key, the entry (fence) already tried and
+   * until when (monotonic ms; Infinity: for good). A record for another fence, or past its time, is
+   * obsolete. One map per path: an entry stays one fence from fresh to stale, and an early refresh
+   * that failed while it was fresh must not stop the stale window's refresh of it. Each bounded.
    */
-  private readonly tried = new Map<string, { readonly fence: number; readonly until: number }>();
+  private readonly tried: Record<RefreshPath, Map<string, { readonly fence: number; readonly until: number }>> = { early: new Map(), stale: new Map() };
 
-  /** Nothing runs for the key and its entry `fence` is not held off at `now`: a refresh may start. */
-  mayStart(key: string, fence: number, now: number): boolean {
-    return !this.byKey.has(key) && !this.heldOff(key, fence, now);
+  /** Nothing runs for the key and its entry `fence` is not held off on `path` at `now`: a refresh may start. */
+  mayStart(path: RefreshPath, key: string, fence: number, now: number): boolean {
+    return !this.byKey.has(key) && !this.heldOff(path, key, fence, now);
   }
 
   /** The key's work in progress, if any (settles, never rejects). */
@@ -610,19 +616,21 @@ export class Background {
     return this.byKey.get(key);
   }
 
-  /** Records that the entry `fence` of `key` was tried: no early refresh of it before `until`. */
-  holdOff(key: string, fence: number, until: number): void {
-    this.tried.delete(key);
-    if (this.tried.size >= MAX_HELD_OFF) this.tried.delete(this.tried.keys().next().value as string);
-    this.tried.set(key, { fence, until });
+  /** Records that the entry `fence` of `key` was tried on `path`: no refresh of it there before `until`. */
+  holdOff(path: RefreshPath, key: string, fence: number, until: number): void {
+    const tried = this.tried[path];
+    tried.delete(key);
+    if (tried.size >= MAX_HELD_OFF) tried.delete(tried.keys().next().value as string);
+    tried.set(key, { fence, until });
   }
 
-  /** Is an early refresh of the entry `fence` of `key` held off at `now`? */
-  heldOff(key: string, fence: number, now: number): boolean {
-    const t = this.tried.get(key);
+  /** Is a refresh of the entry `fence` of `key` on `path` held off at `now`? */
+  heldOff(path: RefreshPath, key: string, fence: number, now: number): boolean {
+    const tried = this.tried[path];
+    const t = tried.get(key);
     if (!t) return false;
     if (t.fence === fence && now < t.until) return true;
-    this.tried.delete(key);
+    tried.delete(key);
     return false;
   }
 
@@ -658,6 +666,7 @@ export class Background {
   clear(): void {
     this.byKey.clear();
     this.stops.clear();
-    this.tried.clear();
+    this.tried.early.clear();
+    this.tried.stale.clear();
   }
 }

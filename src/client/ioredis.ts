@@ -27,6 +27,8 @@ interface IoredisSubscriber {
   on(event: 'error', listener: (err: Error) => void): unknown;
   on(event: 'ready' | 'close', listener: () => void): unknown;
   ping(): Promise<unknown>;
+  /** ioredis `connect()`: for a lazyConnect connection still in status 'wait'. */
+  connect(): Promise<unknown>;
   disconnect(reconnect?: boolean): void;
 }
 
@@ -173,6 +175,9 @@ class IoredisSubscriberPort implements SubscriberPort {
     // subscription that Redis counts but whose messages never reach us. The Bus subscribes on 'ready'.
     // (With the offline queue on, ioredis holds the SUBSCRIBE until it is ready: nothing to do.)
     if (!this.sub.isCluster && this.sub.options?.enableOfflineQueue === false && this.sub.status !== 'ready') {
+      // A duplicate of a lazyConnect client waits for a first command to connect, and this refusal
+      // sends none: connect it here (its 'ready' makes the Bus try again; a failure retries on its own).
+      if (this.sub.status === 'wait') this.sub.connect().catch(() => undefined);
       return Promise.reject(new Error(`subscriber connection not ready (${this.sub.status})`));
     }
     if (!this.listening) {

@@ -347,6 +347,14 @@ describe('the subscription when Redis is down at boot', () => {
     await a.close();
   });
 
+  it('(e) a caller\'s ioredis client with lazyConnect and enableOfflineQueue: false: the subscriber (its duplicate, lazy too) connects and subscribes', async () => {
+    const client = ownClient(h.url, { lazyConnect: true, enableOfflineQueue: false, maxRetriesPerRequest: 1 });
+    await client.connect(); // the caller connects its own client
+    const a = createCache({ redis: client, prefix: `coh-lazy${process.pid}`, redisTimeout: 300 });
+    await until(async () => (await a.ready()) === true);
+    await a.close();
+  });
+
   it('ready() settles (false) within redisTimeout when Redis is unreachable and the client has ioredis defaults', async () => {
     const port = await freePort();
     const a = createCache({ redis: ownClient(`redis://127.0.0.1:${port}`), prefix: 'coh-unreachable', redisTimeout: 300 });

@@ -279,6 +279,29 @@ describe('a failing refresh', () => {
     expect(errors).toHaveLength(1);
   });
 
+  it('an early refresh that failed while the entry was fresh does not stop the stale window\'s refresh of that entry', async () => {
+    const cache = h.cache();
+    const runs: string[] = [];
+    // Run 2 (the early refresh) fails; the others answer.
+    const loader = async () => {
+      runs.push(runs.length === 1 ? 'failed' : `v${runs.length + 1}`);
+      if (runs.length === 2) throw new Error('origin down');
+      return `v${runs.length}`;
+    };
+    const options: CallOptions = { ...RA, staleTtl: 10_000 };
+    expect(await cache.getOrCompute('k', loader, options)).toBe('v1');
+    await untilPttlAtMost(cache, 'k', 10_450); // past the refresh point (fresh for ≤ 450 ms more)
+    const failed = nextEvent(cache, 'refreshError');
+    expect(await cache.getOrCompute('k', loader, options)).toBe('v1');
+    await failed;
+    await untilPttlAtMost(cache, 'k', 9_990); // fresh time over: in the stale window
+    const computed = nextEvent(cache, 'computed');
+    expect(await cache.getOrCompute('k', loader, options)).toBe('v1'); // stale, served at once
+    expect((await computed).written).toBe(true); // and refreshed behind it
+    expect(runs).toHaveLength(3);
+    expect(await cache.get('k')).toBe('v3');
+  });
+
   it('with failSafeTtl: after expiry the miss path fails over to the kept value', async () => {
     const cache = h.cache();
     const { state, loader } = failing();

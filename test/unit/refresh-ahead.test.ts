@@ -150,21 +150,31 @@ describe('options refreshAhead and ttlJitter', () => {
 describe('Background hold-offs (how often an entry is tried)', () => {
   it('holds off only the entry tried (its fence) and only until the time given', () => {
     const b = new Background();
-    b.holdOff('k', 7, 100);
-    expect(b.heldOff('k', 7, 99)).toBe(true);
-    expect(b.heldOff('other', 7, 99)).toBe(false);
-    expect(b.heldOff('k', 7, 100)).toBe(false); // time passed: forgotten
-    expect(b.heldOff('k', 7, 50)).toBe(false);
-    b.holdOff('k', 7, 100);
-    expect(b.heldOff('k', 8, 50)).toBe(false); // a newer entry is a new candidate
-    expect(b.heldOff('k', 7, 50)).toBe(false); // and the old record is gone
+    b.holdOff('early', 'k', 7, 100);
+    expect(b.heldOff('early', 'k', 7, 99)).toBe(true);
+    expect(b.heldOff('early', 'other', 7, 99)).toBe(false);
+    expect(b.heldOff('early', 'k', 7, 100)).toBe(false); // time passed: forgotten
+    expect(b.heldOff('early', 'k', 7, 50)).toBe(false);
+    b.holdOff('early', 'k', 7, 100);
+    expect(b.heldOff('early', 'k', 8, 50)).toBe(false); // a newer entry is a new candidate
+    expect(b.heldOff('early', 'k', 7, 50)).toBe(false); // and the old record is gone
+  });
+
+  it('an early refresh tried for good does not hold off the stale window\'s refresh of the same entry, nor the reverse', () => {
+    const b = new Background();
+    b.holdOff('early', 'k', 7, Number.POSITIVE_INFINITY);
+    expect(b.heldOff('early', 'k', 7, 1e12)).toBe(true);
+    expect(b.mayStart('stale', 'k', 7, 1e12)).toBe(true);
+    b.holdOff('stale', 'j', 3, 100);
+    expect(b.heldOff('stale', 'j', 3, 50)).toBe(true);
+    expect(b.mayStart('early', 'j', 3, 50)).toBe(true);
   });
 
   it('stays bounded: the oldest record goes first', () => {
     const b = new Background();
-    for (let i = 0; i <= 10_000; i++) b.holdOff(`k${i}`, 1, 100);
-    expect(b.heldOff('k0', 1, 0)).toBe(false);
-    expect(b.heldOff('k1', 1, 0)).toBe(true);
-    expect(b.heldOff('k10000', 1, 0)).toBe(true);
-  });
+    for (let i = 0; i <= 10_000; i++) b.holdOff('early', `k${i}`, 1, 100);
+    expect(b.heldOff('early', 'k0', 1, 0)).toBe(false);
+    expect(b.heldOff('early', 'k1', 1, 0)).toBe(true);
+    expect(b.heldOff('early', 'k10000', 1, 0)).toBe(true);
+});
 });
