@@ -492,7 +492,9 @@ const unitInterval = (): number => 1 - Math.random();
  * - a process tries an entry (one fence) once: after a failure, or a refresh that wrote nothing, it
  *   does not try that entry again — the value is served until it expires, and then the miss path
  *   (and fail-safe) apply; after losing the lock it may try again `pollInterval` later (the
- *   winner may fail). With `failBackoff`, a failure stops every process's attempts for that long.
+ *   winner may fail), and after Redis failed it (the acquire, or the re-read under a won lock) too.
+ *   With `failBackoff`, a failure stops every process's attempts for that long. These hold-offs are
+ *   the early path's own: the stale window's refresh of the same entry keeps its own (Background).
  */
 export function refreshAheadOnHit(d: RebuildDeps, key: string, keysOf: () => EntryKeys, loader: Loader<unknown>, call: ResolvedCall, seen: Seen): void {
   const now = d.clock.now();
