@@ -1,5 +1,6 @@
 /**
- * `npm run bench:fleet [-- --quick] [--runs R] [--processes 1,4,16,32] [--keys 20,2000] [--callers C] [--out DIR]`:
+ * `npm run bench:fleet [-- --quick] [--runs R] [--processes 1,4,16,32] [--keys 20,2000] [--callers C] [--out DIR]
+ *   [--contenders single,cache-aside] [--cpu-prof DIR]`:
  * the fleet scenario (bench/lib/fleet.ts) on its own; `npm run bench` runs it too. Prints the table and
  * writes it, with the chart of CPU per request against P, to DIR (bench/results/fleet).
  */
@@ -8,9 +9,10 @@ import { parseArgs } from 'node:util';
 import { provideRedis } from '../test/support/redis-server.js';
 import { fleetBench, fleetMarkdown, type FleetSizes } from './lib/fleet.js';
 import { fleetChart } from './lib/report.js';
+import type { ContenderName } from './lib/contenders.js';
 
 const { values: args } = parseArgs({
-  options: { quick: { type: 'boolean' }, runs: { type: 'string' }, processes: { type: 'string' }, keys: { type: 'string' }, callers: { type: 'string' }, out: { type: 'string' } },
+  options: { quick: { type: 'boolean' }, runs: { type: 'string' }, processes: { type: 'string' }, keys: { type: 'string' }, callers: { type: 'string' }, out: { type: 'string' }, 'cpu-prof': { type: 'string' }, contenders: { type: 'string' } },
 });
 const quick = args.quick ?? false;
 const sizes: FleetSizes = {
@@ -19,11 +21,12 @@ const sizes: FleetSizes = {
   callers: args.callers === undefined ? 4 : Number(args.callers),
   durationMs: quick ? 1500 : 4000,
   runs: args.runs === undefined ? 3 : Number(args.runs),
+  ...(args['cpu-prof'] ? { cpuProfDir: args['cpu-prof'] } : {}),
 };
 const store = await provideRedis();
 let figures;
 try {
-  figures = await fleetBench(store.url, sizes, (l) => console.log(l));
+  figures = await fleetBench(store.url, sizes, (l) => console.log(l), args.contenders ? (args.contenders.split(',') as ContenderName[]) : undefined);
 } finally {
   await store.stop();
 }

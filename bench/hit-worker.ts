@@ -35,7 +35,7 @@ async function run(req: HitRequest, go: () => Promise<number>): Promise<HitRepor
   // Every process is built and warm before the parent names the window's start.
   const startAt = await go();
   let requests = 0;
-  let window: { cpu: NodeJS.CpuUsage; t: number } | undefined;
+  let window: { cpu: NodeJS.CpuUsage; ru: NodeJS.ResourceUsage; t: number } | undefined;
   const until = startAt + req.durationMs;
   // An L1 or lru-cache answer never waits for I/O, so its loops may never yield to a timer: the
   // window is opened by the first iteration past startAt, from inside the loops.
@@ -52,18 +52,27 @@ async function run(req: HitRequest, go: () => Promise<number>): Promise<HitRepor
       }
       const t = now();
       if (t >= until) return;
-      if (!window && t >= startAt) window = { cpu: process.cpuUsage(), t };
+      if (!window && t >= startAt) window = { cpu: process.cpuUsage(), ru: process.resourceUsage(), t };
       await answer(names[Math.floor(Math.random() * names.length)] as string);
       if (window) requests++;
     }
   };
   await Promise.all(Array.from({ length: req.loops }, (_, i) => loop(i)));
-  const opened = window ?? { cpu: process.cpuUsage(), t: now() };
+  const opened = window ?? { cpu: process.cpuUsage(), ru: process.resourceUsage(), t: now() };
   const cpu = process.cpuUsage(opened.cpu);
+  const ru = process.resourceUsage();
   const wallMs = now() - opened.t;
   await close();
   redis.disconnect();
-  return { requests, cpuUs: cpu.user + cpu.system, wallMs };
+  return {
+    requests,
+    cpuUs: cpu.user + cpu.system,
+    userUs: cpu.user,
+    systemUs: cpu.system,
+    voluntarySwitches: ru.voluntaryContextSwitches - opened.ru.voluntaryContextSwitches,
+    involuntarySwitches: ru.involuntaryContextSwitches - opened.ru.involuntaryContextSwitches,
+    wallMs,
+  };
 }
 
 process.once('message', (req: HitRequest) => {
@@ -72,9 +81,10 @@ process.once('message', (req: HitRequest) => {
       process.once('message', (m: { startAt: number }) => resolve(m.startAt));
       process.send?.({ warm: true });
     });
+  // Exits once its report is sent (a --cpu-prof profile is written on exit).
   run(req, go).then(
-    (r) => process.send?.(r),
-    (err: unknown) => process.send?.({ failed: String(err) }),
+    (r) => process.send?.(r, () => process.exit(0)),
+    (err: unknown) => process.send?.({ failed: String(err) }, () => process.exit(1)),
   );
 });
 process.send?.({ ready: true });

@@ -14,7 +14,7 @@ import type { ContenderName } from './contenders.js';
 import { idealRebuilds, maxConcurrentPerKey, median, percentile, type ScenarioSpec } from './scenarios.js';
 import type { RunReport, RunRequest } from '../worker.js';
 
-export const FLEET_CONTENDERS: readonly ContenderName[] = ['single', 'cache-aside'];
+export const ALL_FLEET_CONTENDERS: readonly ContenderName[] = ['single', 'cache-aside'];
 const WORKER = fileURLToPath(new URL('../worker.ts', import.meta.url));
 const now = (): number => performance.timeOrigin + performance.now();
 
@@ -27,6 +27,8 @@ export interface FleetSizes {
   readonly callers: number;
   readonly durationMs: number;
   readonly runs: number;
+  /** Workers run with `--cpu-prof` into this directory (profiles are written when they exit). */
+  readonly cpuProfDir?: string;
 }
 
 export interface FleetFigure {
@@ -45,10 +47,11 @@ export const fleetSpec = (keys: number, durationMs: number): ScenarioSpec => ({
   name: `fleet-${keys}`, kind: 'loop', keys, distribution: 'uniform', ttlMs: 1000, staleMs: 0, loaderMs: 100, durationMs, thinkMs: 5,
 });
 
-async function startFleet(P: number): Promise<ChildProcess[]> {
+async function startFleet(P: number, cpuProfDir: string | undefined): Promise<ChildProcess[]> {
+  const prof = cpuProfDir ? ['--cpu-prof', `--cpu-prof-dir=${cpuProfDir}`] : [];
   return Promise.all(
     Array.from({ length: P }, () => {
-      const child = fork(WORKER, [], { execArgv: ['--import', 'tsx'], stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+      const child = fork(WORKER, [], { execArgv: ['--import', 'tsx', ...prof], stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
       return new Promise<ChildProcess>((resolve) => child.once('message', () => resolve(child)));
     }),
   );
@@ -86,17 +89,17 @@ async function oneRun(url: string, workers: ChildProcess[], contender: Contender
 }
 
 /** Every (P, K), both contenders in each run, interleaved run by run; medians of `runs` (max at once: the most seen). */
-export async function fleetBench(url: string, sizes: FleetSizes, log: (line: string) => void = () => undefined): Promise<FleetFigure[]> {
+export async function fleetBench(url: string, sizes: FleetSizes, log: (line: string) => void = () => undefined, contenders: readonly ContenderName[] = ALL_FLEET_CONTENDERS): Promise<FleetFigure[]> {
   const flusher = new Redis(url);
   const figures: FleetFigure[] = [];
   try {
     for (const P of sizes.processes) {
-      const workers = await startFleet(P);
+      const workers = await startFleet(P, sizes.cpuProfDir);
       try {
         for (const K of sizes.keys) {
           const samples = new Map<ContenderName, Awaited<ReturnType<typeof oneRun>>[]>();
           for (let r = 0; r < sizes.runs; r++) {
-            for (const contender of FLEET_CONTENDERS) {
+            for (const contender of contenders) {
               await flusher.flushall();
               const res = await oneRun(url, workers, contender, fleetSpec(K, sizes.durationMs), sizes.callers, `f${P}k${K}r${r}${contender}`);
               (samples.get(contender) ?? samples.set(contender, []).get(contender))?.push(res);
@@ -109,7 +112,8 @@ export async function fleetBench(url: string, sizes: FleetSizes, log: (line: str
           }
         }
       } finally {
-        for (const w of workers) w.send({ op: 'exit' });
+        // Each worker exits on its own (a profile is written on exit).
+        await Promise.all(workers.map((w) => new Promise((r) => (w.exitCode !== null ? r(undefined) : (w.once('exit', r), w.send({ op: 'exit' }))))));
       }
     }
   } finally {

@@ -34,6 +34,11 @@ export interface HitRequest {
 export interface HitReport {
   requests: number;
   cpuUs: number;
+  /** The split of cpuUs (process.cpuUsage), and the context switches over the window (process.resourceUsage). */
+  userUs: number;
+  systemUs: number;
+  voluntarySwitches: number;
+  involuntarySwitches: number;
   wallMs: number;
 }
 
@@ -76,8 +81,9 @@ async function redisCpuUs(redis: Redis): Promise<number> {
   return (field('used_cpu_user') + field('used_cpu_sys')) * 1e6;
 }
 
-async function oneRun(req: HitRequest, processes: number): Promise<{ cpuUsPerRequest: number; throughput: number; redisCpuUsPerRequest: number }> {
-  const children = Array.from({ length: processes }, () => fork(WORKER, [], { execArgv: ['--import', 'tsx'], stdio: ['ignore', 'inherit', 'inherit', 'ipc'] }));
+async function oneRun(req: HitRequest, processes: number, cpuProfDir?: string): Promise<{ cpuUsPerRequest: number; throughput: number; redisCpuUsPerRequest: number; detail: string }> {
+  const prof = cpuProfDir ? ['--cpu-prof', `--cpu-prof-dir=${cpuProfDir}/${req.variant}-P${processes}-K${req.keys}`] : [];
+  const children = Array.from({ length: processes }, () => fork(WORKER, [], { execArgv: ['--import', 'tsx', ...prof], stdio: ['ignore', 'inherit', 'inherit', 'ipc'] }));
   try {
     await Promise.all(children.map((c) => new Promise((r) => c.once('message', r))));
     const reports = children.map(
@@ -105,9 +111,21 @@ async function oneRun(req: HitRequest, processes: number): Promise<{ cpuUsPerReq
     const requests = all.reduce((s, r) => s + r.requests, 0);
     const cpu = all.reduce((s, r) => s + r.cpuUs, 0);
     const wall = Math.max(...all.map((r) => r.wallMs));
-    return { cpuUsPerRequest: cpu / Math.max(1, requests), throughput: requests / (wall / 1000), redisCpuUsPerRequest: redisUs / Math.max(1, requests) };
+    const per = (f: (r: HitReport) => number) => all.reduce((s, r) => s + f(r), 0) / Math.max(1, requests);
+    const detail = `user ${per((r) => r.userUs).toFixed(2)} + system ${per((r) => r.systemUs).toFixed(2)} µs/request, context switches per request ${per((r) => r.voluntarySwitches).toFixed(3)} voluntary, ${per((r) => r.involuntarySwitches).toFixed(3)} involuntary`;
+    return { cpuUsPerRequest: cpu / Math.max(1, requests), throughput: requests / (wall / 1000), redisCpuUsPerRequest: redisUs / Math.max(1, requests), detail };
   } finally {
-    for (const c of children) c.kill();
+    // Each child exits after its report; one that does not within 5 s is killed.
+    await Promise.all(
+      children.map((c) =>
+        c.exitCode !== null || c.signalCode !== null
+          ? undefined
+          : new Promise((resolve) => {
+              c.once('exit', resolve);
+              setTimeout(() => c.kill(), 5000).unref();
+            }),
+      ),
+    );
   }
 }
 
@@ -120,6 +138,10 @@ export interface HitSizes {
   runs: number;
   /** Requests per second per process (paced); 0: unpaced. */
   rate: number;
+  /** Workers run with `--cpu-prof` into this directory (written when each exits). */
+  cpuProfDir?: string;
+  /** Only these variants (default: all). */
+  variants?: readonly HitVariant[];
 }
 
 /** Every (P, K) configuration, every variant in each run, variants interleaved run by run; medians of `runs`. */
@@ -131,13 +153,13 @@ export async function hitCost(url: string, sizes: HitSizes, log: (line: string) 
     for (const processes of sizes.processes) {
       const samples = new Map<HitVariant, { cpu: number[]; tput: number[]; redis: number[] }>(HIT_VARIANTS.map((v) => [v, { cpu: [], tput: [], redis: [] }]));
       for (let r = 0; r < sizes.runs; r++) {
-        for (const variant of HIT_VARIANTS) {
-          const res = await oneRun({ variant, url, prefix, keys, loops: sizes.loops, warmupMs: sizes.warmupMs, durationMs: sizes.durationMs, rate: sizes.rate }, processes);
+        for (const variant of sizes.variants ?? HIT_VARIANTS) {
+          const res = await oneRun({ variant, url, prefix, keys, loops: sizes.loops, warmupMs: sizes.warmupMs, durationMs: sizes.durationMs, rate: sizes.rate }, processes, sizes.cpuProfDir);
           const s = samples.get(variant) as { cpu: number[]; tput: number[]; redis: number[] };
           s.cpu.push(res.cpuUsPerRequest);
           s.tput.push(res.throughput);
           s.redis.push(res.redisCpuUsPerRequest);
-          log(`hit cost · ${variant} · P=${processes} K=${keys} · run ${r + 1}/${sizes.runs}: ${res.cpuUsPerRequest.toFixed(2)} µs CPU/request, ${res.throughput.toFixed(0)} req/s, Redis ${res.redisCpuUsPerRequest.toFixed(2)} µs CPU/request`);
+          log(`hit cost · ${variant} · P=${processes} K=${keys} · run ${r + 1}/${sizes.runs}: ${res.cpuUsPerRequest.toFixed(2)} µs CPU/request, ${res.throughput.toFixed(0)} req/s, Redis ${res.redisCpuUsPerRequest.toFixed(2)} µs CPU/request (client: ${res.detail})`);
         }
       }
       for (const [variant, s] of samples) figures.push({ variant, processes, keys, cpuUsPerRequest: median(s.cpu), throughput: median(s.tput), redisCpuUsPerRequest: median(s.redis) });
