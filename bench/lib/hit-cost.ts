@@ -119,7 +119,7 @@ async function oneRun(req: HitRequest, processes: number, cpuProfDir?: string): 
     await Promise.all(
       children.map((c) =>
         c.exitCode !== null || c.signalCode !== null
-          ? undefined
+          ? Promise.resolve()
           : new Promise((resolve) => {
               c.once('exit', resolve);
               setTimeout(() => c.kill(), 5000).unref();
