@@ -9,8 +9,10 @@ import { configDefaults, defineConfig } from 'vitest/config';
  * (security), the multi-process workers (test/support/worker.ts builds its cache with
  * familyClient), and the fault files of issue #13: release-retry, redlock-giveup, replica-ack and
  * cluster-breaker (a node-redis createCluster() there). The rest test the library's own logic above
- * the port (fence, model), pick their families themselves (client-versions, cluster, redlock), or
- * are on ioredis only (cluster-failover, cluster-campaign), and already ran in the first two passes.
+ * the port (fence, model), pick their families themselves (client-versions, cluster, redlock, and
+ * cluster-failover: an ioredis and a node-redis 6 Cluster per test, so the second pass runs both as
+ * their ACL users and a third run here would repeat it), or are on ioredis only (cluster-campaign),
+ * and already ran in the first two passes.
  * The fault campaign's workers follow SG_TEST_CLIENT too: campaign.test.ts runs here on node-redis
  * (as the ACL user). The second pass (ioredis as the ACL user) leaves it out: it is the suite's
  * longest file (~5 min on 2 cores), its ioredis run is the first pass, and its runs as the ACL user

@@ -1,16 +1,19 @@
-import { Redis, type Cluster } from 'ioredis';
+import { Cluster, Redis } from 'ioredis';
 import { afterEach, describe, expect, it } from 'vitest';
-import { createCache, type Cache, type CacheOptions } from '../../src/index.js';
+import { createCache, type Cache, type CacheOptions, type RedisClient } from '../../src/index.js';
 import { portFor } from '../../src/client/detect.js';
 import { entryKeys } from '../../src/keys.js';
-import { clusterClient, deferred, heldRebuild, missedCall } from '../support/harness.js';
-import { ACL_USER, AS_ACL_USER, startRedisCluster, type RedisClusterHandle, type RedisServer } from '../support/redis-server.js';
+import { clusterClient, deferred, heldRebuild, missedCall, nodeRedisClusterClient, type NodeRedisClusterExtras } from '../support/harness.js';
+import { ACL_USER, AS_ACL_USER, NODE_REDIS_CLUSTER_ACL_USER, startRedisCluster, type RedisClusterHandle, type RedisServer } from '../support/redis-server.js';
 import { sleep, until } from '../support/schedule.js';
 
 /**
  * Issue #13 §1 and §3 on a real Redis Cluster with a real, automatic failover: 3 masters with one
  * replica each, a short node timeout (so a SIGKILLed master is failed over by the cluster itself:
- * FAIL, election, the replica takes the slots), ioredis Cluster clients.
+ * FAIL, election, the replica takes the slots). Each test runs once per Cluster client family the
+ * caches are built on: an ioredis Cluster, and a node-redis 6 createCluster() (connected as a caller
+ * would, before any fault: its connect() needs every master). The test's own reads and fault
+ * injection go through ioredis connections to single nodes as the default user, whatever the family.
  *
  * - §1: the tokens served for a key never repeat or go backwards across a failover to a lagging
  *   replica with `replicaAck` on; without it (the negative control) the promoted replica serves
@@ -30,6 +33,7 @@ const ACK = { replicas: 1, timeout: 1000 };
 
 let cluster: RedisClusterHandle | undefined;
 let clients: Cluster[] = [];
+let disposals: (() => void)[] = [];
 let caches: Cache[] = [];
 let admins: Redis[] = [];
 let noperm: string[] = [];
@@ -37,10 +41,12 @@ let noperm: string[] = [];
 afterEach(async () => {
   await Promise.all(caches.map((c) => c.close()));
   for (const c of clients) c.disconnect();
+  for (const dispose of disposals) dispose();
   for (const a of admins) a.disconnect();
   await cluster?.stop();
   cluster = undefined;
   clients = [];
+  disposals = [];
   caches = [];
   admins = [];
   const refused = noperm;
@@ -49,6 +55,21 @@ afterEach(async () => {
 });
 
 
+
+/** The Cluster client families the caches are built on; each test runs once per family. */
+type Family = 'ioredis' | 'node-redis';
+const FAMILIES: readonly Family[] = ['ioredis', 'node-redis'];
+
+/**
+ * A cache's Cluster client of `family`, as the cache's user (in ACL mode that family's
+ * least-privilege user); `extras` are createCluster() options for node-redis.
+ */
+async function cacheClient(family: Family, extras: NodeRedisClusterExtras = {}): Promise<RedisClient> {
+  return family === 'ioredis' ? clusterClient(cluster!, clients) : nodeRedisClusterClient(cluster!, disposals, 6, false, extras);
+}
+
+/** The ACL user `family`'s Cluster clients authenticate as in ACL mode (redis-server.ts). */
+const aclUserOf = (family: Family): string => (family === 'ioredis' ? ACL_USER : NODE_REDIS_CLUSTER_ACL_USER).username;
 
 /** A default-user connection straight to one node (fault injection, raw reads). */
 function adminOf(node: RedisServer): Redis {
@@ -109,11 +130,16 @@ async function failedOver(admin: (port: number) => Redis, live: number[], replic
 /**
  * The client routes `redisKey` to the node on `port` (what the cache's breaker and WAIT go by).
  * ioredis learns a new slot owner on MOVED or when asked; the test asks it rather than wait for a miss.
+ * node-redis 6 learns it on MOVED or by its own topology refresh, which it runs while a node's
+ * connection keeps failing (topologyRefreshOnReconnectionAttemptStrategy: by default 5 s after the
+ * first failed reconnect, then every 5 s while it fails); it has no public "re-read the slot map",
+ * so the test waits for that refresh, with the old master still down (once that node answers again
+ * the connection to it succeeds, and no refresh follows until a MOVED).
  */
-async function routes(client: Cluster, redisKey: string, port: number): Promise<void> {
+async function routes(client: RedisClient, redisKey: string, port: number): Promise<void> {
   await until(`client routes to ${port}`, async () => {
     if (portFor(client).nodeOf(redisKey) === `127.0.0.1:${port}`) return true;
-    await new Promise<void>((resolve) => client.refreshSlotsCache(() => resolve()));
+    if (client instanceof Cluster) await new Promise<void>((resolve) => client.refreshSlotsCache(() => resolve()));
     return portFor(client).nodeOf(redisKey) === `127.0.0.1:${port}` || portFor(client).nodeOf(redisKey);
   });
 }
@@ -134,13 +160,13 @@ function cacheOn(options: CacheOptions): Cache {
   return c;
 }
 
-describe('replicaAck on a Redis Cluster: an automatic failover to a lagging replica (issue #13 §1)', () => {
+describe.each(FAMILIES)('replicaAck on a Redis Cluster: an automatic failover to a lagging replica (issue #13 §1), %s Cluster client', (family) => {
   /**
    * One key rebuilt 5 times (replica in sync, confirmed), 5 times while the slot master's replica
    * lags (SIGSTOPped, its replication connection cut), then the master is SIGKILLed, the replica
    * resumed and promoted by the cluster, the old master restarted (it rejoins as the new master's
    * replica, so WAIT can be acknowledged again), and the key rebuilt 5 more times on the promoted
-   * master. One cache, one ioredis Cluster client throughout. Each value is the token its loader was
+   * master. One cache, one Cluster client of the family throughout. Each value is the token its loader was
    * handed (a degraded run carries none).
    */
   async function failover(ack: boolean) {
@@ -149,8 +175,8 @@ describe('replicaAck on a Redis Cluster: an automatic failover to a lagging repl
     const keys = entryKeys(prefix, 'k');
     const { master, replica } = await shardOf(admin, cluster!.nodes[0]!.port, keys.value);
     // The README's least-privilege list: "with replicaAck, also: +wait".
-    if (ack && AS_ACL_USER) for (const n of cluster!.nodes) await adminOf(n).call('ACL', 'SETUSER', ACL_USER.username, '+wait');
-    const client = clusterClient(cluster!, clients);
+    if (ack && AS_ACL_USER) for (const n of cluster!.nodes) await adminOf(n).call('ACL', 'SETUSER', aclUserOf(family), '+wait');
+    const client = await cacheClient(family);
     const c = cacheOn({ redis: client, prefix, redisTimeout: 3000, breakerThreshold: 1000, ...(ack ? { replicaAck: ACK } : {}) });
     const served: number[] = [];
     /** How each rebuild ran, by phase: `<phase>:<lock>:<written>`. */
@@ -180,6 +206,8 @@ describe('replicaAck on a Redis Cluster: an automatic failover to a lagging repl
     const live = cluster!.nodes.map((n) => n.port).filter((p) => p !== master);
     await failedOver(admin, live, replica, keys.value);
     const grantedOnPromoted = Number(await admin(replica).hget(keys.fence, 'n'));
+    // node-redis: its own refresh, while the old master is still down (see routes()).
+    if (family === 'node-redis') await routes(client, keys.value, replica);
     // The old master comes back empty and rejoins as the promoted one's replica.
     await nodeAt(master).restart();
     await until('old master rejoined as a replica', async () => /slave0:[^\r\n]*state=online/.test(await admin(replica).info('replication')));
@@ -187,6 +215,12 @@ describe('replicaAck on a Redis Cluster: an automatic failover to a lagging repl
 
     phase = 'after';
     for (let i = 0; i < 5; i++) await rebuild();
+    const repeats = served.length - new Set(served).size;
+    const base = served[0] ?? 0;
+    console.log(
+      `cluster failover §1, ${family}, replicaAck ${ack ? 'on' : 'off'}: ${served.length} tokens served, ${repeats} repeated: ` +
+        `${served.map((t) => t - base).join(',')} (after ${base}); fence counter ${grantedOnOld - base} on the old master, ${grantedOnPromoted - base} on the promoted replica`,
+    );
     return { served, how, inSync, cut, grantedOnOld, grantedOnPromoted };
   }
 
@@ -219,7 +253,7 @@ describe('replicaAck on a Redis Cluster: an automatic failover to a lagging repl
   });
 });
 
-describe('a lock abandoned across an automatic Cluster failover is released by its holder (issue #13 §3)', () => {
+describe.each(FAMILIES)('a lock abandoned across an automatic Cluster failover is released by its holder (issue #13 §3), %s Cluster client', (family) => {
   /**
    * The holder's loader runs on the slot master (its grant confirmed on the replica); the master is
    * SIGKILLed; the loader finishes, so the holder's write and release fail (breakerThreshold 1: the
@@ -228,6 +262,10 @@ describe('a lock abandoned across an automatic Cluster failover is released by i
    * not raced). The promoted replica holds the holder's lock with most of its 60 s lease left. A
    * waiter in another cache starts, finds the lock held and waits (pollInterval 60 s: only a note
    * wakes it early). Then the holder's cache gets answers from Redis again (set() on other keys).
+   * On node-redis the holder's client re-reads the slot map only once the waiter waits (its topology
+   * refresh held back until then, see `follow`): the promoted master's connection going ready is a
+   * reconnection, which sends the kept release at once (ioredis emits no 'ready' for a slot-map
+   * refresh, so there the first answered set() sends it).
    * `keepRetries: false` drops the holder's kept release (the mechanism under test) for the negative control.
    */
   async function abandoned(keepRetries: boolean) {
@@ -237,8 +275,12 @@ describe('a lock abandoned across an automatic Cluster failover is released by i
     const { master, replica } = await shardOf(admin, cluster!.nodes[0]!.port, keys.value);
     await admin(replica).config('SET', 'cluster-replica-no-failover', 'yes');
 
-    const holderClient = clusterClient(cluster!, clients);
-    const waiterClient = clusterClient(cluster!, clients);
+    // node-redis: the holder's Cluster re-reads its slot map (its own refresh, on a failed reconnect to
+    // the dead master) only once `follow` is set; until then it routes the lock's slot to the dead
+    // master, as the ioredis holder does until routes() asks it.
+    let follow = false;
+    const holderClient = await cacheClient(family, { topologyRefreshOnReconnectionAttemptStrategy: () => (follow ? 1 : false) });
+    const waiterClient = await cacheClient(family);
     const holder = cacheOn({ redis: holderClient, prefix, redisTimeout: 1000, breakerThreshold: 1, breakerCooldown: 60_000 });
     const waiter = cacheOn({ redis: waiterClient, prefix, redisTimeout: 1000 });
     if (!keepRetries) {
@@ -265,7 +307,7 @@ describe('a lock abandoned across an automatic Cluster failover is released by i
     await admin(replica).config('SET', 'cluster-replica-no-failover', 'no');
     const live = cluster!.nodes.map((n) => n.port).filter((p) => p !== master);
     await failedOver(admin, live, replica, keys.value);
-    await routes(holderClient, keys.lock, replica);
+    if (family === 'ioredis') await routes(holderClient, keys.lock, replica);
     await routes(waiterClient, keys.lock, replica);
     const promoted = admin(replica);
     // The promoted replica kept the abandoned lock, with most of its lease left.
@@ -291,6 +333,10 @@ describe('a lock abandoned across an automatic Cluster failover is released by i
     let settled = false;
     const waiting = call.finally(() => (settled = true));
     await refused.promise; // the waiter found the holder's lock and waits
+    if (family === 'node-redis') {
+      follow = true;
+      await routes(holderClient, keys.lock, replica);
+    }
 
     // Redis answers the holder's cache again: 20 set()s on other keys, each resolved (so answered).
     let answered = 0;
@@ -301,10 +347,11 @@ describe('a lock abandoned across an automatic Cluster failover is released by i
       await sleep(50);
       lockGone = (await promoted.exists(keys.lock)) === 0;
     }
+    console.log(`cluster failover §3, ${family}, kept release ${keepRetries ? 'on' : 'dropped'}: lock ${lockGone ? 'deleted' : 'still held'} after ${answered} answered set()s; lease left at promotion ${leaseLeft} ms`);
     return { holder, promoted, keys, holderToken, answered, lockGone, waiting, isSettled: () => settled, waiterRuns, waited };
   }
 
-  it('the holder releases its lock on the promoted replica by token once Redis answers it; the waiter takes over under the lock', async () => {
+  it('the holder releases its lock on the promoted replica by token once Redis answers it or its client reconnects; the waiter takes over under the lock', async () => {
     const r = await abandoned(true);
     expect(r.lockGone).toBe(true);
     expect(await r.waiting).toBe('from-waiter');

@@ -201,15 +201,29 @@ export function clusterClient(cluster: RedisClusterHandle, clients: Cluster[], a
   return c;
 }
 
+/** createCluster() options a test may set (v6 only; node-redis 5 has no such option). */
+export interface NodeRedisClusterExtras {
+  /** When the Cluster re-reads its slot map while a node's connection keeps failing (default: 5 s after the first failed reconnect). */
+  topologyRefreshOnReconnectionAttemptStrategy?: false | number | ((firstReconnectionAt: number) => false | number | undefined);
+}
+
 /**
  * A node-redis `createCluster()` (v6, or v5 with `version: 5`) connected as a caller would, as the
  * cache's user (in ACL mode the least-privilege user with node-redis' Cluster extras,
  * NODE_REDIS_CLUSTER_ACL_USER) or as admin; its destroy is pushed onto `disposals`.
  */
-export async function nodeRedisClusterClient(cluster: RedisClusterHandle, disposals: (() => void)[], version: 5 | 6 = 6, admin = false): Promise<RedisClient> {
+export async function nodeRedisClusterClient(
+  cluster: RedisClusterHandle,
+  disposals: (() => void)[],
+  version: 5 | 6 = 6,
+  admin = false,
+  extras: NodeRedisClusterExtras = {},
+): Promise<RedisClient> {
+  if (version === 5 && Object.keys(extras).length > 0) throw new Error('node-redis 5 takes none of these options');
   const options = {
     rootNodes: cluster.startup.map((n) => ({ url: `redis://${n.host}:${n.port}` })),
     defaults: AS_ACL_USER && !admin ? { ...NODE_REDIS_CLUSTER_ACL_USER } : {},
+    ...extras,
   };
   const c = version === 6 ? createCluster(options) : createCluster5(options);
   c.on('error', () => undefined);
