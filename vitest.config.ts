@@ -8,11 +8,10 @@ import { configDefaults, defineConfig } from 'vitest/config';
  * namespaces, loader control, grant releases, the degraded memo, the ACL and TLS tests
  * (security), the multi-process workers (test/support/worker.ts builds its cache with
  * familyClient), and the fault files of issue #13: release-retry, redlock-giveup, replica-ack and
- * cluster-breaker (a node-redis createCluster() there). The rest test the library's own logic above
- * the port (fence, model), pick their families themselves (client-versions, cluster, redlock, and
- * cluster-failover: an ioredis and a node-redis 6 Cluster per test, so the second pass runs both as
- * their ACL users and a third run here would repeat it), or are on ioredis only (cluster-campaign),
- * and already ran in the first two passes.
+ * cluster-breaker (a node-redis createCluster() there), and cluster-failover (a node-redis 6
+ * createCluster() here: ~75 s, alongside the campaign, which bounds this pass). The rest test the
+ * library's own logic above the port (fence, model), pick their families themselves (client-versions,
+ * cluster, redlock), or are on ioredis only (cluster-campaign), and already ran in the first two passes.
  * The fault campaign's workers follow SG_TEST_CLIENT too: campaign.test.ts runs here on node-redis
  * (as the ACL user). The second pass (ioredis as the ACL user) leaves it out: it is the suite's
  * longest file (~5 min on 2 cores), its ioredis run is the first pass, and its runs as the ACL user
@@ -27,7 +26,7 @@ const FOLLOW_CLIENT_FAMILY = [
   'refresh-ahead', 'telemetry', 'review', 'review-final', 'review-refresh',
   'batch-reads', 'many', 'namespace', 'clear', 'loader-control', 'grant', 'degraded-memo',
   'security', 'multiprocess', 'release-retry', 'redlock-giveup', 'replica-ack', 'cluster-breaker',
-  'campaign',
+  'cluster-failover', 'campaign',
 ].map((name) => `test/integration/${name}.test.ts`);
 const ALL = ['test/**/*.test.ts'];
 const otherFamily = process.env.SG_TEST_CLIENT !== undefined && process.env.SG_TEST_CLIENT !== 'ioredis';

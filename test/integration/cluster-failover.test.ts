@@ -6,6 +6,7 @@ import { entryKeys } from '../../src/keys.js';
 import { clusterClient, deferred, heldRebuild, missedCall, nodeRedisClusterClient, type NodeRedisClusterExtras } from '../support/harness.js';
 import { ACL_USER, AS_ACL_USER, NODE_REDIS_CLUSTER_ACL_USER, startRedisCluster, type RedisClusterHandle, type RedisServer } from '../support/redis-server.js';
 import { sleep, until } from '../support/schedule.js';
+import { TEST_CLIENT } from '../support/family.js';
 
 /**
  * Issue #13 §1 and §3 on a real Redis Cluster with a real, automatic failover: 3 masters with one
@@ -56,9 +57,12 @@ afterEach(async () => {
 
 
 
-/** The Cluster client families the caches are built on; each test runs once per family. */
+/** The Cluster client family the caches are built on. */
 type Family = 'ioredis' | 'node-redis';
-const FAMILIES: readonly Family[] = ['ioredis', 'node-redis'];
+// The family under test (SG_TEST_CLIENT): ioredis in the first two passes, node-redis 6 (as its ACL user)
+// in the third. node-redis 5 has no slot-map refresh of its own while a master stays dead (it learns
+// the new owner only from a MOVED), so a node-redis run is always on v6.
+const FAMILIES: readonly Family[] = [TEST_CLIENT === 'node-redis' || TEST_CLIENT === 'node-redis5' ? 'node-redis' : 'ioredis'];
 
 /**
  * A cache's Cluster client of `family`, as the cache's user (in ACL mode that family's
