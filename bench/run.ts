@@ -333,7 +333,7 @@ if (!args['no-failover']) {
 let hit: { sizes: HitSizes; figures: HitFigure[] } | undefined;
 if (!args['no-hit']) {
   await Promise.all(flushers.map((f) => f.flushall()));
-  const hitSizes: HitSizes = { processes: [1, 4], keys: [20, 2000], loops: 10, warmupMs: quick ? 300 : 1000, durationMs: quick ? 1000 : 3000, runs: RUNS, rate: 0 };
+  const hitSizes: HitSizes = { processes: [1, 4], keys: [20, 2000], loops: 10, warmupMs: quick ? 3000 : 6000, durationMs: quick ? 1000 : 3000, runs: RUNS, rate: 0 };
   hit = { sizes: hitSizes, figures: await hitCost(store.url, hitSizes, (l) => console.log(l)) };
 }
 let fleet: { sizes: FleetSizes; figures: FleetFigure[] } | undefined;
