@@ -97,6 +97,13 @@ describe('the port routes by slot owner on a real cluster (the breaker\'s nodeOf
   });
 });
 
+/**
+ * The caches' redisTimeout: the default (1 s). The property is that a live master's calls never count
+ * as failures; with 200 ms, a live master slowed by a loaded CI machine (two test files at once on 2
+ * cores) timed out three times in a row once, opened its own breaker and degraded its keys.
+ */
+const LIVE_TIMEOUT_MS = 1000;
+
 let killed = false;
 /** The first master, killed once for the file (no failover: it stays dead). */
 async function killDead(): Promise<void> {
@@ -117,7 +124,7 @@ describe('Redis Cluster, one master dead without failover', () => {
     expect(onLive.length).toBeGreaterThan(0);
 
     // A cooldown longer than the test: the dead shard's breaker, once open, stays open.
-    const cache = createCache({ redis: cacheClient(), prefix, redisTimeout: 200, breakerThreshold: 3, breakerCooldown: 60_000 });
+    const cache = createCache({ redis: cacheClient(), prefix, redisTimeout: LIVE_TIMEOUT_MS, breakerThreshold: 3, breakerCooldown: 60_000 });
     caches.push(cache);
     const locks = new Map<string, string[]>();
     cache.on('computed', (e) => {
@@ -170,7 +177,7 @@ describe('Redis Cluster, one master dead without failover', () => {
     expect(plainOnDead).toBeDefined();
 
     await killDead();
-    const cache = createCache({ redis: cacheClient(), prefix, redisTimeout: 200, breakerThreshold: 3, breakerCooldown: 60_000 });
+    const cache = createCache({ redis: cacheClient(), prefix, redisTimeout: LIVE_TIMEOUT_MS, breakerThreshold: 3, breakerCooldown: 60_000 });
     caches.push(cache);
     const locks: string[] = [];
     cache.on('computed', (e) => locks.push(String(e.lock)));
