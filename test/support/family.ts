@@ -55,6 +55,12 @@ export interface FamilyOptions {
    * rejects every command it wrote and is waiting on, so this option changes nothing there.
    */
   resendUnanswered?: boolean;
+  /**
+   * false: ioredis re-sends no SUBSCRIBE of its own after a reconnect (autoResubscribe: false), as on
+   * the cache's own pub/sub duplicate (a stand-in for it must match: ioredis's re-subscribe is not
+   * awaited, and a close before its reply is an unhandled rejection). node-redis: no effect.
+   */
+  resubscribe?: boolean;
 }
 
 /** A client of `kind`, connecting (node-redis: connect() already called, commands queue until ready), plus its disposal. */
@@ -63,7 +69,7 @@ export function familyClient(
   kind: ClientFamily = TEST_CLIENT,
   options: FamilyOptions = {},
 ): { client: RedisClient & TestClient; dispose: () => void } {
-  const { offlineQueue = true, tls, retryDelay, connect = true, resendUnanswered = true } = options;
+  const { offlineQueue = true, tls, retryDelay, connect = true, resendUnanswered = true, resubscribe = true } = options;
   if (kind === 'ioredis' || kind === 'ioredis6') {
     // A bounded retry count: the cache's own redisTimeout bounds every call anyway.
     const o = {
@@ -71,6 +77,7 @@ export function familyClient(
       enableOfflineQueue: offlineQueue,
       lazyConnect: !connect,
       autoResendUnfulfilledCommands: resendUnanswered,
+      autoResubscribe: resubscribe,
       ...(tls ? { tls } : {}),
       ...(retryDelay !== undefined ? { retryStrategy: () => retryDelay } : {}),
     };
@@ -128,7 +135,7 @@ export function subscribeVia(client: TestClient, url: string, kind: ClientFamily
   let made: { client: RedisClient & TestClient; dispose: () => void } | undefined;
   (client as unknown as { duplicate: () => unknown }).duplicate = () => {
     if (kind === 'ioredis' || kind === 'ioredis6') {
-      made = familyClient(url, kind);
+      made = familyClient(url, kind, { resubscribe: false }); // as the cache's own duplicate (client/ioredis.ts)
       return made.client;
     }
     const c = kind === 'node-redis' ? redis().createClient({ url }) : redis5().createClient({ url });
