@@ -233,6 +233,18 @@ export interface RedisClusterHandle {
  * unnoticed (a long one: no failure detection during the test).
  */
 export async function startRedisCluster(masters = 3, nodeTimeoutMs = 5000, replicas = 0): Promise<RedisClusterHandle> {
+  // A free port can be taken between freePort() and our server's bind by another file's node, which
+  // then answers our readiness check; `--cluster create` sees it "not empty". Start again on new ports.
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await startRedisClusterOnce(masters, nodeTimeoutMs, replicas);
+    } catch (err) {
+      if (attempt >= 3 || !String((err as Error).message).includes('is not empty')) throw err;
+    }
+  }
+}
+
+async function startRedisClusterOnce(masters: number, nodeTimeoutMs: number, replicas: number): Promise<RedisClusterHandle> {
   const started = await Promise.allSettled(
     Array.from({ length: masters * (1 + replicas) }, () =>
       startRedisServer(['--cluster-enabled', 'yes', '--cluster-config-file', 'nodes.conf', '--cluster-node-timeout', String(nodeTimeoutMs)], { clusterNode: true }),
