@@ -26,6 +26,12 @@ function clusterClient(admin = false): Cluster {
   return sharedClusterClient(cluster, clients, admin);
 }
 
+/** Resolves once an ioredis Cluster has connected and read its slot map ('ready'). */
+async function clusterReady(c: Cluster | Cluster6): Promise<void> {
+  if (c.status === 'ready') return;
+  await new Promise<void>((resolve) => c.once('ready', () => resolve()));
+}
+
 type Family = 'ioredis' | 'ioredis6' | 'node-redis' | 'node-redis5';
 
 /** The cache's cluster client: ioredis 5 or 6 `Cluster`, or node-redis `createCluster()` connected as a caller would. */
@@ -53,7 +59,10 @@ describe.each<Family>(['ioredis', 'ioredis6', 'node-redis', 'node-redis5'])('Red
 
   it('nodeOf(key) names the master that owns the key\'s slot', async () => {
     const admin = clusterClient(true);
-    const port = portFor(await cacheClient(family));
+    const client = await cacheClient(family);
+    // An ioredis Cluster knows its slot map only once it is ready (node-redis' connect() has awaited it).
+    if (client instanceof Cluster || client instanceof Cluster6) await clusterReady(client);
+    const port = portFor(client);
     const ranges = await admin.cluster('SLOTS');
     const raw = ['foo{}{bar}', 'foo{{bar}}zap', 'a{b}c', '}{', '{}', '😀{x}'];
     for (let i = 0; i < 30 + raw.length; i++) {
