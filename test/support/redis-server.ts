@@ -122,6 +122,13 @@ export async function startRedisServer(args: string[] = [], options: { port?: nu
     live.add(c);
     c.once('exit', () => live.delete(c));
     await waitForPing(host, port);
+    // The server answering may be another's that took the port first (ours then exits at once).
+    const answering = serverPid(host, port);
+    if (answering !== c.pid) {
+      c.kill('SIGKILL'); // ours could not bind (and exits on its own), or does not answer INFO
+      await exited(c);
+      throw new Error(`port ${port} is answered by redis-server pid ${String(answering)}, not ours (${String(c.pid)})`);
+    }
     if (AS_ACL_USER) {
       if (!options.clusterNode) createAppUser(host, port, ACL_USER, APP_COMMANDS);
       else {
@@ -180,6 +187,13 @@ export async function startRedisServer(args: string[] = [], options: { port?: nu
   };
 }
 
+/** The process_id the redis-server on host:port reports (INFO server), or undefined if it does not answer. */
+function serverPid(host: string, port: number): number | undefined {
+  const r = spawnSync('redis-cli', ['-h', host, '-p', String(port), 'INFO', 'server'], { encoding: 'utf8' });
+  const m = /process_id:(\d+)/.exec(r.stdout ?? '');
+  return m ? Number(m[1]) : undefined;
+}
+
 /** ACL SETUSER for a least-privilege user (ACL rules are per server, and lost on restart). */
 function createAppUser(host: string, port: number, user: { username: string; password: string }, commands: readonly string[]): void {
   const r = spawnSync('redis-cli', ['-h', host, '-p', String(port), 'ACL', 'SETUSER', user.username, 'on', `>${user.password}`, '~*', '&*', '-@all', ...commands], { encoding: 'utf8' });
@@ -233,8 +247,9 @@ export interface RedisClusterHandle {
  * unnoticed (a long one: no failure detection during the test).
  */
 export async function startRedisCluster(masters = 3, nodeTimeoutMs = 5000, replicas = 0): Promise<RedisClusterHandle> {
-  // A free port can be taken between freePort() and our server's bind by another file's node, which
-  // then answers our readiness check; `--cluster create` sees it "not empty". Start again on new ports.
+  // A free port can be taken between freePort() and our server's bind by another file's node.
+  // startRedisServer checks the answering server's process_id; should another's node still slip
+  // through, `--cluster create` sees it "not empty": start again on new ports.
   for (let attempt = 1; ; attempt++) {
     try {
       return await startRedisClusterOnce(masters, nodeTimeoutMs, replicas);
