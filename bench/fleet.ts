@@ -1,6 +1,6 @@
 /**
  * `npm run bench:fleet [-- --quick] [--runs R] [--processes 1,4,16,32] [--keys 20,2000] [--callers C] [--out DIR]
- *   [--contenders single,cache-aside] [--cpu-prof DIR]`:
+ *   [--contenders single,cache-aside] [--cpu-prof DIR] [--warmup-ms MS]`:
  * the fleet scenario (bench/lib/fleet.ts) on its own; `npm run bench` runs it too. Prints the table and
  * writes it, with the chart of CPU per request against P, to DIR (bench/results/fleet).
  */
@@ -12,7 +12,7 @@ import { fleetChart } from './lib/report.js';
 import type { ContenderName } from './lib/contenders.js';
 
 const { values: args } = parseArgs({
-  options: { quick: { type: 'boolean' }, runs: { type: 'string' }, processes: { type: 'string' }, keys: { type: 'string' }, callers: { type: 'string' }, out: { type: 'string' }, 'cpu-prof': { type: 'string' }, contenders: { type: 'string' } },
+  options: { quick: { type: 'boolean' }, runs: { type: 'string' }, processes: { type: 'string' }, keys: { type: 'string' }, callers: { type: 'string' }, out: { type: 'string' }, 'cpu-prof': { type: 'string' }, 'warmup-ms': { type: 'string' }, contenders: { type: 'string' } },
 });
 const quick = args.quick ?? false;
 const sizes: FleetSizes = {
@@ -21,6 +21,7 @@ const sizes: FleetSizes = {
   callers: args.callers === undefined ? 4 : Number(args.callers),
   durationMs: quick ? 1500 : 4000,
   runs: args.runs === undefined ? 3 : Number(args.runs),
+  warmupMs: args['warmup-ms'] === undefined ? (quick ? 3000 : 6000) : Number(args['warmup-ms']),
   ...(args['cpu-prof'] ? { cpuProfDir: args['cpu-prof'] } : {}),
 };
 const store = await provideRedis();

@@ -339,7 +339,7 @@ if (!args['no-hit']) {
 let fleet: { sizes: FleetSizes; figures: FleetFigure[] } | undefined;
 if (!args['no-fleet']) {
   await Promise.all(flushers.map((f) => f.flushall()));
-  const fleetSizes: FleetSizes = { processes: quick ? [1, 4, 16] : [1, 4, 16, 32], keys: [20, 2000], callers: 4, durationMs: quick ? 1500 : 4000, runs: RUNS };
+  const fleetSizes: FleetSizes = { processes: quick ? [1, 4, 16] : [1, 4, 16, 32], keys: [20, 2000], callers: 4, durationMs: quick ? 1500 : 4000, runs: RUNS, warmupMs: quick ? 3000 : 6000 };
   fleet = { sizes: fleetSizes, figures: await fleetBench(store.url, fleetSizes, (l) => console.log(l)) };
 }
 

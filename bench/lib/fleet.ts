@@ -27,6 +27,11 @@ export interface FleetSizes {
   readonly callers: number;
   readonly durationMs: number;
   readonly runs: number;
+  /**
+   * Before a fleet's first measured run, each contender runs this long unmeasured on the same
+   * workers (JIT warm-up: the hit-cost bench found 3 s too short at P = 4). 0: none.
+   */
+  readonly warmupMs: number;
   /** Workers run with `--cpu-prof` into this directory (profiles are written when they exit). */
   readonly cpuProfDir?: string;
 }
@@ -96,6 +101,13 @@ export async function fleetBench(url: string, sizes: FleetSizes, log: (line: str
     for (const P of sizes.processes) {
       const workers = await startFleet(P, sizes.cpuProfDir);
       try {
+        if (sizes.warmupMs > 0) {
+          for (const contender of contenders) {
+            await flusher.flushall();
+            await oneRun(url, workers, contender, fleetSpec(Math.max(...sizes.keys), sizes.warmupMs), sizes.callers, `f${P}warm${contender}`);
+          }
+          log(`fleet · P=${P} · warm-up done (${sizes.warmupMs} ms per contender, unmeasured)`);
+        }
         for (const K of sizes.keys) {
           const samples = new Map<ContenderName, Awaited<ReturnType<typeof oneRun>>[]>();
           for (let r = 0; r < sizes.runs; r++) {
@@ -126,7 +138,7 @@ export async function fleetBench(url: string, sizes: FleetSizes, log: (line: str
 export function fleetMarkdown(figures: readonly FleetFigure[], sizes: FleetSizes): string[] {
   if (figures.length === 0) return [];
   const out = [
-    `**Fleet** (${sizes.callers} callers per process, closed loop with 5 ms think time, K hot keys drawn uniformly, ttl 1000 ms, loader 100 ms, ${sizes.durationMs} ms per run; medians of ${sizes.runs}; cache-aside: GET, and on a miss the loader and SET PX, no coordination):`,
+    `**Fleet** (${sizes.callers} callers per process, closed loop with 5 ms think time, K hot keys drawn uniformly, ttl 1000 ms, loader 100 ms, ${sizes.durationMs} ms per run after ${sizes.warmupMs} ms of unmeasured warm-up per contender and fleet; medians of ${sizes.runs}; cache-aside: GET, and on a miss the loader and SET PX, no coordination):`,
     '',
     '| P | K | contender | rebuild ratio | max at once | CPU µs/call | CPU vs cache-aside | p99 ms | calls/s | notes/s per process |',
     '|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|',
