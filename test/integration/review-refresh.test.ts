@@ -41,7 +41,10 @@ function counted(gate?: Promise<void>) {
 
 const proxies: Proxy[] = [];
 const ownClients: Redis[] = [];
+/** Caches built here on clients of their own (h.cache() closes its own): closed before their clients go. */
+const ownCaches: Cache[] = [];
 afterAll(async () => {
+  await Promise.all(ownCaches.map((c) => c.close()));
   for (const c of ownClients) c.disconnect();
   await Promise.all(proxies.map((p) => p.close()));
 });
@@ -57,6 +60,7 @@ async function l1CacheThroughProxy(prefix: string, delayDownMs = 0): Promise<{ c
   client.on('error', () => undefined);
   ownClients.push(client);
   const cache = createCache({ redis: client, prefix, local: { max: 100 } });
+  ownCaches.push(cache);
   await client.ping();
   expect(await cache.ready()).toBe(true);
   proxy.delay('down', delayDownMs);
@@ -67,6 +71,7 @@ async function l1CacheThroughProxy(prefix: string, delayDownMs = 0): Promise<{ c
 async function l1Cache(options: Partial<Parameters<typeof createCache>[0]> = {}): Promise<Cache> {
   const client = h.client();
   const cache = createCache({ redis: client, prefix: `rv2-${process.pid}-${++unique}`, local: { max: 100 }, ...options });
+  ownCaches.push(cache);
   await client.ping();
   expect(await cache.ready()).toBe(true);
   return cache;
@@ -284,6 +289,7 @@ describe('cost with the option off and validation (held)', () => {
   it('refreshAhead off: a Redis hit is one command, an L1 hit none, and no refresh event', async () => {
     const client = h.client();
     const cache = createCache({ redis: client, prefix: `rv2-cost-${process.pid}`, local: { max: 10 } });
+    ownCaches.push(cache);
     await client.ping();
     expect(await cache.ready()).toBe(true);
     const writer = h.cache({ prefix: `rv2-cost-${process.pid}` });
