@@ -60,6 +60,7 @@ describe('getOrComputeMany', () => {
     const cache = createCache({ redis: client, prefix: `many${process.pid}undo`, redisTimeout: 200, breakerThreshold: 1000 });
     await client.ping();
     const stall = h.adminClient();
+    await stall.ping();
     const keys = ['u1', 'u2', 'u3'];
     // The second pipeline (the locks) reaches a server stalled for 600 ms: it times out, then is applied.
     let pipelines = 0;
@@ -69,8 +70,9 @@ describe('getOrComputeMany', () => {
       const exec = p.exec.bind(p);
       p.exec = (async (...a: Parameters<typeof p.exec>) => {
         if (++pipelines === 2) {
-          void stall.call('DEBUG', 'SLEEP', '0.6');
-          await sleep(50); // the server is asleep before the pipeline reaches it
+          // CLIENT PAUSE ALL holds every client's commands for 600 ms; its reply says the stall has begun,
+          // so the pipeline surely reaches a stalled server.
+          await stall.call('CLIENT', 'PAUSE', '600', 'ALL');
         }
         return exec(...a);
       });

@@ -188,9 +188,12 @@ describe('a hot key is never missed after the first fill', () => {
     expect(await cache.getOrCompute('k', loader, opts)).toBe('v1');
     cache.on('miss', (e) => misses.push(e.key));
     await untilPttlAtMost(cache, 'k', 1900);
-    // Redis stalls for 1 s (longer than redisTimeout, so the refresh's lock acquire surely times out).
-    const stalled = h.adminClient().debug('SLEEP', '1');
-    await sleep(50); // Redis is asleep; the next hit is an L1 hit (no Redis)
+    // Redis stalls for 1 s (longer than redisTimeout, so the refresh's lock acquire surely times out):
+    // CLIENT PAUSE ALL holds every client's commands, and its reply says the stall has begun.
+    const stall = h.adminClient();
+    await stall.call('CLIENT', 'PAUSE', '1000', 'ALL');
+    const stalled = stall.ping(); // answered once the stall is over
+    // The next hit is an L1 hit (no Redis).
     const failed = nextEvent(cache, 'refreshError');
     expect(await cache.getOrCompute('k', loader, opts)).toBe('v1');
     await failed; // the acquire timed out: no origin call was made
