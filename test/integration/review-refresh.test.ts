@@ -144,10 +144,10 @@ describe('never two loaders at once', () => {
     const cache = h.cache();
     const gate = deferred<void>();
     const { state, loader } = counted(gate.promise);
-    // The refresh point 100 ms in, 1.9 s of fresh time after it for the hit and the refresh's re-read.
-    const opts: CallOptions = { ttl: 2000, refreshAhead: 0.05, lock: 'local' };
+    // The refresh point 50 ms in, 950 ms of fresh time after it for the hit and the refresh's re-read.
+    const opts: CallOptions = { ttl: 1000, refreshAhead: 0.05, lock: 'local' };
     expect(await cache.getOrCompute('k', loader, opts)).toBe('v1');
-    await untilPttlAtMost(cache, 'k', 1900);
+    await untilPttlAtMost(cache, 'k', 950);
     expect(await cache.getOrCompute('k', loader, opts)).toBe('v1'); // starts the refresh (run 2, held)
     await vi.waitFor(() => expect(state.runs).toBe(2), { timeout: 5000 }); // its loader runs
     await untilGone(cache, 'k'); // the refresh outlived the entry: the next caller misses
@@ -163,9 +163,9 @@ describe('never two loaders at once', () => {
     const cache = h.cache();
     const gate = deferred<void>();
     const { state, loader } = counted(gate.promise);
-    const opts: CallOptions = { ttl: 2000, refreshAhead: 0.05 };
+    const opts: CallOptions = { ttl: 1000, refreshAhead: 0.05 };
     expect(await cache.getOrCompute('k', loader, opts)).toBe('v1');
-    await untilPttlAtMost(cache, 'k', 1900);
+    await untilPttlAtMost(cache, 'k', 950);
     expect(await cache.getOrCompute('k', loader, opts)).toBe('v1');
     await vi.waitFor(() => expect(state.runs).toBe(2), { timeout: 5000 });
     await untilGone(cache, 'k');
@@ -234,9 +234,10 @@ async function refreshRunning(cache: Cache) {
     if (state.runs === 1) inLoader.resolve();
     return loader(ctx);
   };
-  const opts: CallOptions = { ttl: 1000, refreshAhead: 0.5 };
+  // The refresh point 500 ms in, 9.5 s of fresh time after it: the hit and the refresh's re-read find it fresh.
+  const opts: CallOptions = { ttl: 10_000, refreshAhead: 0.05 };
   expect(await cache.getOrCompute('k', tracked, opts)).toBe('v1');
-  await untilPttlAtMost(cache, 'k', 450);
+  await untilPttlAtMost(cache, 'k', 9_450);
   // How the refresh ended: abandoned (the key changed while it ran), or its write accepted or not.
   const computed = new Promise<'abandoned' | 'written' | 'refused'>((resolve) => {
     cache.on('refresh', (e) => e.outcome === 'abandoned' && resolve('abandoned'));
@@ -358,14 +359,15 @@ describe('failing refresh, older formats, leaks (held)', () => {
         if (failing) throw new Error('origin down');
         return `v${runs}`;
       };
-      const opts: CallOptions = { ttl: 800, refreshAhead: 0.5, failBackoff };
+      // The refresh point 50 ms in, then rounds for 700 ms.
+      const opts: CallOptions = { ttl: 1000, refreshAhead: 0.05, failBackoff };
       expect(await a.getOrCompute('k', loader, opts)).toBe('v1');
       failing = true;
-      await untilPttlAtMost(a, 'k', 350);
+      await untilPttlAtMost(a, 'k', 950);
       const answers: unknown[] = [];
-      // Stop 50 ms short of the expiry (a slow round on a loaded machine would otherwise land after it and
+      // Stop 250 ms short of the expiry (a slow round on a loaded machine would otherwise land after it and
       // take the miss path, which the end of the test checks separately), then let the entry expire.
-      while ((await h.admin.pttl(valueKey(a, 'k'))) > 50) {
+      while ((await h.admin.pttl(valueKey(a, 'k'))) > 250) {
         answers.push(...(await Promise.all(caches.map((c) => c.getOrCompute('k', loader, opts)))));
         await sleep(10);
       }
@@ -389,16 +391,16 @@ describe('failing refresh, older formats, leaks (held)', () => {
     const bytes = readFileSync(new URL(`../fixtures/entries/${version}-string.bin`, import.meta.url));
     const old = decodeEntry(bytes);
     expect(old.ttlMs).toBeUndefined();
-    // Fresh while PTTL > graceMs: 1000 ms of fresh time, past the 0.5 point once PTTL <= graceMs + 500.
-    await h.admin.set(valueKey(cache, 'k'), bytes, 'PX', 1000 + old.graceMs);
-    const opts: CallOptions = { ttl: 1000, refreshAhead: 0.5 };
+    // Fresh while PTTL > graceMs: 10 s of fresh time, past the 0.05 point once PTTL <= graceMs + 9_500.
+    await h.admin.set(valueKey(cache, 'k'), bytes, 'PX', 10_000 + old.graceMs);
+    const opts: CallOptions = { ttl: 10_000, refreshAhead: 0.05 };
     expect(await cache.getOrCompute('k', () => 'fresh', opts)).toEqual(old.value);
-    await untilPttlAtMost(cache, 'k', old.graceMs + 450);
+    await untilPttlAtMost(cache, 'k', old.graceMs + 9_450);
     const computed = nextEvent(cache, 'computed');
     expect(await cache.getOrCompute('k', () => 'fresh', opts)).toEqual(old.value);
     expect((await computed).written).toBe(true);
     const now = decodeEntry((await h.admin.getBuffer(valueKey(cache, 'k'))) as Buffer);
-    expect([now.value, now.ttlMs]).toEqual(['fresh', 1000]);
+    expect([now.value, now.ttlMs]).toEqual(['fresh', 10_000]);
   });
 
   it('many refreshes add no listener to the lifetime signal and leave no background work', async () => {
