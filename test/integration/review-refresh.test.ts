@@ -128,11 +128,12 @@ describe('never two loaders at once', () => {
       return `v${runs}`;
     };
     const misses: string[] = [];
-    const opts: CallOptions = { ttl: 600, refreshAhead: 0.5 };
+    // A refresh every 300 ms or so, each with 2.7 s of fresh time to finish in (a peer's takes 3 late replies and its load).
+    const opts: CallOptions = { ttl: 3000, refreshAhead: 0.1 };
     expect(await (caches[0] as Cache).getOrCompute('k', loader, opts)).toBe('v1');
     for (const c of caches) c.on('miss', (e) => misses.push(e.key));
-    // Every cache calls concurrently, in rounds, for about 3 ttl.
-    for (let round = 0; round < 90; round++) {
+    // Every cache calls concurrently, in rounds, until three refreshes have started (at most 1000 rounds).
+    for (let round = 0; round < 1000 && refreshed.length < 3; round++) {
       await Promise.all(caches.map((c) => c.getOrCompute('k', loader, opts)));
       await sleep(10);
     }
