@@ -84,8 +84,11 @@ describe('no answer older than ttl, with L1', () => {
   ])('(%s) an L1 slot filled from a Redis read is never served after Redis expired the entry, even when the reply was slow', async (_name, opts) => {
     const prefix = `rv2-read-${process.pid}-${++unique}`;
     const writer = h.cache({ prefix });
-    await writer.set('k', 'old', 1000);
+    // The reader is set up before the entry's 1000 ms start, and has heard the set's note (a read racing it would not fill L1).
     const { cache: reader, proxy } = await l1CacheThroughProxy(prefix);
+    const heard = nextEvent(reader, 'remoteChange');
+    await writer.set('k', 'old', 1000);
+    await heard;
     // Replies (server → client) arrive 400 ms late: Redis reported the PTTL 400 ms before L1 counts from it.
     proxy.delay('down', 400);
     expect(await reader.getOrCompute('k', () => 'new', opts)).toBe('old');
