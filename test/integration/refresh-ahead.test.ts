@@ -178,8 +178,7 @@ describe('a hit past the refresh point', () => {
     const deps = (a as unknown as { deps: RebuildDeps }).deps;
     const call = resolveCallOptions((a as unknown as { options: { defaults: never } }).options.defaults, RA, 'k');
     refreshAheadOnHit(deps, 'k', () => entryKeys(prefixOf(a), 'k'), loader, call, { value: 'v1', freshUntil: performance.now() + 400, facts: { fence: fence as number, ttlMs: 1000, loadMs: 1 } });
-    await nextEvent(a, 'refresh'); // won
-    await sleep(50);
+    await deps.background.pending('k'); // a's refresh, to its end
     expect(outcomes).toEqual(['started', 'won', 'already-refreshed']);
     expect(state.runs).toBe(2); // the first fill and b's refresh; none by a
     expect(await a.get('k')).toBe('v2');
