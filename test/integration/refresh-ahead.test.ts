@@ -64,15 +64,17 @@ describe('cost of a hit', () => {
 
   it('with refreshAhead off (the default), a hit past any refresh point is one round trip and starts nothing', async () => {
     const writer = h.cache();
-    await writer.set('k', 'v1', 1000);
-    await untilPttlAtMost(writer, 'k', 400);
     const client = h.client();
     const reader = createCache({ redis: client, prefix: prefixOf(writer) });
     await client.ping();
+    await writer.set('k', 'v1', 20_000);
+    // Past any refresh point without waiting for it: PEXPIRE leaves the entry 2 s of its 20 s ttl, as if
+    // written 18 s ago (a reader counts an entry's age from the ttl it carries and the PTTL Redis reports).
+    await h.admin.pexpire(valueKey(writer, 'k'), 2000);
     const outcomes = refreshes(reader);
     const { state, loader } = counted();
     const sent = countCommands(client);
-    expect(await reader.getOrCompute('k', loader, { ttl: 1000 })).toBe('v1');
+    expect(await reader.getOrCompute('k', loader, { ttl: 20_000 })).toBe('v1');
     await sleep(20);
     expect([sent.count, state.runs, outcomes]).toEqual([1, 0, []]);
     // The same hit with the option on does start the refresh (so the count above could have moved).
@@ -190,8 +192,10 @@ describe('only read keys are refreshed', () => {
     const cache = h.cache();
     const { state, loader } = counted();
     const outcomes = refreshes(cache);
-    expect(await cache.getOrCompute('cold', loader, { ttl: 400, refreshAhead: 0.5 })).toBe('v1');
-    expect(await cache.getOrCompute('cold', loader, { ttl: 400, refreshAhead: 0.5 })).toBe('v1'); // a hit before the point
+    // The point 900 ms in: the hit right after the fill is before it even on a loaded machine.
+    const options: CallOptions = { ttl: 1000, refreshAhead: 0.9 };
+    expect(await cache.getOrCompute('cold', loader, options)).toBe('v1');
+    expect(await cache.getOrCompute('cold', loader, options)).toBe('v1'); // a hit before the point
     await untilGone(cache, 'cold');
     await sleep(50);
     expect(state.runs).toBe(1);
@@ -356,12 +360,13 @@ describe('XFetch ({ beta })', () => {
   it('uses the loader time kept in the entry: a set() entry (0 ms) is not refreshed by the formula (only at the 0.9 backstop), a loaded one is', async () => {
     const cache = h.cache();
     const outcomes = refreshes(cache);
-    const options: CallOptions = { ttl: 1000, refreshAhead: { beta: 1000 } };
-    await cache.set('set', 'v', 1000);
+    // ttl 10 s: the set() entry's backstop is 9 s away, so the hits below come long before it.
+    const options: CallOptions = { ttl: 10_000, refreshAhead: { beta: 10_000 } };
+    await cache.set('set', 'v', 10_000);
     const slow = async () => (await sleep(30), 'v1');
     expect(await cache.getOrCompute('loaded', slow, options)).toBe('v1');
-    await untilPttlAtMost(cache, 'loaded', 600);
-    // −loadMs × 1000 × ln(rand) ≥ ~600 unless rand > e^(−600 / 30000) ≈ 0.98: five hits all missing it is ~1e-8.
+    // −loadMs × 10 000 × ln(rand) ≥ the ≤ 10 000 ms of fresh time left unless rand > e^(−10 000 / 300 000) ≈ 0.967:
+    // five hits all missing it is ~4e-8.
     for (let i = 0; i < 5; i++) expect(await cache.getOrCompute('set', () => 'x', options)).toBe('v');
     expect(outcomes).toEqual([]);
     for (let i = 0; i < 5 && outcomes.length === 0; i++) expect(await cache.getOrCompute('loaded', slow, options)).toBe('v1');
