@@ -5,7 +5,7 @@
 import { describe, expect, it } from 'vitest';
 import { decodeEntry } from '../../src/codec.js';
 import { createCache, InvalidOptionError, type Cache } from '../../src/index.js';
-import { deferred, heldRebuild, keysOf, nextEvent, prefixOf, useRedis } from '../support/harness.js';
+import { deferred, heldRebuild, keysOf, missedCall, nextEvent, prefixOf, untilPttlAtMost, useRedis } from '../support/harness.js';
 
 const h = useRedis();
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -40,22 +40,23 @@ describe('ctx.setOptions', () => {
     const b = twin(a);
     const gate = deferred<string>();
     const started = deferred<void>();
+    // 1 s: b's wake-up re-read and its get() below land well inside it; the call's own ttl is a minute.
     const call = a.getOrCompute('w', async (ctx) => {
       started.resolve();
       const v = await gate.promise;
-      ctx.setOptions({ ttl: 100 });
+      ctx.setOptions({ ttl: 1000 });
       return v;
     }, 60_000);
     await started.promise;
     let bRuns = 0;
-    const waiting = b.getOrCompute('w', () => (bRuns++, 'b'), { ttl: 60_000, waitTimeout: 60_000, onWaitTimeout: 'throw', pollInterval: 60_000 });
-    await sleep(50); // b has missed and waits on a's lock
-    gate.resolve('a');
+    const { call: waiting } = await missedCall(b, 'w', () => (bRuns++, 'b'), { ttl: 60_000, waitTimeout: 60_000, onWaitTimeout: 'throw', pollInterval: 60_000 });
+    gate.resolve('a'); // b has missed and goes to a's lock
     await expect(call).resolves.toBe('a');
     await expect(waiting).resolves.toBe('a');
     expect(bRuns).toBe(0);
     expect(await b.get('w')).toBe('a');
-    await sleep(200);
+    expect(await h.admin.pttl(keysOf(a, 'w').value)).toBeLessThanOrEqual(1000); // the loader's ttl, not the call's
+    await untilPttlAtMost(h.admin, a, 'w', -2); // Redis dropped it at that ttl
     expect(await b.get('w')).toBeUndefined();
     expect(await b.getOrCompute('w', () => 'again', 60_000)).toBe('again');
     await b.close();
@@ -76,9 +77,10 @@ describe('ctx.setOptions', () => {
   it('refreshAhead set by the loader is carried in the entry: another process whose call has it off still refreshes early', async () => {
     const a = h.cache();
     const b = twin(a);
-    await a.getOrCompute('ra', (ctx) => (ctx.setOptions({ ttl: 400, refreshAhead: 0.5 }), 'v1'), 60_000);
-    expect((await stored(a, 'ra'))?.refreshAhead).toBe(0.5);
-    await sleep(250); // past the refresh point (0.5 × 400 ms), still fresh
+    // The refresh point 500 ms in, 9.5 s of fresh time after it for b's hit and its refresh.
+    await a.getOrCompute('ra', (ctx) => (ctx.setOptions({ ttl: 10_000, refreshAhead: 0.05 }), 'v1'), 60_000);
+    expect((await stored(a, 'ra'))?.refreshAhead).toBe(0.05);
+    await untilPttlAtMost(h.admin, a, 'ra', 9_450); // past the refresh point, still fresh
     const refreshed = nextEvent(b, 'computed');
     expect(await b.getOrCompute('ra', () => 'v2', 60_000)).toBe('v1'); // b's call: refreshAhead 0 (off)
     expect((await refreshed).written).toBe(true);
