@@ -112,12 +112,13 @@ describe('cache.stats()', () => {
     const b = createCache({ redis: h.client(), prefix: prefixOf(a) });
     try {
       expect(await b.ready()).toBe(true);
-      const options = { ttl: 1000, refreshAhead: 0.5 };
+      // The refresh point 500 ms in, 9.5 s of fresh time after it for both hits and the refresh's re-read.
+      const options = { ttl: 10_000, refreshAhead: 0.05 };
       const gate = deferred<void>();
       let runs = 0;
       const loader = async () => (++runs > 1 && (await gate.promise), `v${runs}`);
       expect(await a.getOrCompute('ra', loader, options)).toBe('v1');
-      await untilPttlAtMost(h.admin, a, 'ra', 450);
+      await untilPttlAtMost(h.admin, a, 'ra', 9_450);
       const before = [a.stats(), b.stats()] as const;
       const decided = [a, b].map((c) => new Promise<void>((resolve) => c.on('refresh', (e) => e.outcome !== 'started' && resolve())));
       // Both hits are sent before either is awaited: one cache wins the lock, the other loses it.
