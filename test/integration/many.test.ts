@@ -116,8 +116,9 @@ describe('getOrComputeMany', () => {
     const b = createCache({ redis: h.cacheClient(), prefix: prefixOf(a) });
     const held = await heldRebuild<string>(a, 'busy', 60_000);
     const { calls, loadMany } = recording();
-    const many = b.getOrComputeMany(['busy', 'free'], loadMany, { ttl: 60_000, pollInterval: 600_000, waitTimeout: 600_000, onWaitTimeout: 'throw' });
-    await sleep(100);
+    const loading = deferred<void>();
+    const many = b.getOrComputeMany(['busy', 'free'], (missing) => (loading.resolve(), loadMany(missing)), { ttl: 60_000, pollInterval: 600_000, waitTimeout: 600_000, onWaitTimeout: 'throw' });
+    await loading.promise; // its one loadMany call
     expect(calls).toEqual([['free']]);
     held.open('from a');
     expect(await many).toEqual(['from a', 'v:free']);
@@ -154,8 +155,9 @@ describe('getOrComputeMany', () => {
     await cache.set('s', 'stale one', { ttl: 20, staleTtl: 60_000 });
     await sleep(60);
     const { calls, loadMany } = recording();
+    const refreshed = new Promise<boolean>((resolve) => cache.on('computed', (e) => e.key === 's' && resolve(e.written)));
     expect(await cache.getOrComputeMany(['s', 'n'], loadMany, { ttl: 60_000, staleTtl: 60_000 })).toEqual(['stale one', 'v:n']);
-    await sleep(100);
+    expect(await refreshed).toBe(true); // the background refresh of 's' wrote
     expect(calls.sort()).toEqual([['n'], ['s']]);
     expect(await cache.get('s')).toBe('v:s');
   });
