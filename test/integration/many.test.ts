@@ -170,10 +170,12 @@ describe('getOrComputeMany', () => {
     const cache = createCache({ redis: client, prefix: `many${process.pid}ra${localMax}`, ...(localMax > 0 ? { local: { max: localMax } } : {}) });
     try {
       expect(await cache.ready()).toBe(true);
-      const options = { ttl: 1000, refreshAhead: 0.5 };
+      // 'old': the refresh point 500 ms in, 9.5 s of fresh time after it (a miss of it would wait on the gate below).
+      const options = { ttl: 10_000, refreshAhead: 0.05 };
       await cache.getOrComputeMany(['old'], async () => new Map([['old', 'first old']]), options);
-      await untilPttlAtMost(h.admin, cache, 'old', 450);
-      await cache.getOrComputeMany(['young'], async () => new Map([['young', 'first young']]), options);
+      await untilPttlAtMost(h.admin, cache, 'old', 9_450);
+      // 'young': written with a 10 min ttl, its point 30 s away, so the batches below surely find it before it.
+      await cache.getOrComputeMany(['young'], async () => new Map([['young', 'first young']]), { ...options, ttl: 600_000 });
       const gate = deferred<void>();
       const { calls, loadMany } = recording();
       const held = async (missing: string[]) => (await gate.promise, loadMany(missing));
