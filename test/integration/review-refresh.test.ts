@@ -8,7 +8,7 @@ import { createCache, InvalidOptionError, type Cache, type CallOptions, type Loa
 import { readFileSync } from 'node:fs';
 import { getEventListeners } from 'node:events';
 import { decodeEntry } from '../../src/codec.js';
-import { countCommands, deferred, missedCall, nextEvent, useRedis, keysOf, prefixOf, refreshOutcomes, untilPttlAtMost as waitPttl } from '../support/harness.js';
+import { countCommands, deferred, nextEvent, useRedis, keysOf, prefixOf, refreshOutcomes, untilPttlAtMost as waitPttl } from '../support/harness.js';
 import { startProxy, type Proxy } from '../support/proxy.js';
 
 const h = useRedis();
@@ -155,7 +155,9 @@ describe('never two loaders at once', () => {
     expect(await cache.getOrCompute('k', loader, opts)).toBe('v1'); // starts the refresh (run 2, held)
     await vi.waitFor(() => expect(state.runs).toBe(2), { timeout: 5000 }); // its loader runs
     await untilGone(cache, 'k'); // the refresh outlived the entry: the next caller misses
-    const { call: foreground } = await missedCall(cache, 'k', loader, opts);
+    const missed = nextEvent(cache, 'miss');
+    const foreground = cache.getOrCompute('k', loader, opts);
+    await missed;
     await sleep(100); // time for a second loader to start, were one allowed
     const most = state.most;
     gate.resolve();
@@ -173,7 +175,9 @@ describe('never two loaders at once', () => {
     expect(await cache.getOrCompute('k', loader, opts)).toBe('v1');
     await vi.waitFor(() => expect(state.runs).toBe(2), { timeout: 5000 });
     await untilGone(cache, 'k');
-    const { call: foreground } = await missedCall(cache, 'k', loader, opts);
+    const missed = nextEvent(cache, 'miss');
+    const foreground = cache.getOrCompute('k', loader, opts);
+    await missed;
     await sleep(100);
     const most = state.most;
     gate.resolve();
