@@ -136,7 +136,9 @@ async function pubsubIds(): Promise<Map<number, Set<string>>> {
 describe.each<Family>(['ioredis', 'node-redis', 'node-redis5'])('the subscriber heartbeat on a Redis Cluster, %s client', (family) => {
   it('a pub/sub node that stops answering (SIGSTOP: the socket stays open, no FIN) is found out by the heartbeat: the subscription counts as down and L1 is flushed; another node stopping is not', async () => {
     const prefix = `hb-${family}`;
-    const PERIOD = 500; // redisTimeout: the heartbeat's period; down after two unanswered
+    // redisTimeout: the heartbeat's period; down after two unanswered. 1 s: a stall of the machine
+    // shorter than a period is no false verdict while `other` is paused.
+    const PERIOD = 1000;
     const before = await pubsubIds();
     const a = createCache({ redis: await clusterOf(family), prefix, local: { max: 10 }, redisTimeout: PERIOD });
     const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));

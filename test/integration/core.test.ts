@@ -247,14 +247,16 @@ describe('lock lifetime', () => {
     let lost = 0;
     a.on('lockLost', () => lost++);
     let runs = 0;
+    // The loader runs 2.5 × lockTtl: unextended, the lock would lapse mid-run and b would take it. A
+    // lockTtl of 1 s (an extension every ~333 ms) lets a loaded machine stall ~600 ms without a lapse.
     const slow = async () => {
       runs++;
-      await new Promise((r) => setTimeout(r, 1000));
+      await new Promise((r) => setTimeout(r, 2500));
       return 'slow';
     };
     const [x, y] = await Promise.all([
-      a.getOrCompute('wd', slow, { ttl: 60_000, lockTtl: 200 }),
-      new Promise((r) => setTimeout(r, 100)).then(() => b.getOrCompute('wd', slow, { ttl: 60_000, lockTtl: 200, waitTimeout: 30_000 })),
+      a.getOrCompute('wd', slow, { ttl: 60_000, lockTtl: 1000 }),
+      new Promise((r) => setTimeout(r, 100)).then(() => b.getOrCompute('wd', slow, { ttl: 60_000, lockTtl: 1000, waitTimeout: 30_000 })),
     ]);
     expect([x, y]).toEqual(['slow', 'slow']);
     expect(runs).toBe(1);

@@ -5,7 +5,7 @@
 import { getEventListeners } from 'node:events';
 import { createCache } from '../../src/index.js';
 import { entryKeys } from '../../src/keys.js';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { deferred, heldRebuild, missedCall, nextEvent, useRedis, keysOf, prefixOf } from '../support/harness.js';
 
 const h = useRedis();
@@ -102,13 +102,14 @@ describe('grant ownership', () => {
     const onWarning = (w: Error) => warnings.push(w.message);
     process.on('warning', onWarning);
     try {
-      const held = await heldRebuild<string>(a, 'l', { ttl: 60_000, lockTtl: 300 });
-      const waiting = await missedCall(b, 'l', () => 'from-b', { ttl: 60_000, lockTtl: 300 });
+      // lockTtl 60 s: a leaked grant keeps the lock past the wait below, whether its watchdog still
+      // extends it or not (and a stall while a holds it cannot lapse it and let b rebuild).
+      const held = await heldRebuild<string>(a, 'l', { ttl: 60_000, lockTtl: 60_000 });
+      const waiting = await missedCall(b, 'l', () => 'from-b', { ttl: 60_000, lockTtl: 60_000 });
       held.open('from-a');
       expect(await held.call).toBe('from-a');
       expect(await waiting.call).toBe('from-a');
-      await sleep(400); // past lockTtl: a leaked grant's watchdog would still be extending it
-      expect(await h.admin.exists(keysOf(a, 'l').lock)).toBe(0);
+      await vi.waitFor(async () => expect(await h.admin.exists(keysOf(a, 'l').lock)).toBe(0), { timeout: 5000 });
     } finally {
       process.off('warning', onWarning);
     }

@@ -172,21 +172,22 @@ describe('namespaces while Redis cannot give the generation (issue #11 review: c
   const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
   /**
-   * A cache whose commands go through a proxy (their replies can be delayed past redisTimeout) while
-   * its subscriber connects directly, so the subscription holds through the outage.
+   * A cache whose commands go through a proxy (their replies can be held past redisTimeout) while
+   * its subscriber connects directly, so the subscription holds through the outage. redisTimeout is
+   * the default 1 s: the calls made between outages must not time out on a loaded machine.
    */
   async function slowCommands() {
     const proxy = await startProxy({ host: '127.0.0.1', port: Number(new URL(h.url).port) });
     const { client } = familyClient(asAppUser(proxy.url));
     const dropSubscriber = subscribeVia(client, h.url);
-    const cache = createCache({ redis: client, prefix: `ns-outage-${process.pid}-${++unique}`, redisTimeout: 150, breakerThreshold: 1000 });
+    const cache = createCache({ redis: client, prefix: `ns-outage-${process.pid}-${++unique}`, redisTimeout: 1000, breakerThreshold: 1000 });
     expect(await cache.ready()).toBe(true);
-    /** Replies late, then on time again: chunks already held are let through before the next command, so none overtakes another. */
-    const outage = () => proxy.delay('down', 400);
-    const heal = async () => {
-      proxy.delay('down', 0);
-      await sleep(450);
-    };
+    /**
+     * Replies held (late past redisTimeout), then on time again: heal() lets the held chunks through,
+     * in order, before any later reply, so none overtakes another.
+     */
+    const outage = () => proxy.hold('down', true);
+    const heal = () => proxy.hold('down', false);
     const done = async () => {
       await cache.close();
       dropConnection(client);
@@ -245,7 +246,7 @@ describe('namespaces while Redis cannot give the generation (issue #11 review: c
       await expect(users.set('k', 'x', 60_000)).rejects.toMatchObject({ code: 'ERR_REDIS_UNAVAILABLE' });
       await expect(users.delete('k')).rejects.toMatchObject({ code: 'ERR_REDIS_UNAVAILABLE' });
       expect(degraded.length).toBeGreaterThan(0);
-      await heal();
+      heal();
       // Redis answers again: the call is served through the store, under the real generation.
       expect(await users.getOrCompute('k', () => 'stored', 60_000)).toBe('stored');
       expect(await users.get('k')).toBe('stored');
@@ -266,12 +267,12 @@ describe('namespaces while Redis cannot give the generation (issue #11 review: c
       const { first, gate } = await degradedLoadRunning(users);
       const forcedStarted = deferred<void>();
       const forced = users.getOrCompute('k', () => (forcedStarted.resolve(), 'forced'), { ttl: 60_000, forceFresh: true });
-      // The earlier load ends once the forced call's own loader started (or, had it joined, after 2 s: then it gets 'earlier').
-      await Promise.race([forcedStarted.promise, sleep(2000)]);
+      // The earlier load ends once the forced call's own loader started (or, had it joined, after 5 s: then it gets 'earlier').
+      await Promise.race([forcedStarted.promise, sleep(5000)]);
       gate.resolve('earlier');
       expect(await forced).toBe('forced');
       expect(await first).toBe('earlier');
-      await heal();
+      heal();
     } finally {
       await done();
     }
@@ -282,11 +283,11 @@ describe('namespaces while Redis cannot give the generation (issue #11 review: c
       const users = cache.namespace('users');
       outage();
       expect(await users.getOrCompute('k', () => 'before clear', 60_000)).toBe('before clear');
-      await heal();
+      heal();
       await other.namespace('users').clear(); // resolves once this cache acknowledged the note
       outage();
       expect(await users.getOrCompute('k', () => 'after clear', 60_000)).toBe('after clear');
-      await heal();
+      heal();
     });
   });
 
@@ -301,7 +302,7 @@ describe('namespaces while Redis cannot give the generation (issue #11 review: c
       expect(await second).toBe('after clear');
       expect(await first).toBe('before clear'); // its own caller still gets it
       expect(await users.getOrCompute('k', () => 'again', 60_000)).toBe('after clear'); // the memo holds the newer one
-      await heal();
+      heal();
     });
   });
 
@@ -314,13 +315,13 @@ describe('namespaces while Redis cannot give the generation (issue #11 review: c
       expect(await users.getOrCompute('k', () => 'v2', 60_000)).toBe('v2');
       await expect(users.set('k', 'x', 60_000)).rejects.toMatchObject({ code: 'ERR_REDIS_UNAVAILABLE' });
       expect(await users.getOrCompute('k', () => 'v3', 60_000)).toBe('v3');
-      await heal();
+      heal();
       const deleted = nextEvent(cache, 'remoteChange');
       await other.namespace('users').delete('k'); // another process's: its note names the real key
       await deleted;
       outage();
       expect(await users.getOrCompute('k', () => 'v4', 60_000)).toBe('v4');
-      await heal();
+      heal();
     });
   });
 });

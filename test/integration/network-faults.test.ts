@@ -1,5 +1,5 @@
 import { Redis } from 'ioredis';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { createCache, type Cache, type CacheOptions } from '../../src/index.js';
 import { entryKeys } from '../../src/keys.js';
 import { familyClient } from '../support/clients.js';
@@ -78,8 +78,9 @@ describe('through a TCP proxy', () => {
     const keys = entryKeys('lost-reply', 'k');
     c.once('miss', () => proxy.blackhole('down', true)); // after the read's reply, before the acquire's
     expect(await c.getOrCompute('k', () => 'v', { ttl: 60_000, lockTtl: 60_000 })).toBe('v'); // degraded
-    await sleep(200); // the release by token (sent after the acquire on the same connection) has run
-    expect(await admin.exists(keys.lock)).toBe(0);
+    // The release by token (sent after the acquire on the same connection) runs; admin's connection
+    // is another, so wait for it (lockTtl 60 s: an orphan lock would still be there).
+    await vi.waitFor(async () => expect(await admin.exists(keys.lock)).toBe(0), { timeout: 5000 });
     proxy.blackhole('down', false);
   });
 
@@ -107,7 +108,7 @@ describe('fencing across a Redis restart without persistence', () => {
     await started.promise;
     await s.kill();
     await s.restart(); // empty: the fence counter is gone
-    await sleep(300); // clients reconnect
+    await Promise.all([untilAnswering(a), untilAnswering(b)]); // both clients reconnected
     let after = 0;
     expect(await b.getOrCompute('k', (ctx) => ((after = ctx.fencingToken as number), 'after'), { ttl: 60_000, waitTimeout: 10_000 })).toBe('after');
     expect(after).toBeGreaterThan(before);

@@ -6,10 +6,14 @@ import { countCommands } from '../support/harness.js';
 
 const files = useFamilyServer();
 
-function setup(breakerCooldown = 300) {
+/**
+ * redisTimeout 200 ms where every call meets the fault (each times out, so the tests stay short); the
+ * default 1 s where a call must succeed (a stall of the loaded machine past 200 ms would fail it).
+ */
+function setup({ breakerCooldown = 300, redisTimeout = 200 }: { breakerCooldown?: number; redisTimeout?: number } = {}) {
   // The family under test (SG_TEST_CLIENT), with default options (ioredis: a bounded retry count).
   const redis = files.client();
-  const cache = files.keep(createCache({ redis, prefix: `f${files.clientCount}`, redisTimeout: 200, breakerThreshold: 3, breakerCooldown }));
+  const cache = files.keep(createCache({ redis, prefix: `f${files.clientCount}`, redisTimeout, breakerThreshold: 3, breakerCooldown }));
   const degraded: string[] = [];
   cache.on('degraded', (e) => degraded.push(e.operation));
   return { redis, cache, degraded };
@@ -29,7 +33,7 @@ async function burst(cache: Cache, key: string, n: number) {
 describe('Redis unavailable: getOrCompute still answers with the loader, one run per key per process', () => {
   it('Redis hanging (SIGSTOP): every caller gets the value, the loader runs once, the call reports degraded; once the breaker is open nothing is sent', async () => {
     // A cooldown longer than the test: the open breaker must not let its probe through mid-test.
-    const { cache, redis, degraded } = setup(60_000);
+    const { cache, redis, degraded } = setup({ breakerCooldown: 60_000 });
     await redis.ping();
     files.server.pause();
     try {
@@ -52,7 +56,7 @@ describe('Redis unavailable: getOrCompute still answers with the loader, one run
   });
 
   it('Redis killed (connection refused): every caller gets the value, then the cache recovers after restart', async () => {
-    const { cache, redis, degraded } = setup();
+    const { cache, redis, degraded } = setup({ redisTimeout: 1000 });
     await redis.ping();
     await files.server.kill();
     const { results, runs } = await burst(cache, 'down', 20);
@@ -84,7 +88,7 @@ describe('Redis unavailable: getOrCompute still answers with the loader, one run
 
 describe("an error reply is reported as one, with Redis's own text, whatever the client family", () => {
   it("maxmemory 1 + noeviction: set() rejects with failure 'reply' (not 'connection') quoting the OOM text", async () => {
-    const { cache } = setup();
+    const { cache } = setup({ redisTimeout: 1000 });
     const admin = new Redis(files.server.adminUrl);
     try {
       await cache.set('before', 'v', 60_000);

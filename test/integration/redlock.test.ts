@@ -72,11 +72,19 @@ function clientOf(url: string, family: ClientFamily) {
 }
 
 let prefixes = 0;
-function cacheOn(count: 3 | 5, extra: Partial<CacheOptions> = {}, prefix = `rl${++prefixes}`): Cache {
+/**
+ * A redlock cache over the first `count` nodes, once the store's and every node's client answered a
+ * PING: a connection's set-up (node-redis: AUTH and CLIENT SETINFO before any command) must not eat
+ * into the first vote's nodeTimeout (100 ms). Every node is up when a test starts (afterEach).
+ */
+async function cacheOn(count: 3 | 5, extra: Partial<CacheOptions> = {}, prefix = `rl${++prefixes}`): Promise<Cache> {
   const { redlock, ...rest } = extra;
   const mixed = families === 'mixed';
+  const storeClient = mixed ? clientOf(store.url, 'node-redis') : client(store.url);
+  const redlockNodes = nodes.slice(0, count).map((n, i) => (mixed ? clientOf(n.url, MIXED[i % MIXED.length] as ClientFamily) : client(n.url)));
+  await Promise.all([storeClient, ...redlockNodes].map((c) => c.ping()));
   const cache = createCache({
-    redis: mixed ? clientOf(store.url, 'node-redis') : client(store.url),
+    redis: storeClient,
     prefix,
     lock: 'redlock',
     redisTimeout: 300,
@@ -85,7 +93,7 @@ function cacheOn(count: 3 | 5, extra: Partial<CacheOptions> = {}, prefix = `rl${
       retryDelay: 50,
       retryJitter: 50,
       ...redlock,
-      nodes: nodes.slice(0, count).map((n, i) => (mixed ? clientOf(n.url, MIXED[i % MIXED.length] as ClientFamily) : client(n.url))),
+      nodes: redlockNodes,
     },
     ...rest,
   });
@@ -106,7 +114,7 @@ describe.each<NodeFamilies>(['ioredis', 'mixed'])('redlock over 5 nodes (%s clie
   });
 
   it('with 2 nodes killed it is still granted (3 of 5 is a quorum)', async () => {
-    const cache = cacheOn(5);
+    const cache = await cacheOn(5);
     await Promise.all([nodes[0]?.kill(), nodes[1]?.kill()]);
     const ran = lockOf(cache, 'k');
     expect(await cache.getOrCompute('k', () => 'v', 60_000)).toBe('v');
@@ -114,13 +122,13 @@ describe.each<NodeFamilies>(['ioredis', 'mixed'])('redlock over 5 nodes (%s clie
   });
 
   it("with 3 nodes killed: onNoQuorum 'throw' rejects with ERR_NO_QUORUM", async () => {
-    const cache = cacheOn(5, { redlock: { nodes: [], onNoQuorum: 'throw', retryCount: 1 } });
+    const cache = await cacheOn(5, { redlock: { nodes: [], onNoQuorum: 'throw', retryCount: 1 } });
     await Promise.all(nodes.slice(0, 3).map((n) => n.kill()));
     await expect(cache.getOrCompute('k', () => 'v', 60_000)).rejects.toMatchObject({ code: 'ERR_NO_QUORUM', key: 'k' });
   });
 
   it.each(['single', 'local'] as const)("with 3 nodes killed: onNoQuorum '%s' rebuilds under that lock and reports it", async (mode) => {
-    const cache = cacheOn(5, { redlock: { nodes: [], onNoQuorum: mode } });
+    const cache = await cacheOn(5, { redlock: { nodes: [], onNoQuorum: mode } });
     await Promise.all(nodes.slice(0, 3).map((n) => n.kill()));
     const ran = lockOf(cache, 'k');
     expect(await cache.getOrCompute('k', () => 'v', 60_000)).toBe('v');
@@ -128,7 +136,7 @@ describe.each<NodeFamilies>(['ioredis', 'mixed'])('redlock over 5 nodes (%s clie
   });
 
   it('with 1 node paused (SIGSTOP) it is still granted: the hanging node costs one nodeTimeout, not the acquisition', async () => {
-    const cache = cacheOn(5);
+    const cache = await cacheOn(5);
     nodes[0]?.pause();
     const ran = lockOf(cache, 'p');
     expect(await cache.getOrCompute('p', () => 'v', 60_000)).toBe('v');
@@ -138,8 +146,8 @@ describe.each<NodeFamilies>(['ioredis', 'mixed'])('redlock over 5 nodes (%s clie
   it('quorum lost mid-loader: ctx.signal aborts with ERR_LOCK_LOST and the late write is rejected after a newer grant wrote', async () => {
     // Set SG_TEST_UNFENCED_A=1 to run the negative control: a's write skips the fence, and this test must fail.
     const unfenced = process.env.SG_TEST_UNFENCED_A === '1';
-    const a = cacheOn(5, { defaults: { lockTtl: 600 }, [UNSAFE]: { unfencedWrites: unfenced } } as Partial<CacheOptions>, `lost-${nodeFamilies}`);
-    const b = cacheOn(5, { defaults: { lockTtl: 600 } }, `lost-${nodeFamilies}`);
+    const a = await cacheOn(5, { defaults: { lockTtl: 600 }, [UNSAFE]: { unfencedWrites: unfenced } } as Partial<CacheOptions>, `lost-${nodeFamilies}`);
+    const b = await cacheOn(5, { defaults: { lockTtl: 600 } }, `lost-${nodeFamilies}`);
     const started = deferred<void>();
     const finish = deferred<string>();
     let aborted: unknown;
@@ -171,8 +179,8 @@ describe.each<NodeFamilies>(['ioredis', 'mixed'])('redlock over 5 nodes (%s clie
   });
 
   it('two contenders started together never hold a Redlock grant at the same time', async () => {
-    const a = cacheOn(5, {}, `pair-${nodeFamilies}`);
-    const b = cacheOn(5, {}, `pair-${nodeFamilies}`);
+    const a = await cacheOn(5, {}, `pair-${nodeFamilies}`);
+    const b = await cacheOn(5, {}, `pair-${nodeFamilies}`);
     const intervals: [number, number][] = [];
     let holding = 0;
     let overlaps = 0;
@@ -201,8 +209,8 @@ describe.each<NodeFamilies>(['ioredis', 'mixed'])('redlock over 5 nodes (%s clie
 describe('redlock over 3 nodes', () => {
   it("a split vote never falls back to onNoQuorum: the second caller waits while the valid holder holds", async () => {
     const opts = { defaults: { lockTtl: 6000, failBackoff: 0 }, redlock: { nodes: [], onNoQuorum: 'local' as const } };
-    const a = cacheOn(3, opts, 'split');
-    const b = cacheOn(3, opts, 'split');
+    const a = await cacheOn(3, opts, 'split');
+    const b = await cacheOn(3, opts, 'split');
     const log: string[] = [];
     // A holds nodes 0 and 1 only: node 2 carries a foreign token while A votes.
     const node2 = client((nodes[2] as RedisServer).adminUrl);
@@ -242,7 +250,7 @@ describe('close() during a redlock retry', () => {
   }
 
   it('a call sleeping between split-vote retries rejects with ERR_CLOSED as soon as the cache closes', async () => {
-    const cache = cacheOn(3, { redlock: { nodes: [], retryCount: 2, retryDelay: 600_000, retryJitter: 0 } }, 'closing');
+    const cache = await cacheOn(3, { redlock: { nodes: [], retryCount: 2, retryDelay: 600_000, retryJitter: 0 } }, 'closing');
     const node2 = client((nodes[2] as RedisServer).adminUrl);
     await client((nodes[1] as RedisServer).adminUrl).set(entryKeys('closing', 'c').lock, 'foreign', 'PX', 60_000);
     await nodes[0]?.kill(); // votes: down, foreign, ours — a split vote, then a 10-minute retry sleep
@@ -265,8 +273,10 @@ describe('RedlockLock', () => {
     return c;
   }
 
-  function lockOver(redlockNodes: Redis[], tuning: Partial<ResolvedRedlock>): { lock: RedlockLock; call: ReturnType<typeof resolveCallOptions> } {
+  /** A RedlockLock over `redlockNodes`, its store's client connected first (the fence has a 300 ms redisTimeout). */
+  async function lockOver(redlockNodes: Redis[], tuning: Partial<ResolvedRedlock>): Promise<{ lock: RedlockLock; call: ReturnType<typeof resolveCallOptions> }> {
     const storeClient = client(store.url);
+    await storeClient.ping();
     const deps: LockDeps = { io: new Io(300, 5, 1000, systemClock), scripts: defineScripts(portFor(storeClient)), bus: new Bus('rlretry'), clock: systemClock, onLost: () => undefined };
     const config: ResolvedRedlock = { nodes: redlockNodes, driftFactor: 0.01, retryCount: 1, retryDelay: 10, retryJitter: 0, nodeTimeout: 100, onNoQuorum: 'local', ...tuning };
     const lock = new RedlockLock(deps, config, new StoreLock(deps, 'local', false), { threshold: 5, cooldown: 1000 });
@@ -274,22 +284,29 @@ describe('RedlockLock', () => {
     return { lock, call };
   }
 
+  /** Clients of `servers`, each once it answered a PING (its set-up must not eat into a vote's nodeTimeout, 100 ms). */
+  async function liveClients(servers: RedisServer[]): Promise<Redis[]> {
+    const live = servers.map((n) => client(n.url));
+    await Promise.all(live.map((c) => c.ping()));
+    return live;
+  }
+
   /** Node 0 down, node 1 held by another token, node 2 free: every round is a split vote (1 ours, 1 theirs). */
   async function splitVote(key: string): Promise<{ nodesUsed: Redis[]; keys: ReturnType<typeof entryKeys> }> {
     const keys = entryKeys('rlretry', key);
     await client((nodes[1] as RedisServer).adminUrl).set(keys.lock, 'foreign', 'PX', 60_000);
-    return { nodesUsed: [deadNode(), client((nodes[1] as RedisServer).url), client((nodes[2] as RedisServer).url)], keys };
+    return { nodesUsed: [deadNode(), ...(await liveClients(nodes.slice(1, 3)))], keys };
   }
 
   it('exhausted split-vote retries resolve null (wait for the holder), never the onNoQuorum fallback', async () => {
     const { nodesUsed, keys } = await splitVote('split-null');
-    const { lock, call } = lockOver(nodesUsed, { retryCount: 2 });
+    const { lock, call } = await lockOver(nodesUsed, { retryCount: 2 });
     expect(await lock.acquire('split-null', keys, call)).toBeNull();
     lock.close();
   });
 
   it('fewer than a quorum answering is what falls back to onNoQuorum', async () => {
-    const { lock, call } = lockOver([deadNode(), deadNode(), client((nodes[2] as RedisServer).url)], {});
+    const { lock, call } = await lockOver([deadNode(), deadNode(), client((nodes[2] as RedisServer).url)], {});
     const grant = await lock.acquire('unreachable', entryKeys('rlretry', 'unreachable'), call);
     expect(grant?.mode).toBe('local');
     await grant?.release('empty');
@@ -297,14 +314,14 @@ describe('RedlockLock', () => {
   });
 
   it("a grant frees its nodes for every outcome; only a non-written outcome is announced in the store, and only 'failed' sets the backoff", async () => {
-    const live = nodes.slice(0, 3).map((n) => client(n.url));
+    const live = await liveClients(nodes.slice(0, 3));
     const admins = nodes.slice(0, 3).map((n) => client(n.adminUrl));
     const storeAdmin = client(store.adminUrl);
     const notes: string[] = [];
     const sub = client(store.adminUrl);
     sub.on('message', (_c: string, m: string) => notes.push(`${m[0]}:${m.slice(m.lastIndexOf('|') + 1)}`));
     await sub.subscribe('rlretry:events');
-    const { lock, call } = lockOver(live, {});
+    const { lock, call } = await lockOver(live, {});
     for (const outcome of ['written', 'failed', 'cancelled'] as const) {
       const key = `rel-${outcome}`;
       const keys = entryKeys('rlretry', key);
@@ -323,7 +340,7 @@ describe('RedlockLock', () => {
 
   it('close() ends a pending retry sleep at once: acquire rejects with ERR_CLOSED and no retry timer is left', async () => {
     const { nodesUsed, keys } = await splitVote('split-close');
-    const { lock, call } = lockOver(nodesUsed, { retryCount: 3, retryDelay: 600_000 }); // a sleep that would outlive the test
+    const { lock, call } = await lockOver(nodesUsed, { retryCount: 3, retryDelay: 600_000 }); // a sleep that would outlive the test
     const acquiring = lock.acquire('split-close', keys, call);
     acquiring.catch(() => undefined);
     await vi.waitFor(() => expect(lock.retrying).toBe(1), { timeout: 4000, interval: 10 });
@@ -337,7 +354,7 @@ describe('RedlockLock', () => {
 describe('lock policy', () => {
   it('keys in different modes run side by side, and a policy change takes effect on the next call', async () => {
     let billingMode: LockMode = 'redlock';
-    const cache = cacheOn(3, { lock: (key) => (key.startsWith('billing:') ? billingMode : 'single') });
+    const cache = await cacheOn(3, { lock: (key) => (key.startsWith('billing:') ? billingMode : 'single') });
     const seen: string[] = [];
     cache.on('computed', (e) => seen.push(`${e.key}=${e.lock}`));
     await Promise.all([cache.getOrCompute('billing:1', () => 1, 60_000), cache.getOrCompute('user:1', () => 1, 60_000)]);

@@ -40,10 +40,13 @@ async function stop(child: ChildProcess): Promise<void> {
   await exited;
 }
 
-const TTL = 800;
+// A refresh must land between the refresh point (RA × TTL) and the expiry: 1.5 s of room, which a
+// stall of the loaded machine (3 workers, this process, Redis, another test file) does not use up.
+const TTL = 3000;
 const RA = 0.5;
 const LOAD_MS = 40;
-const FOR_MS = 4000;
+// Four refresh intervals: at least three refreshes of each hot key.
+const FOR_MS = 4 * RA * TTL;
 
 describe.each([
   ['without L1', 0],
@@ -117,7 +120,7 @@ describe('a failing refresh across 3 processes under steady load', () => {
         expect(await filler.getOrCompute(key, () => made, options)).toEqual(made);
       }
       const expiredFrom = filledFrom + TTL; // the entry expires no earlier
-      const done = await Promise.all(workers.map((w) => runOn(w, { hot: ['bad', 'good'], cold: [], options, everyMs: 10, forMs: 3 * TTL, loadMs: LOAD_MS, failing: ['bad'] })));
+      const done = await Promise.all(workers.map((w) => runOn(w, { hot: ['bad', 'good'], cold: [], options, everyMs: 10, forMs: 2 * TTL, loadMs: LOAD_MS, failing: ['bad'] })));
       const answers = done.flatMap((d) => d.answers);
       const loads = done.flatMap((d) => d.loads);
       const events = done.flatMap((d) => d.events);

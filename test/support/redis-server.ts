@@ -77,10 +77,14 @@ export async function freePort(): Promise<number> {
   });
 }
 
-/** Resolves once the server answers PING (or rejects after ~10 s). */
-export async function waitForPing(host: string, port: number, timeoutMs = 10_000): Promise<void> {
+/**
+ * Resolves once the server answers PING (or rejects after ~10 s). `alive`: whether the process meant
+ * to answer still runs; once it says no, rejects at once (a server that could not bind exits).
+ */
+export async function waitForPing(host: string, port: number, timeoutMs = 10_000, alive: () => boolean = () => true): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
+    if (!alive()) throw new Error(`the redis-server meant for ${host}:${port} exited before it answered PING`);
     const ok = await new Promise<boolean>((resolve) => {
       const socket = createConnection({ host, port });
       let buf = '';
@@ -121,7 +125,7 @@ export async function startRedisServer(args: string[] = [], options: { port?: nu
     child = c;
     live.add(c);
     c.once('exit', () => live.delete(c));
-    await waitForPing(host, port);
+    await waitForPing(host, port, 10_000, () => c.exitCode === null && c.signalCode === null);
     // The server answering may be another's that took the port first (ours then exits at once).
     const answering = serverPid(host, port);
     if (answering !== c.pid) {
@@ -188,7 +192,7 @@ export async function startRedisServer(args: string[] = [], options: { port?: nu
 }
 
 /** The process_id the redis-server on host:port reports (INFO server), or undefined if it does not answer. */
-function serverPid(host: string, port: number): number | undefined {
+export function serverPid(host: string, port: number): number | undefined {
   const r = spawnSync('redis-cli', ['-h', host, '-p', String(port), 'INFO', 'server'], { encoding: 'utf8' });
   const m = /process_id:(\d+)/.exec(r.stdout ?? '');
   return m ? Number(m[1]) : undefined;
