@@ -96,7 +96,15 @@ async function run(msg: RunMsg): Promise<void> {
     await sleep(msg.everyMs);
   }
   await Promise.all(calls);
-  await sleep(msg.loadMs * 3); // lets a refresh started by the last hits finish
+  // Wait for the refreshes the last hits started: every started one has its outcome, and every won
+  // one has run its loader or found the entry refreshed (bounded: a refresh that never settles is
+  // reported as it stands, and the parent's checks fail on it).
+  const count = (o: string) => events.filter((e) => e.name === 'refresh' && e.outcome === o).length;
+  const settled = () => count('started') === count('won') + count('lost') && loads.length + count('already-refreshed') + count('abandoned') >= count('won');
+  const waitFrom = now();
+  for (const giveUpAt = waitFrom + 10_000; !settled() && now() < giveUpAt; ) await sleep(20);
+  if (process.env.SG_DEBUG) console.error(`refresh-worker ${process.pid}: settled after ${(now() - waitFrom).toFixed(0)} ms (${String(settled())})`);
+  await sleep(msg.loadMs * 3); // and the won refreshes' writes land
   send({ ev: 'done', answers, loads, errors, events } satisfies Done);
 }
 
