@@ -42,7 +42,8 @@ export class Io {
    * Operations awaiting a reply. Invariant: an entry is settled exactly once — by its reply or by
    * the sweeper (settle() decides, and unlinks it) — and whoever settles it settles the caller's
    * promise. One sweeping interval per Io (instead of a timer per command) keeps the hot path cheap;
-   * a timeout fires within [redisTimeout, 1.25 × redisTimeout].
+   * a timeout fires within [redisTimeout, 1.25 × redisTimeout], after the poll phase that follows
+   * the sweep (replies already received are read first).
    */
   private readonly inFlight = new InFlightList();
   private sweeper: NodeJS.Timeout | undefined;
@@ -154,6 +155,16 @@ export class Io {
     return true;
   }
 
+  /** Times out each of `due` that no reply (nor close()) has settled since the sweep found it late. */
+  private expire(due: readonly InFlight[]): void {
+    for (const entry of due) {
+      if (entry.settled) continue;
+      const expire = entry.expire;
+      this.settle(entry);
+      expire();
+    }
+  }
+
   private startSweeper(): void {
     this.sweeper = setInterval(() => {
       if (!this.inFlight.first) {
@@ -163,15 +174,15 @@ export class Io {
         return;
       }
       const now = this.clock.now();
-      for (let entry: InFlight | undefined = this.inFlight.first; entry; ) {
-        const next: InFlight | undefined = entry.next;
-        if (entry.deadline <= now) {
-          const expire = entry.expire;
-          this.settle(entry);
-          expire();
-        }
-        entry = next;
+      let due: InFlight[] | undefined;
+      for (let entry: InFlight | undefined = this.inFlight.first; entry; entry = entry.next) {
+        if (entry.deadline <= now) (due ??= []).push(entry);
       }
+      // The verdict waits for the next check phase: this timer may fire late, after this process
+      // itself stalled (a long GC pause, synchronous work), and the poll phase in between reads the
+      // replies that came in meanwhile. A stall of ours is not a Redis timeout: without this, every
+      // command in flight across it would fail and open the breaker with Redis answering on time.
+      if (due) setImmediate(() => this.expire(due));
     }, Math.max(1, Math.floor(this.timeoutMs / 4)));
     this.sweeper.unref();
   }

@@ -146,7 +146,11 @@ export interface CacheOptions {
   local?: LocalTierOptions | false;
   /** Cache-wide defaults for every per-call option but `signal` (which is per call). */
   defaults?: Omit<CallOptions, 'signal'>;
-  /** Longest time any single Redis operation may take before the call degrades, in ms. Default `1000`. */
+  /**
+   * Longest time any single Redis operation may take before the call degrades, in ms. Default `1000`.
+   * A reply that arrived while this process was stalled (a GC pause, synchronous work) is read before
+   * the operation is timed out: a stall of ours is not counted as Redis's.
+   */
   redisTimeout?: number;
   /** Longest accepted key, in UTF-16 code units. Default `1024`. */
   maxKeyLength?: number;

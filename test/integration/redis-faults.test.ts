@@ -30,6 +30,34 @@ async function burst(cache: Cache, key: string, n: number) {
   return { results, runs };
 }
 
+/** Blocks this process's event loop for `ms` (a long GC pause, or synchronous work in the app). */
+function stallThisProcess(ms: number): void {
+  const until = performance.now() + ms;
+  while (performance.now() < until);
+}
+
+describe('a stall of this process is not a Redis outage', () => {
+  it('replies that arrived while the event loop was blocked past redisTimeout are read before any command is timed out: no call degrades, no loader runs', async () => {
+    const { cache, degraded } = setup({ breakerCooldown: 60_000, redisTimeout: 1000 });
+    const keys = Array.from({ length: 10 }, (_, i) => `stall${i}`);
+    for (const k of keys) await cache.set(k, `v-${k}`, 60_000);
+    let runs = 0;
+    // Redis holds every reply for 500 ms (its answer says the pause has begun), so the reads are on
+    // the wire (node-redis writes on setImmediate) and unanswered when this process stalls; Redis
+    // answers during the stall, past none of the deadlines (1 s), and the replies wait in the socket.
+    const admin = new Redis(files.server.adminUrl);
+    admin.on('error', () => undefined);
+    await admin.call('CLIENT', 'PAUSE', '500', 'ALL');
+    const calls = keys.map((k) => cache.getOrCompute(k, () => (runs++, 'the loader ran'), 60_000));
+    await new Promise((r) => setTimeout(r, 100));
+    stallThisProcess(1500); // every deadline passes
+    admin.disconnect();
+    expect(await Promise.all(calls)).toEqual(keys.map((k) => `v-${k}`));
+    expect(runs).toBe(0);
+    expect(degraded).toEqual([]);
+  });
+});
+
 describe('Redis unavailable: getOrCompute still answers with the loader, one run per key per process', () => {
   it('Redis hanging (SIGSTOP): every caller gets the value, the loader runs once, the call reports degraded; once the breaker is open nothing is sent', async () => {
     // A cooldown longer than the test: the open breaker must not let its probe through mid-test.
