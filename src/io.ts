@@ -22,7 +22,8 @@ import type { Clock } from './options.js';
  * settled entry waiting for the next sweep retains no caller's promise or value.
  */
 interface InFlight {
-  readonly deadline: number;
+  /** When it times out. Moved later by the time this process was stalled (see startSweeper). */
+  deadline: number;
   settled: boolean;
   prev: InFlight | undefined;
   next: InFlight | undefined;
@@ -42,11 +43,13 @@ export class Io {
    * Operations awaiting a reply. Invariant: an entry is settled exactly once — by its reply or by
    * the sweeper (settle() decides, and unlinks it) — and whoever settles it settles the caller's
    * promise. One sweeping interval per Io (instead of a timer per command) keeps the hot path cheap;
-   * a timeout fires within [redisTimeout, 1.25 × redisTimeout], after the poll phase that follows
-   * the sweep (replies already received are read first).
+   * a timeout fires within [redisTimeout, 1.25 × redisTimeout] of this process's running time (see
+   * startSweeper: a stall of ours is not counted), after the poll phase that follows the sweep.
    */
   private readonly inFlight = new InFlightList();
   private sweeper: NodeJS.Timeout | undefined;
+  /** When the sweeper last ran (or started): a sweep much later than its period means this process stalled. */
+  private lastSweep = 0;
 
   constructor(
     private readonly timeoutMs: number,
@@ -165,7 +168,19 @@ export class Io {
     }
   }
 
+  /**
+   * A stall of this process (a long GC pause, synchronous work) is not Redis's delay, in two ways:
+   * - Time this process spent stalled is not counted against redisTimeout: a sweep that runs more
+   *   than a period late moves every deadline in flight later by its lateness. Without it, a
+   *   command written after the stall (node-redis and ioredis autopipelining write on setImmediate),
+   *   a reply larger than one read pass, or a second round trip would time out with Redis on time.
+   * - The verdict waits for the next check phase, after the poll phase that reads the replies that
+   *   came in meanwhile.
+   * A call can then take longer than redisTimeout by the time its process was not running.
+   */
   private startSweeper(): void {
+    const period = Math.max(1, Math.floor(this.timeoutMs / 4));
+    this.lastSweep = this.clock.now();
     this.sweeper = setInterval(() => {
       if (!this.inFlight.first) {
         // Idle for a whole tick: stop, so an idle cache holds no timer.
@@ -174,16 +189,16 @@ export class Io {
         return;
       }
       const now = this.clock.now();
+      const late = now - this.lastSweep - period;
+      this.lastSweep = now;
+      const stalled = late > period ? late : 0;
       let due: InFlight[] | undefined;
       for (let entry: InFlight | undefined = this.inFlight.first; entry; entry = entry.next) {
+        entry.deadline += stalled;
         if (entry.deadline <= now) (due ??= []).push(entry);
       }
-      // The verdict waits for the next check phase: this timer may fire late, after this process
-      // itself stalled (a long GC pause, synchronous work), and the poll phase in between reads the
-      // replies that came in meanwhile. A stall of ours is not a Redis timeout: without this, every
-      // command in flight across it would fail and open the breaker with Redis answering on time.
       if (due) setImmediate(() => this.expire(due));
-    }, Math.max(1, Math.floor(this.timeoutMs / 4)));
+    }, period);
     this.sweeper.unref();
   }
 

@@ -148,8 +148,8 @@ export interface CacheOptions {
   defaults?: Omit<CallOptions, 'signal'>;
   /**
    * Longest time any single Redis operation may take before the call degrades, in ms. Default `1000`.
-   * A reply that arrived while this process was stalled (a GC pause, synchronous work) is read before
-   * the operation is timed out: a stall of ours is not counted as Redis's.
+   * Counted in this process's running time: time it spent stalled (a GC pause, synchronous work) is
+   * not counted, and replies that arrived meanwhile are read before any operation is timed out.
    */
   redisTimeout?: number;
   /** Longest accepted key, in UTF-16 code units. Default `1024`. */

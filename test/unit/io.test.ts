@@ -49,6 +49,37 @@ describe('Io: every operation bounded by redisTimeout, settled exactly once', ()
     x.close();
   });
 
+  it('time this process was stalled is not counted against redisTimeout: an operation answered after a stall past its deadline succeeds, the breaker counts nothing, and an unanswered one still times out', async () => {
+    let stalled = 0; // how far the clock jumped while no timer could run (a blocked event loop)
+    const x = new Io(100, 1, 60_000, { now: () => Date.now() + stalled });
+    let reply!: (v: string) => void;
+    const answered = x.run('read', () => new Promise<string>((r) => (reply = r)), 'k').catch((e: unknown) => e);
+    const unanswered = x.run('read', () => new Promise<string>(() => undefined), 'k').catch((e: unknown) => e);
+    stalled = 500;
+    await vi.advanceTimersByTimeAsync(25); // the first sweep, 500 ms late
+    await vi.advanceTimersByTimeAsync(1); // and its check phase (a fake immediate runs on the next tick), before any reply
+    reply('v'); // written and answered after the stall (as node-redis writes: on setImmediate)
+    expect(await answered).toBe('v');
+    // breakerThreshold 1: had the stall counted as a timeout, the breaker would refuse this one.
+    expect(await x.run('read', () => Promise.resolve('admitted'), 'k')).toBe('admitted');
+    await vi.advanceTimersByTimeAsync(150); // 100 ms of running time later
+    expect(await unanswered).toMatchObject({ code: 'ERR_REDIS_UNAVAILABLE', failure: 'timeout' });
+    x.close();
+  });
+
+  it('a reply already received when the process resumes is read before the sweep\'s verdict', async () => {
+    const x = new Io(100, 1, 60_000, { now: () => Date.now() });
+    let reply!: (v: string) => void;
+    const op = x.run('read', () => new Promise<string>((r) => (reply = r)), 'k').catch((e: unknown) => e);
+    await vi.advanceTimersByTimeAsync(99);
+    // The sweep at 100 ms finds it due; the reply lands between that sweep and its check phase.
+    vi.advanceTimersToNextTimer(); // runs the sweep only (the verdict is the next timer: setImmediate)
+    reply('v');
+    await vi.advanceTimersByTimeAsync(0);
+    expect(await op).toBe('v');
+    x.close();
+  });
+
   it('close() settles every operation still in flight with CacheClosedError, once, and later ones at once', async () => {
     const x = io(10_000);
     const compensate = vi.fn();
