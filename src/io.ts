@@ -22,8 +22,12 @@ import type { Clock } from './options.js';
  * settled entry waiting for the next sweep retains no caller's promise or value.
  */
 interface InFlight {
-  /** When it times out. Moved later by the time this process was stalled (see startSweeper). */
+  /** When it was sent (clock time). */
+  readonly start: number;
+  /** When it times out: start + redisTimeout, moved later by stalls of this process (see startSweeper). */
   deadline: number;
+  /** How much stall time its deadline has been moved by so far (at most MAX_STALL_CREDIT × redisTimeout). */
+  credited: number;
   settled: boolean;
   prev: InFlight | undefined;
   next: InFlight | undefined;
@@ -34,6 +38,9 @@ interface InFlight {
 
 const SETTLED = (): void => undefined;
 
+/** The most stall time one operation's deadline is moved by, in units of redisTimeout. */
+const MAX_STALL_CREDIT = 2;
+
 export class Io {
   /** After close(): every operation rejects with CacheClosedError at once. */
   private closed = false;
@@ -43,8 +50,8 @@ export class Io {
    * Operations awaiting a reply. Invariant: an entry is settled exactly once — by its reply or by
    * the sweeper (settle() decides, and unlinks it) — and whoever settles it settles the caller's
    * promise. One sweeping interval per Io (instead of a timer per command) keeps the hot path cheap;
-   * a timeout fires within [redisTimeout, 1.25 × redisTimeout] of this process's running time (see
-   * startSweeper: a stall of ours is not counted), after the poll phase that follows the sweep.
+   * a timeout fires within [redisTimeout, 1.25 × redisTimeout] after it was sent, later by the stall
+   * credit startSweeper gives it (at most 2 × redisTimeout), after the poll phase that follows the sweep.
    */
   private readonly inFlight = new InFlightList();
   private sweeper: NodeJS.Timeout | undefined;
@@ -75,8 +82,11 @@ export class Io {
       return Promise.reject(new RedisUnavailableError(operation, new BreakerOpen(breaker.failures, breaker.lastFailure), key));
     }
     return new Promise<T>((resolve, reject) => {
+      const start = this.clock.now();
       const entry: InFlight = {
-        deadline: this.clock.now() + this.timeoutMs,
+        start,
+        deadline: start + this.timeoutMs,
+        credited: 0,
         settled: false,
         prev: undefined,
         next: undefined,
@@ -176,10 +186,12 @@ export class Io {
    *   a reply larger than one read pass, or a second round trip would time out with Redis on time.
    * - The verdict waits for the next check phase, after the poll phase that reads the replies that
    *   came in meanwhile.
-   * A call can then take longer than redisTimeout by the time its process was not running.
+   * An operation is credited only the part of a stall after it was sent, and at most
+   * MAX_STALL_CREDIT × redisTimeout in all (so a process that lags on every turn still times out).
    */
   private startSweeper(): void {
     const period = Math.max(1, Math.floor(this.timeoutMs / 4));
+    const maxCredit = MAX_STALL_CREDIT * this.timeoutMs;
     this.lastSweep = this.clock.now();
     this.sweeper = setInterval(() => {
       if (!this.inFlight.first) {
@@ -194,7 +206,13 @@ export class Io {
       const stalled = late > period ? late : 0;
       let due: InFlight[] | undefined;
       for (let entry: InFlight | undefined = this.inFlight.first; entry; entry = entry.next) {
-        entry.deadline += stalled;
+        if (stalled > 0) {
+          const credit = Math.min(stalled, now - entry.start, maxCredit - entry.credited);
+          if (credit > 0) {
+            entry.deadline += credit;
+            entry.credited += credit;
+          }
+        }
         if (entry.deadline <= now) (due ??= []).push(entry);
       }
       if (due) setImmediate(() => this.expire(due));

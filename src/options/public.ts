@@ -148,8 +148,9 @@ export interface CacheOptions {
   defaults?: Omit<CallOptions, 'signal'>;
   /**
    * Longest time any single Redis operation may take before the call degrades, in ms. Default `1000`.
-   * Counted in this process's running time: time it spent stalled (a GC pause, synchronous work) is
-   * not counted, and replies that arrived meanwhile are read before any operation is timed out.
+   * A stall of this process (a GC pause, synchronous work) that delays the timeout sweep by more than
+   * a quarter of it is not counted against operations in flight (up to 2 × `redisTimeout` each), and
+   * replies that arrived meanwhile are read before any operation is timed out.
    */
   redisTimeout?: number;
   /** Longest accepted key, in UTF-16 code units. Default `1024`. */

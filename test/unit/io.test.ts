@@ -55,8 +55,8 @@ describe('Io: every operation bounded by redisTimeout, settled exactly once', ()
     let reply!: (v: string) => void;
     const answered = x.run('read', () => new Promise<string>((r) => (reply = r)), 'k').catch((e: unknown) => e);
     const unanswered = x.run('read', () => new Promise<string>(() => undefined), 'k').catch((e: unknown) => e);
-    stalled = 500;
-    await vi.advanceTimersByTimeAsync(25); // the first sweep, 500 ms late
+    stalled = 150;
+    await vi.advanceTimersByTimeAsync(25); // the first sweep, 150 ms late (within the 2 × 100 ms credit)
     await vi.advanceTimersByTimeAsync(1); // and its check phase (a fake immediate runs on the next tick), before any reply
     reply('v'); // written and answered after the stall (as node-redis writes: on setImmediate)
     expect(await answered).toBe('v');
@@ -67,7 +67,33 @@ describe('Io: every operation bounded by redisTimeout, settled exactly once', ()
     x.close();
   });
 
-  it('a reply already received when the process resumes is read before the sweep\'s verdict', async () => {
+  it('an operation sent after a stall gets no credit for it (another one in flight keeps the sweeper running)', async () => {
+    let stalled = 0;
+    const x = new Io(100, 5, 60_000, { now: () => Date.now() + stalled });
+    const before = x.run('read', () => new Promise<string>(() => undefined), 'a').catch((e: unknown) => e);
+    await vi.advanceTimersByTimeAsync(10);
+    stalled = 150; // synchronous work just ended; only then is the next call made
+    const after = x.run('read', () => new Promise<string>(() => undefined), 'b').catch((e: unknown) => e);
+    // The first sweep (15 ms later) is 150 ms late: 'before' is credited 150 ms, 'after' only the 15 ms since it was sent.
+    await vi.advanceTimersByTimeAsync(140); // 'after' is 140 ms old: past 100 + 15, short of 100 + 150
+    expect(await after).toMatchObject({ code: 'ERR_REDIS_UNAVAILABLE', failure: 'timeout', key: 'b' });
+    expect(await before).toMatchObject({ code: 'ERR_REDIS_UNAVAILABLE', failure: 'timeout', key: 'a' });
+    x.close();
+  });
+
+  it('no operation is credited more than 2 × redisTimeout of stall: after a 1 s stall an unanswered 100 ms operation times out at the first sweep', async () => {
+    let stalled = 0;
+    const x = new Io(100, 5, 60_000, { now: () => Date.now() + stalled });
+    let settled = false;
+    const op = x.run('read', () => new Promise<string>(() => undefined), 'c').catch((e: unknown) => ((settled = true), e));
+    stalled = 1000;
+    await vi.advanceTimersByTimeAsync(26); // the first sweep (1 s late) and its check phase
+    expect(settled).toBe(true);
+    expect(await op).toMatchObject({ code: 'ERR_REDIS_UNAVAILABLE', failure: 'timeout', key: 'c' });
+    x.close();
+  });
+
+  it('a reply that lands between a sweep that found its operation late and that sweep\'s verdict is kept', async () => {
     const x = new Io(100, 1, 60_000, { now: () => Date.now() });
     let reply!: (v: string) => void;
     const op = x.run('read', () => new Promise<string>((r) => (reply = r)), 'k').catch((e: unknown) => e);
