@@ -26,8 +26,6 @@ interface InFlight {
   readonly start: number;
   /** When it times out: start + redisTimeout, moved later by stalls of this process (see startSweeper). */
   deadline: number;
-  /** How much stall time its deadline has been moved by so far (at most MAX_STALL_CREDIT × redisTimeout). */
-  credited: number;
   settled: boolean;
   prev: InFlight | undefined;
   next: InFlight | undefined;
@@ -86,7 +84,6 @@ export class Io {
       const entry: InFlight = {
         start,
         deadline: start + this.timeoutMs,
-        credited: 0,
         settled: false,
         prev: undefined,
         next: undefined,
@@ -181,7 +178,7 @@ export class Io {
   /**
    * A stall of this process (a long GC pause, synchronous work) is not Redis's delay, in two ways:
    * - Time this process spent stalled is not counted against redisTimeout: a sweep that runs more
-   *   than a period late moves every deadline in flight later by its lateness. Without it, a
+   *   than a period late moves the deadlines in flight later by its lateness. Without it, a
    *   command written after the stall (node-redis and ioredis autopipelining write on setImmediate),
    *   a reply larger than one read pass, or a second round trip would time out with Redis on time.
    * - The verdict waits for the next check phase, after the poll phase that reads the replies that
@@ -191,7 +188,8 @@ export class Io {
    */
   private startSweeper(): void {
     const period = Math.max(1, Math.floor(this.timeoutMs / 4));
-    const maxCredit = MAX_STALL_CREDIT * this.timeoutMs;
+    // The latest a deadline may be moved to, from its operation's start.
+    const latest = (1 + MAX_STALL_CREDIT) * this.timeoutMs;
     this.lastSweep = this.clock.now();
     this.sweeper = setInterval(() => {
       if (!this.inFlight.first) {
@@ -207,11 +205,8 @@ export class Io {
       let due: InFlight[] | undefined;
       for (let entry: InFlight | undefined = this.inFlight.first; entry; entry = entry.next) {
         if (stalled > 0) {
-          const credit = Math.min(stalled, now - entry.start, maxCredit - entry.credited);
-          if (credit > 0) {
-            entry.deadline += credit;
-            entry.credited += credit;
-          }
+          const credit = Math.min(stalled, now - entry.start, entry.start + latest - entry.deadline);
+          if (credit > 0) entry.deadline += credit;
         }
         if (entry.deadline <= now) (due ??= []).push(entry);
       }

@@ -1,4 +1,4 @@
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -8,7 +8,7 @@ import { createCache, type Cache, type RedisClient } from '../../src/index.js';
 import { APP_COMMANDS } from '../support/acl.js';
 import { familyClient, type FamilyOptions, type TestClient } from '../support/clients.js';
 import { countCommands, heldRebuild, missedCall } from '../support/harness.js';
-import { freePort, serverPid, startRedisServer, waitForPing, type RedisServer } from '../support/redis-server.js';
+import { freePort, startRedisServer, type RedisServer } from '../support/redis-server.js';
 
 /**
  * The caches run on the client family under test (SG_TEST_CLIENT, test/support/clients.ts); the
@@ -112,7 +112,7 @@ describe('TLS', () => {
   /** The server's plain port, for the test's own INFO reads. */
   let plainAdmin: Redis;
   /** Unset if no server of ours could be started. */
-  let child: ChildProcess | undefined;
+  let server: RedisServer | undefined;
   let ca: Buffer | undefined;
 
   beforeAll(async () => {
@@ -126,37 +126,24 @@ describe('TLS', () => {
     writeFileSync(join(dir, 'san.ext'), 'subjectAltName=DNS:localhost,IP:127.0.0.1\n');
     sh(['x509', '-req', '-in', 'server.csr', '-CA', 'ca.crt', '-CAkey', 'ca.key', '-CAcreateserial', '-days', '1', '-out', 'server.crt', '-extfile', 'san.ext']);
     ca = readFileSync(join(dir, 'ca.crt'));
-    // freePort() closes each port before redis-server binds it: another file's server can take one
-    // first (ours then exits). As startRedisServer does: ours is the one answering (INFO process_id),
-    // else start again on new ports.
+    // startRedisServer picks the plain port and checks that the server answering it is ours; a TLS
+    // port another file's server took first makes ours exit, so try again on a new one.
     for (let attempt = 1; ; attempt++) {
       port = await freePort();
-      const plain = await freePort();
-      const c = spawn('redis-server', [
-        '--port', String(plain), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir,
-        '--tls-port', String(port), '--tls-cert-file', join(dir, 'server.crt'), '--tls-key-file', join(dir, 'server.key'),
-        '--tls-ca-cert-file', join(dir, 'ca.crt'), '--tls-auth-clients', 'no',
-      ], { stdio: 'ignore' });
-      const running = () => c.exitCode === null && c.signalCode === null;
-      const answering = await waitForPing('127.0.0.1', plain, 10_000, running).then(() => serverPid('127.0.0.1', plain), () => undefined);
-      if (answering !== undefined && answering === c.pid) {
-        child = c;
-        plainAdmin = admin(`redis://127.0.0.1:${plain}`);
+      try {
+        server = await startRedisServer([
+          '--tls-port', String(port), '--tls-cert-file', join(dir, 'server.crt'), '--tls-key-file', join(dir, 'server.key'),
+          '--tls-ca-cert-file', join(dir, 'ca.crt'), '--tls-auth-clients', 'no',
+        ]);
         break;
+      } catch (err) {
+        if (attempt >= 3) throw err;
       }
-      if (running()) {
-        c.kill('SIGKILL');
-        await new Promise((r) => c.once('exit', r));
-      }
-      if (attempt >= 3) throw new Error(`no TLS redis-server of ours answered on ports ${port}/${plain} (answering: ${String(answering)}) after ${attempt} attempts`);
     }
+    plainAdmin = admin(server.adminUrl);
   });
   afterAll(async () => {
-    const c = child;
-    if (c) {
-      c.kill('SIGKILL');
-      await new Promise((r) => c.once('exit', r));
-    }
+    await server?.stop();
     rmSync(dir, { recursive: true, force: true });
   });
 

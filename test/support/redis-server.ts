@@ -192,7 +192,7 @@ export async function startRedisServer(args: string[] = [], options: { port?: nu
 }
 
 /** The process_id the redis-server on host:port reports (INFO server), or undefined if it does not answer. */
-export function serverPid(host: string, port: number): number | undefined {
+function serverPid(host: string, port: number): number | undefined {
   const r = spawnSync('redis-cli', ['-h', host, '-p', String(port), 'INFO', 'server'], { encoding: 'utf8' });
   const m = /process_id:(\d+)/.exec(r.stdout ?? '');
   return m ? Number(m[1]) : undefined;
