@@ -44,6 +44,31 @@ export interface SubscriberPort {
   close(): void;
 }
 
+/**
+ * Sharded pub/sub for the per-key wake channels (`notes: 'sharded'`, see wake.ts), on a connection of
+ * its own (a duplicate of the caller's client; on a Cluster, one per master, opened by the client).
+ */
+export interface ShardSubscriberPort {
+  /**
+   * SSUBSCRIBE `channel` (on a Cluster, at the master of its slot). Where the server has no sharded
+   * pub/sub (Redis < 7.0: an "unknown command" reply), SUBSCRIBE instead, and from then on for every
+   * channel (the scripts publish with PUBLISH there too). Resolves once the server confirmed it; rejects
+   * with the client's error otherwise (a closed or not yet ready connection, a refusal).
+   */
+  subscribe(channel: string): Promise<void>;
+  /** SUNSUBSCRIBE (or UNSUBSCRIBE, as above). Never rejects: a connection gone holds nothing anyway. */
+  unsubscribe(channel: string): Promise<void>;
+  /** `listener` gets every message on every channel subscribed through this port (one listener). */
+  onMessage(listener: (channel: string, message: string) => void): void;
+  /**
+   * `listener` is called when subscriptions may have been lost (a connection closed or was replaced, a
+   * slot moved): messages sent meanwhile are not delivered, and a channel must be subscribed again.
+   */
+  onLost(listener: () => void): void;
+  /** Drops the connection(s) for good, without waiting for a reply. Idempotent. */
+  close(): void;
+}
+
 /** The caller's client, seen through the port. */
 export interface RedisPort {
   /** Which adapter: for messages and tests. */
@@ -57,6 +82,8 @@ export interface RedisPort {
   run(script: Script, keys: readonly string[], args: readonly ScriptArg[], bytes?: boolean): Promise<unknown>;
   /** A new connection of the same client (the only one the cache ever opens), for pub/sub only. */
   subscriber(): SubscriberPort;
+  /** A new connection (on a Cluster, a set of them) for the per-key wake channels; see ShardSubscriberPort. */
+  shardSubscriber(): ShardSubscriberPort;
   /** Calls `listener` on every (re)connection of the caller's client; returns the way to stop. */
   onReady(listener: () => void): () => void;
   /** Which node owns `key` (Cluster: the master of its slot; standalone: one fixed id). */
@@ -110,6 +137,14 @@ export function prop(o: unknown, ...path: string[]): unknown {
     v = (v as Record<string, unknown>)[p];
   }
   return v;
+}
+
+/**
+ * A server without the command (an "unknown command" error reply: Redis < 7.0 has no sharded pub/sub,
+ * or the command was renamed away). Not NOPERM: an ACL refusal is the caller's to report.
+ */
+export function isUnknownCommand(err: unknown): boolean {
+  return err instanceof Error && /^ERR unknown command/i.test(err.message);
 }
 
 export function isNoScript(err: unknown): boolean {
