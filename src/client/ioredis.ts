@@ -1,4 +1,5 @@
-import { prop, QUEUED, type PipelinePort, type RedisPort, type Script, type ScriptArg, type SubscriberPort } from './port.js';
+import { isUnknownCommand, prop, QUEUED, type PipelinePort, type RedisPort, type Script, type ScriptArg, type ShardSubscriberPort, type SubscriberPort } from './port.js';
+import { Pending } from './pending.js';
 import { slotOf } from './slot.js';
 
 /**
@@ -72,6 +73,17 @@ export class IoredisPort implements RedisPort {
     // ClusterSubscriber's, which never reconnects (it is replaced) and handles its re-subscribe's rejection.
     const sub = this.cluster ? this.client.duplicate() : (this.client.duplicate as (override: { autoResubscribe: boolean }) => unknown)({ autoResubscribe: false });
     return new IoredisSubscriberPort(sub as IoredisSubscriber);
+  }
+
+  shardSubscriber(): ShardSubscriberPort {
+    // Standalone: autoResubscribe off, as for the Bus (subscriber() above): ioredis' own re-subscribe
+    // is unawaited, and the port's caller re-subscribes on onLost anyway. Cluster: a duplicate whose
+    // sharded subscriber group keeps one connection per master (ClusterSubscriberGroup, ioredis ≥ 5.9
+    // and 6), which routes SSUBSCRIBE by slot; the caller's own Cluster is left as it is.
+    const sub = this.cluster
+      ? (this.client.duplicate as (nodes: never[], override: { shardedSubscribers: boolean }) => unknown)([], { shardedSubscribers: true })
+      : (this.client.duplicate as (override: { autoResubscribe: boolean }) => unknown)({ autoResubscribe: false });
+    return new IoredisShardSubscriberPort(sub as IoredisShardSubscriber);
   }
 
   get cluster(): boolean {
@@ -199,9 +211,7 @@ class IoredisSubscriberPort implements SubscriberPort {
 
   /** The Cluster's current subscriber connection, or undefined (not a Cluster, none yet, or an ioredis without it). */
   private clusterConnection(): WatchedConnection | undefined {
-    const cs = prop(this.sub, 'subscriber') as { getInstance?: () => unknown } | undefined;
-    const instance = typeof cs?.getInstance === 'function' ? cs.getInstance() : undefined;
-    return instance && typeof (instance as WatchedConnection).once === 'function' ? (instance as WatchedConnection) : undefined;
+    return clusterSubscriberConnection(this.sub);
   }
 
   /**
@@ -263,9 +273,210 @@ class IoredisSubscriberPort implements SubscriberPort {
   }
 }
 
+/**
+ * An ioredis Cluster's classic pub/sub connection (ClusterSubscriber.getInstance(), which ioredis
+ * exposes for debugging and tests), or undefined (not a Cluster, none yet, or an ioredis without it).
+ */
+function clusterSubscriberConnection(cluster: unknown): WatchedConnection | undefined {
+  const cs = prop(cluster, 'subscriber') as { getInstance?: () => unknown } | undefined;
+  const instance = typeof cs?.getInstance === 'function' ? cs.getInstance() : undefined;
+  return instance && typeof (instance as WatchedConnection).once === 'function' ? (instance as WatchedConnection) : undefined;
+}
+
 /** What the port uses of ioredis's ClusterSubscriber connection. */
 interface WatchedConnection {
   once(event: 'end', listener: () => void): unknown;
   ping(): Promise<unknown>;
 }
 
+
+/** What ioredis's sharded pub/sub duplicate (a `Redis` or a `Cluster` with `shardedSubscribers`) offers. */
+interface IoredisShardSubscriber {
+  readonly isCluster?: boolean;
+  readonly status?: string;
+  readonly options?: { readonly enableOfflineQueue?: boolean };
+  ssubscribe(channel: string): Promise<unknown>;
+  sunsubscribe(channel: string): Promise<unknown>;
+  subscribe(channel: string): Promise<unknown>;
+  unsubscribe(channel: string): Promise<unknown>;
+  on(event: string, listener: (...args: unknown[]) => void): unknown;
+  connect(): Promise<unknown>;
+  disconnect(reconnect?: boolean): void;
+}
+
+/**
+ * The events after which a subscription of this port may not hold any more; each one is reported
+ * through onLost (over-reporting costs the caller a SSUBSCRIBE per held channel, under-reporting a
+ * waiter that sleeps through its note).
+ * - Both: 'close' (a connection closed: a standalone client reconnects without re-subscribing,
+ *   autoResubscribe being off; a Cluster closes all its connections) and 'ready' (a connection became
+ *   usable: a subscribe refused meanwhile — offline queue off, not ready — can be tried again now).
+ * - Cluster (ClusterSubscriberGroup): '-node' (a master's sharded connection ended: it has no retry
+ *   strategy, and the group replaces it only after a slot-map refresh; also a node leaving the pool),
+ *   '-subscriber' (the group stopped a master's connection: the master left or owns no slot any more),
+ *   'subscribersReady' (the group re-subscribed after a topology change or a replaced connection: a
+ *   slot moved, or the gap before it lost messages).
+ */
+const IOREDIS_LOST_EVENTS = ['close', 'ready'] as const;
+const IOREDIS_CLUSTER_LOST_EVENTS = ['-node', '-subscriber', 'subscribersReady'] as const;
+
+/**
+ * ShardSubscriberPort on ioredis, standalone or Cluster (see IOREDIS_LOST_EVENTS for what counts as
+ * lost). Invariants: `pending` holds every subscribe() not yet settled, with the master its SSUBSCRIBE
+ * went to on a Cluster (undefined: not sent yet, or standalone); `classic` never goes back to false.
+ */
+class IoredisShardSubscriberPort implements ShardSubscriberPort {
+  /** The server has no sharded pub/sub: SUBSCRIBE / UNSUBSCRIBE from now on. */
+  private classic = false;
+  private closed = false;
+  private listener: ((channel: string, message: string) => void) | undefined;
+  private readonly losts: (() => void)[] = [];
+  private readonly pending = new Map<(err?: Error) => void, { readonly channel: string; readonly sentTo: string | undefined }>();
+  private readonly unsubscribing = new Pending();
+  /** Cluster in classic mode: the ClusterSubscriber connection watched for its end. */
+  private watched: WatchedConnection | undefined;
+
+  constructor(private readonly sub: IoredisShardSubscriber) {
+    const deliver = (channel: unknown, message: unknown) => {
+      if (!this.closed && typeof channel === 'string' && typeof message === 'string') this.listener?.(channel, message);
+    };
+    sub.on('smessage', deliver);
+    sub.on('message', deliver);
+    // A Cluster emits 'error' with a plain emit (a sharded connection that failed to connect): without
+    // a listener that throws. Errors are not losses by themselves: the events below say what was lost.
+    sub.on('error', () => undefined);
+    // ioredis drops a SSUBSCRIBE answered MOVED without settling it (DataHandler.returnError emits
+    // 'moved', which refreshes the slot map and re-subscribes through the group): once the group has
+    // re-subscribed, a subscribe still pending that went to a master no longer owning its slot never
+    // settles by itself, so it is rejected (the lost event reported next makes the caller retry).
+    if (sub.isCluster) sub.on('subscribersReady', () => this.rejectMoved());
+    const events: readonly string[] = sub.isCluster ? [...IOREDIS_LOST_EVENTS, ...IOREDIS_CLUSTER_LOST_EVENTS] : IOREDIS_LOST_EVENTS;
+    for (const event of events) sub.on(event, () => this.lost());
+  }
+
+  subscribe(channel: string): Promise<void> {
+    if (this.closed) return Promise.reject(new Error('shard subscriber closed'));
+    // As the Bus's subscriber (IoredisSubscriberPort.subscribe): with the offline queue off, nothing
+    // before ioredis' ready check, whose INFO would fail in subscriber mode. 'ready' reports a loss,
+    // which makes the caller subscribe again.
+    if (!this.sub.isCluster && this.sub.options?.enableOfflineQueue === false && this.sub.status !== 'ready') {
+      if (this.sub.status === 'wait') this.sub.connect().catch(() => undefined);
+      return Promise.reject(new Error(`shard subscriber connection not ready (${String(this.sub.status)})`));
+    }
+    return new Promise<void>((resolve, reject) => {
+      const settle = (err?: Error) => {
+        if (!this.pending.delete(settle)) return;
+        if (err) reject(err);
+        else resolve();
+      };
+      const classic = this.classic;
+      // A Cluster routes the command when it is sent, now if it is ready (else from its offline queue).
+      this.pending.set(settle, { channel, sentTo: !classic && this.sub.status === 'ready' ? this.ownerOf(channel) : undefined });
+      const sentOn = classic ? this.clusterConnection() : undefined;
+      call(() => (classic ? this.sub.subscribe(channel) : this.sub.ssubscribe(channel))).then(
+        () => {
+          if (classic) this.watchClusterSubscriber(sentOn);
+          settle();
+        },
+        (err: unknown) => {
+          if (classic || !isUnknownCommand(err)) return settle(asError(err));
+          // No sharded pub/sub here (Redis < 7.0, or SSUBSCRIBE renamed away): SUBSCRIBE, now and after.
+          this.classic = true;
+          const on = this.clusterConnection();
+          call(() => this.sub.subscribe(channel)).then(
+            () => {
+              this.watchClusterSubscriber(on);
+              settle();
+            },
+            (e: unknown) => settle(asError(e)),
+          );
+        },
+      );
+    });
+  }
+
+  unsubscribe(channel: string): Promise<void> {
+    if (this.closed) return Promise.resolve();
+    // Sent even while disconnected (the offline queue keeps it behind a SSUBSCRIBE queued for the
+    // same channel); it settles when ioredis answers or drops it, or at close().
+    const sent = call(() => (this.classic ? this.sub.unsubscribe(channel) : this.sub.sunsubscribe(channel))).then(
+      () => undefined,
+      () => undefined,
+    );
+    return this.unsubscribing.race(sent, () => Promise.resolve());
+  }
+
+  onMessage(listener: (channel: string, message: string) => void): void {
+    this.listener = listener;
+  }
+
+  onLost(listener: () => void): void {
+    this.losts.push(listener);
+  }
+
+  close(): void {
+    if (this.closed) return;
+    this.closed = true;
+    const closed = new Error('shard subscriber closed');
+    for (const settle of [...this.pending.keys()]) settle(closed);
+    this.unsubscribing.closeAll();
+    // disconnect, not quit: quit waits for a reply that never comes while Redis is down. Commands in
+    // flight are rejected by ioredis into handlers of ours (subscribe, unsubscribe).
+    this.sub.disconnect();
+  }
+
+  private lost(): void {
+    if (this.closed) return;
+    this.watched = undefined;
+    for (const l of this.losts) l();
+  }
+
+  /** The "host:port" of the master of `channel`'s slot in the Cluster's current slot map. */
+  private ownerOf(channel: string): string | undefined {
+    const owners = prop(this.sub, 'slots', String(slotOf(channel)));
+    return Array.isArray(owners) && typeof owners[0] === 'string' ? owners[0] : undefined;
+  }
+
+  private rejectMoved(): void {
+    for (const [settle, { channel, sentTo }] of [...this.pending]) {
+      if (sentTo !== undefined && this.ownerOf(channel) !== sentTo) settle(new Error(`SSUBSCRIBE ${channel} was redirected (its slot moved); subscribe again`));
+    }
+  }
+
+  /** Cluster, classic mode: the ClusterSubscriber's current connection (see IoredisSubscriberPort). */
+  private clusterConnection(): WatchedConnection | undefined {
+    return this.sub.isCluster ? clusterSubscriberConnection(this.sub) : undefined;
+  }
+
+  /**
+   * Cluster, classic mode: ClusterSubscriber replaces its connection silently when it ends (the
+   * Cluster emits nothing), so its end is a loss; so is a replacement while the SUBSCRIBE was on the
+   * wire (the replacement's re-subscribe list may miss the channel).
+   */
+  private watchClusterSubscriber(sentOn: WatchedConnection | undefined): void {
+    if (!this.sub.isCluster || this.closed) return;
+    const connection = this.clusterConnection();
+    if (!connection || connection === this.watched) return;
+    if (sentOn !== undefined && sentOn !== connection) {
+      this.lost();
+      return;
+    }
+    this.watched = connection;
+    connection.once('end', () => {
+      if (this.watched === connection) this.lost();
+    });
+  }
+}
+
+/** Runs an ioredis command; a synchronous throw (a Cluster whose slot map is not known yet) is a rejection. */
+function call(send: () => Promise<unknown>): Promise<unknown> {
+  try {
+    return send();
+  } catch (err) {
+    return Promise.reject(asError(err));
+  }
+}
+
+function asError(err: unknown): Error {
+  return err instanceof Error ? err : new Error(String(err));
+}
