@@ -1,4 +1,5 @@
-import { isNoScript, prop, QUEUED, type PipelinePort, type RedisPort, type Script, type ScriptArg, type SubscriberPort } from './port.js';
+import { isNoScript, isUnknownCommand, prop, QUEUED, type PipelinePort, type RedisPort, type Script, type ScriptArg, type ShardSubscriberPort, type SubscriberPort } from './port.js';
+import { Pending } from './pending.js';
 import { slotOf } from './slot.js';
 
 /**
@@ -26,6 +27,9 @@ interface Emitter {
 interface NodeRedisSubscriber extends Emitter {
   connect(): Promise<unknown>;
   subscribe(channel: string, listener: (message: string, channel: string) => void): Promise<unknown>;
+  unsubscribe(channel: string, listener: (message: string, channel: string) => void): Promise<unknown>;
+  sSubscribe(channel: string, listener: (message: string, channel: string) => void): Promise<unknown>;
+  sUnsubscribe(channel: string, listener: (message: string, channel: string) => void): Promise<unknown>;
   ping?(): Promise<unknown>;
   destroy?(): void;
   disconnect?(): Promise<unknown>;
@@ -119,6 +123,12 @@ export class NodeRedisPort implements RedisPort {
     // minimizeConnections its connect() would wait for a connection to every master.
     if (this.cluster) return new NodeRedisClusterSubscriberPort(() => (this.client.duplicate as (o: object) => unknown)({ minimizeConnections: true }) as NodeRedisSubscriber);
     return new NodeRedisSubscriberPort(() => this.client.duplicate() as NodeRedisSubscriber);
+  }
+
+  shardSubscriber(): ShardSubscriberPort {
+    // As subscriber(): a Cluster duplicate connects to no master until a SSUBSCRIBE needs one.
+    if (this.cluster) return new NodeRedisClusterShardSubscriberPort(() => (this.client.duplicate as (o: object) => unknown)({ minimizeConnections: true }) as NodeRedisSubscriber);
+    return new NodeRedisShardSubscriberPort(() => this.client.duplicate() as NodeRedisSubscriber);
   }
 
   pipeline(): PipelinePort {
@@ -258,22 +268,11 @@ abstract class DuplicateSubscriberPort implements SubscriberPort {
     this.drop();
   }
 
-  /**
-   * The duplicates whose TCP connect is pending (from connect() or a 'reconnecting' to the next
-   * 'connect' or 'error'). node-redis 5 and 6 assign the socket only once it connected: a destroy()
-   * before that leaves it open, and it connects and goes ready anyway (a socket left after close());
-   * node-redis 5 then refuses a second destroy(). Kept up to date by `track`; read by `drop`.
-   */
-  private readonly connecting = new WeakSet<NodeRedisSubscriber>();
+  private readonly connecting = new PendingConnects();
 
   /** Follows whether `sub`'s TCP connect is pending; call before its connect(). */
   protected track(sub: NodeRedisSubscriber): void {
-    this.connecting.add(sub);
-    sub.on('reconnecting', () => this.connecting.add(sub));
-    const settled = () => void this.connecting.delete(sub);
-    sub.on('connect', settled);
-    sub.on('error', settled);
-    sub.on('end', settled);
+    this.connecting.track(sub);
   }
 
   /**
@@ -283,18 +282,39 @@ abstract class DuplicateSubscriberPort implements SubscriberPort {
   protected drop(): void {
     const sub = this.sub;
     this.sub = undefined;
-    if (!sub) return;
-    if (this.connecting.has(sub)) {
-      const later = () => {
-        sub.off('connect', later);
-        sub.off('error', later);
-        destroyClient(sub);
-      };
-      sub.on('connect', later);
-      sub.on('error', later);
-      return;
-    }
-    destroyClient(sub);
+    if (sub) this.connecting.destroy(sub);
+  }
+}
+
+/**
+ * The duplicates whose TCP connect is pending (from connect() or a 'reconnecting' to the next
+ * 'connect' or 'error'). node-redis 5 and 6 assign the socket only once it connected: a destroy()
+ * before that leaves it open, and it connects and goes ready anyway (a socket left after close());
+ * node-redis 5 then refuses a second destroy(). Kept up to date by `track`; read by `destroy`.
+ */
+class PendingConnects {
+  private readonly pending = new WeakSet<NodeRedisSubscriber>();
+
+  /** Follows whether `sub`'s TCP connect is pending; call before its connect(). */
+  track(sub: NodeRedisSubscriber): void {
+    this.pending.add(sub);
+    sub.on('reconnecting', () => this.pending.add(sub));
+    const settled = () => void this.pending.delete(sub);
+    sub.on('connect', settled);
+    sub.on('error', settled);
+    sub.on('end', settled);
+  }
+
+  /** destroyClient(sub) now, or once its pending TCP connect succeeded or failed. */
+  destroy(sub: NodeRedisSubscriber): void {
+    if (!this.pending.has(sub)) return destroyClient(sub);
+    const later = () => {
+      sub.off('connect', later);
+      sub.off('error', later);
+      destroyClient(sub);
+    };
+    sub.on('connect', later);
+    sub.on('error', later);
   }
 }
 
@@ -541,3 +561,270 @@ const STUCK_MS = 5000;
 const REOPEN_MS = 1000;
 /** The longest wait between fresh duplicates while none subscribes (doubling from the above). */
 const MAX_RETRY_MS = 30_000;
+
+type NodeRedisListener = (message: string, channel: string) => void;
+
+/**
+ * What both node-redis shard ports share: the caller's listeners, one node-redis listener instance
+ * (node-redis keeps listeners in Sets, so a repeated SSUBSCRIBE never registers a second copy), the
+ * fallback to classic pub/sub, and the reopening of a duplicate node-redis gave up on.
+ * Invariants: `sub` is the current duplicate (undefined only once closed, or while a reopen is due);
+ * listeners of older duplicates check `this.sub === sub`; `classic` never goes back to false.
+ */
+abstract class NodeRedisShardPort implements ShardSubscriberPort {
+  protected sub: NodeRedisSubscriber | undefined;
+  protected closed = false;
+  /** The server has no sharded pub/sub: SUBSCRIBE / UNSUBSCRIBE from now on. */
+  protected classic = false;
+  private listener: ((channel: string, message: string) => void) | undefined;
+  private readonly losts: (() => void)[] = [];
+  protected readonly deliver: NodeRedisListener = (message, channel) => {
+    if (!this.closed) this.listener?.(channel, message);
+  };
+  /** subscribe() and unsubscribe() not settled yet: close() settles them (see Pending). */
+  private readonly pending = new Pending();
+  private reopenTimer: NodeJS.Timeout | undefined;
+  /** Reopens since the last duplicate that became ready: the next wait doubles. */
+  private reopens = 0;
+
+  constructor(protected readonly duplicate: () => NodeRedisSubscriber) {}
+
+  /** Opens a fresh duplicate as `sub` and starts it connecting. */
+  protected abstract open(): void;
+
+  /** The duplicate `channel`'s subscription runs on, once `sub` can take the command (Cluster: connected). */
+  protected abstract ready(sub: NodeRedisSubscriber, channel: string): Promise<void>;
+
+  /**
+   * True when node-redis would answer a SUBSCRIBE for `channel` at once without sending it (a
+   * SUBSCRIBE reply registered its listener) while the connection holding it is not ready: node-redis
+   * re-subscribes it before its next 'ready', so until then it is not held.
+   */
+  protected abstract heldButNotReady(sub: NodeRedisSubscriber, channel: string): boolean;
+
+  /** Called with the duplicate a subscribe was confirmed on. */
+  protected confirmed(_sub: NodeRedisSubscriber, _channel: string): void {}
+
+  subscribe(channel: string): Promise<void> {
+    const sub = this.sub;
+    if (this.closed) return Promise.reject(new Error('shard subscriber closed'));
+    if (!sub) return Promise.reject(new Error('shard subscriber connection is being reopened'));
+    const sent = this.ready(sub, channel)
+      .then(() => this.send(sub, channel, this.classic))
+      .catch((err: unknown) => {
+        if (this.classic || !isUnknownCommand(err)) throw err;
+        // No sharded pub/sub here (Redis < 7.0, or SSUBSCRIBE renamed away): SUBSCRIBE, now and after.
+        this.classic = true;
+        return this.send(sub, channel, true);
+      })
+      .then(() => this.confirmed(sub, channel));
+    return this.pending.race(sent, () => Promise.reject(new Error('shard subscriber closed')));
+  }
+
+  private send(sub: NodeRedisSubscriber, channel: string, classic: boolean): Promise<unknown> {
+    if (this.heldButNotReady(sub, channel)) return Promise.reject(new Error('shard subscriber connection not ready'));
+    // node-redis throws (ClientClosedError) instead of rejecting when the client is closed.
+    return attempt(() => (classic ? sub.subscribe(channel, this.deliver) : sub.sSubscribe(channel, this.deliver)));
+  }
+
+  unsubscribe(channel: string): Promise<void> {
+    const sub = this.sub;
+    if (this.closed || !sub) return Promise.resolve();
+    const sent = attempt(() => (this.classic ? sub.unsubscribe(channel, this.deliver) : sub.sUnsubscribe(channel, this.deliver))).then(
+      () => undefined,
+      () => undefined,
+    );
+    return this.pending.race(sent, () => Promise.resolve());
+  }
+
+  onMessage(listener: (channel: string, message: string) => void): void {
+    this.listener = listener;
+  }
+
+  onLost(listener: () => void): void {
+    this.losts.push(listener);
+  }
+
+  /** Reports a possible loss, if `sub` is still the current duplicate. */
+  protected lost(sub: NodeRedisSubscriber): void {
+    if (this.closed || this.sub !== sub) return;
+    for (const l of this.losts) l();
+  }
+
+  /** `sub` connected: the reopen backoff starts over, and what was refused meanwhile may be tried again. */
+  protected up(sub: NodeRedisSubscriber): void {
+    if (this.sub !== sub) return;
+    this.reopens = 0;
+    this.lost(sub);
+  }
+
+  /**
+   * node-redis gave `sub` up (its connect() rejected, or its reconnect strategy gave up): nothing
+   * would ever subscribe on it again. A fresh duplicate replaces it after a backoff; its 'ready'
+   * reports the loss (so the caller subscribes again).
+   */
+  protected gaveUp(sub: NodeRedisSubscriber): void {
+    if (this.closed || this.sub !== sub) return;
+    this.lost(sub);
+    this.sub = undefined;
+    this.destroy(sub);
+    const wait = Math.min(REOPEN_MS * 2 ** this.reopens++, MAX_RETRY_MS);
+    this.reopenTimer = setTimeout(() => {
+      this.reopenTimer = undefined;
+      if (!this.closed) this.open();
+    }, wait);
+    this.reopenTimer.unref();
+  }
+
+  protected abstract destroy(sub: NodeRedisSubscriber): void;
+
+  close(): void {
+    if (this.closed) return;
+    this.closed = true;
+    clearTimeout(this.reopenTimer);
+    this.pending.closeAll();
+    const sub = this.sub;
+    this.sub = undefined;
+    if (sub) this.destroy(sub);
+  }
+}
+
+/** Runs a node-redis command; a synchronous throw is a rejection. */
+function attempt(send: () => Promise<unknown>): Promise<unknown> {
+  try {
+    return send();
+  } catch (err) {
+    return Promise.reject(err instanceof Error ? err : new Error(String(err)));
+  }
+}
+
+/**
+ * ShardSubscriberPort on a standalone node-redis client. node-redis re-subscribes (SSUBSCRIBE too) by
+ * itself on reconnect, before its 'ready'; still, the messages of the gap are lost. Lost: every
+ * 'reconnecting' (a connection closed or an attempt failed), 'end' not of our making, and 'ready'
+ * (what was refused while it was down may be subscribed now).
+ * Invariant: `registered` holds the channels a SUBSCRIBE reply registered on the current duplicate.
+ */
+class NodeRedisShardSubscriberPort extends NodeRedisShardPort {
+  private readonly registered = new Set<string>();
+  private readonly connecting = new PendingConnects();
+
+  constructor(duplicate: () => NodeRedisSubscriber) {
+    super(duplicate);
+    this.open();
+  }
+
+  protected open(): void {
+    const sub = this.duplicate();
+    this.sub = sub;
+    this.registered.clear();
+    // An 'error' listener before connect(): node-redis emits one per failed attempt, and an
+    // unhandled 'error' event would crash the process. Losses are told by the events below.
+    sub.on('error', () => undefined);
+    sub.on('ready', () => this.up(sub));
+    sub.on('reconnecting', () => this.lost(sub));
+    sub.on('end', () => this.lost(sub));
+    sub.on('terminated', () => this.gaveUp(sub)); // v6: its reconnect strategy gave up
+    this.connecting.track(sub);
+    // connect() opens the client at once (commands queue until ready) and settles when ready; it
+    // rejects when the reconnect strategy gives up before a first connection.
+    sub.connect().catch(() => this.gaveUp(sub));
+  }
+
+  protected ready(): Promise<void> {
+    return Promise.resolve();
+  }
+
+  protected heldButNotReady(sub: NodeRedisSubscriber, channel: string): boolean {
+    return this.registered.has(channel) && (sub as { isReady?: boolean }).isReady === false;
+  }
+
+  protected override confirmed(sub: NodeRedisSubscriber, channel: string): void {
+    if (this.sub === sub) this.registered.add(channel);
+  }
+
+  override unsubscribe(channel: string): Promise<void> {
+    this.registered.delete(channel);
+    return super.unsubscribe(channel);
+  }
+
+  protected destroy(sub: NodeRedisSubscriber): void {
+    this.connecting.destroy(sub);
+  }
+}
+
+/**
+ * ShardSubscriberPort on a node-redis Cluster (createCluster): a duplicate with minimizeConnections,
+ * whose SSUBSCRIBE goes to one pub/sub client per master (`slots[slot].master.pubSub.client`, made on
+ * the first SSUBSCRIBE of its slots; MOVED is followed by node-redis). Lost, conservatively:
+ * - from the duplicate, on any node client: 'node-reconnecting', 'node-disconnect' (destroyed: it left
+ *   the slot map), 'node-ready' (v6 on every ready, v5 on the first: what was refused meanwhile may be
+ *   subscribed now), node-redis' re-subscribe of listeners taken from a node that left or answered
+ *   MOVED ('__resubscribeListeners'), and a failed move of a sharded channel (v6
+ *   'sharded-channel-moved-error', v5 'sharded-shannel-moved-error');
+ * - from each pub/sub client a subscription was confirmed on: 'reconnecting', 'ready' (v5's Cluster
+ *   says nothing after a node's first), 'end', and a SUNSUBSCRIBE sent by the server when the slot
+ *   left that master ('sharded-channel-moved'; v5's Cluster listens under another name, so there
+ *   node-redis moves nothing and only this report makes the channel subscribed again).
+ * Invariant: `connected` is the connect() of the current duplicate.
+ */
+class NodeRedisClusterShardSubscriberPort extends NodeRedisShardPort {
+  private connected: Promise<unknown> = Promise.resolve();
+  /** The pub/sub clients already watched (a WeakSet: a destroyed one is not kept). */
+  private readonly watched = new WeakSet<object>();
+
+  constructor(duplicate: () => NodeRedisSubscriber) {
+    super(duplicate);
+    this.open();
+  }
+
+  protected open(): void {
+    const sub = this.duplicate();
+    this.sub = sub;
+    // A Cluster emits 'error' for its own failures; an unhandled one would crash.
+    sub.on('error', () => undefined);
+    sub.on('node-error', () => undefined);
+    for (const event of CLUSTER_LOST_EVENTS) sub.on(event, () => this.lost(sub));
+    const connected = sub.connect();
+    this.connected = connected;
+    connected.then(
+      () => this.up(sub),
+      () => this.gaveUp(sub), // no slot map: every root node failed
+    );
+  }
+
+  protected ready(): Promise<void> {
+    // Before the slot map is known node-redis cannot route a SSUBSCRIBE (v6 throws "not ready").
+    return this.connected.then(() => undefined);
+  }
+
+  /** The pub/sub client of `channel`'s master, if the duplicate has made one. */
+  private pubSubClient(sub: NodeRedisSubscriber, channel: string): (NodeRedisSubscriber & { isReady?: boolean }) | undefined {
+    const client = this.classic ? prop(sub, 'pubSubNode', 'client') : prop(sub, 'slots', String(slotOf(channel)), 'master', 'pubSub', 'client');
+    return typeof prop(client, 'on') === 'function' ? (client as NodeRedisSubscriber & { isReady?: boolean }) : undefined;
+  }
+
+  protected heldButNotReady(sub: NodeRedisSubscriber, channel: string): boolean {
+    const client = this.pubSubClient(sub, channel);
+    if (client?.isReady !== false) return false;
+    const listeners = (client as { getPubSubListeners?: (type: string) => Map<string, unknown> }).getPubSubListeners?.(this.classic ? 'CHANNELS' : 'SHARDED');
+    // Without getPubSubListeners, assume it is registered: refusing costs a retry at the next loss report.
+    return listeners === undefined || listeners.has(channel);
+  }
+
+  protected override confirmed(sub: NodeRedisSubscriber, channel: string): void {
+    const client = this.pubSubClient(sub, channel);
+    if (!client || this.watched.has(client)) return;
+    this.watched.add(client);
+    for (const event of PUBSUB_CLIENT_LOST_EVENTS) client.on(event, () => this.lost(sub));
+  }
+
+  protected destroy(sub: NodeRedisSubscriber): void {
+    // With minimizeConnections, a connect() still reading the slot map makes no node client after
+    // the destroy: destroying now leaves nothing behind.
+    destroyClient(sub);
+  }
+}
+
+const CLUSTER_LOST_EVENTS = ['node-reconnecting', 'node-disconnect', 'node-ready', '__resubscribeListeners', 'sharded-channel-moved-error', 'sharded-shannel-moved-error'];
+const PUBSUB_CLIENT_LOST_EVENTS = ['reconnecting', 'ready', 'end', 'sharded-channel-moved', 'server-sunsubscribe'];
