@@ -12,6 +12,8 @@ export const APP_COMMANDS = [
   '+incr',
   // The cache's own clear() walks the keys (never KEYS).
   '+scan',
+  // notes: 'sharded': the per-key wake channels (SPUBLISH from the scripts, SSUBSCRIBE while waiting).
+  '+ssubscribe', '+sunsubscribe', '+spublish',
 ];
 
 /**
