@@ -26,6 +26,7 @@ import { getOrComputeChannel, Telemetry, traced, type Answered, type CacheStats,
 import { computeMany, type BatchLoader } from './many.js';
 import { clearNoteKey, Generations, Namespace, parseClearNote, RESERVED_KEY_START, validateNamespace, withDegradedKeys, type NamespaceHost } from './namespace.js';
 import { Bus, Waiters, type Note } from './wait.js';
+import { broadcastNotes, ShardedWake, type WakeChannels } from './wake.js';
 
 export type { Loader, LoaderContext } from './loader.js';
 
@@ -52,6 +53,8 @@ export class Cache extends EventEmitter<CacheEvents> {
   /** The caller's client, through its port (never quit: it is the caller's). */
   private readonly port: RedisPort;
   private readonly bus: Bus;
+  /** Where key notes go, and the per-key wake channels of `notes: 'sharded'` (wake.ts). */
+  private readonly notes: WakeChannels;
   private readonly local: LocalTier;
   private readonly memo: DegradedMemo;
   /** Releases Redis did not answer, sent again once it answers (a waiter need not wait out the lease). */
@@ -107,16 +110,24 @@ export class Cache extends EventEmitter<CacheEvents> {
     const scripts = withReplicaAck(defineScripts(port), port, o.replicaAck);
     // The subscriber's heartbeat: a silently dead socket counts as down within 2 × redisTimeout.
     this.bus = new Bus(o.prefix, o.redisTimeout);
+    this.notes = o.notes === 'sharded'
+      ? new ShardedWake(this.bus, port.shardSubscriber(), o.redisTimeout, {
+        onNote: (note) => this.onNote(note),
+        // Notes may have been missed: the key's waiters re-read now rather than at their next poll.
+        onLost: (key) => this.waiters.wake(key, 'r'),
+        onError: (error) => this.safeEmit('degraded', { key: undefined, operation: 'subscribe', error }),
+      })
+      : broadcastNotes(this.bus);
     this.local = o.local ? new LruTier(o.local, o.clock, { incoherent: o.unsafe.incoherentL1 }) : NO_LOCAL_TIER;
     const emit = this.safeEmit;
-    const store = new Store(this.io, scripts, this.bus, o.maxValueBytes, {
+    const store = new Store(this.io, scripts, this.notes, o.maxValueBytes, {
       decodeError: (key, reason, error) => emit('decodeError', { key, reason, error }),
     }, o.unsafe.unfencedWrites);
     const onLost = (key: string, error: Error): void => {
       this.telemetry.lockLost();
       emit('lockLost', { key, error });
     };
-    const lockDeps: LockDeps = { io: this.io, scripts, bus: this.bus, clock: o.clock, onLost, retries: this.retries };
+    const lockDeps: LockDeps = { io: this.io, scripts, notes: this.notes, clock: o.clock, onLost, retries: this.retries };
     const local = new StoreLock(lockDeps, 'local', false);
     const single = new StoreLock(lockDeps, 'single', true);
     this.fenceOnly = local;
@@ -141,6 +152,7 @@ export class Cache extends EventEmitter<CacheEvents> {
       local: this.local,
       memo: this.memo,
       waiters: this.waiters,
+      wake: this.notes,
       grants: this.grants,
       background: new Background(),
       lifetime: this.lifetime.signal,
@@ -452,7 +464,7 @@ export class Cache extends EventEmitter<CacheEvents> {
       const replies = await this.batch.run('delete', keys, (scripts, i) => {
         const key = keys[i] as string;
         const k = entryKeys(prefix, key);
-        void scripts.invalidate(k.value, k.fence, lockTtl, this.bus.channel, this.bus.message('d', key));
+        void scripts.invalidate(k.value, k.fence, lockTtl, this.notes.channel(k), this.notes.message('d', key));
       }, (i) => entryKeys(prefix, keys[i] as string).value); // a delete changes state: replicaAck confirms each group
 
       const failed = replies.find((r) => !r.ok);
@@ -562,6 +574,7 @@ export class Cache extends EventEmitter<CacheEvents> {
     this.io.close();
     if (this.lockers.redlock instanceof RedlockLock) this.lockers.redlock.close();
     await this.bus.stop();
+    this.notes.close();
     this.local.flush();
     this.memo.clear();
     this.retries.clear();

@@ -16,6 +16,7 @@ export {
   type LocalTierOptions,
   type LockMode,
   type LockPolicy,
+  type Notes,
   type OnNoQuorum,
   type OnWaitTimeout,
   type RedlockOptions,

@@ -12,6 +12,11 @@ export interface EntryKeys {
   readonly fence: string;
   /** Present while the loader is backing off after a failure (fleet-wide). */
   readonly backoff: string;
+  /**
+   * Not a key: the key's wake channel (`notes: 'sharded'`), in the same slot, so the scripts that change
+   * the entry may SPUBLISH on it (the channel rule, lock/scripts.ts).
+   */
+  readonly wake: string;
 }
 
 /**
@@ -57,7 +62,7 @@ export function entryKeys(prefix: string, key: string): EntryKeys {
   const known = recentEntries.get(key);
   if (known !== undefined && known.prefix === prefix) return known.keys;
   const base = `${prefix}:{${slotTag(key)}}:`;
-  const keys: EntryKeys = Object.freeze({ value: `${base}v:${key}`, lock: `${base}l:${key}`, fence: `${base}f:${key}`, backoff: `${base}b:${key}` });
+  const keys: EntryKeys = Object.freeze({ value: `${base}v:${key}`, lock: `${base}l:${key}`, fence: `${base}f:${key}`, backoff: `${base}b:${key}`, wake: `${base}n:${key}` });
   if (key.length <= MEMO_KEY_LENGTH) {
     if (known === undefined && recentEntries.size >= MEMO_TAGS) recentEntries.delete(recentEntries.keys().next().value as string);
     recentEntries.set(key, { prefix, keys });
@@ -73,7 +78,10 @@ export function entryKeys(prefix: string, key: string): EntryKeys {
  */
 const recentEntries = new Map<string, { readonly prefix: string; readonly keys: EntryKeys }>();
 
-/** The one pub/sub channel a cache's processes share: writes, deletes and failures of every key. */
+/**
+ * The one pub/sub channel a cache's processes share: clears always; with `notes: 'broadcast'` (the
+ * default) also the writes, deletes and failures of every key. Never a hash tag (the channel rule).
+ */
 export function eventsChannel(prefix: string): string {
   return `${prefix}:events`;
 }

@@ -13,6 +13,7 @@ export {
   type LocalTierOptions,
   type LockMode,
   type LockPolicy,
+  type Notes,
   type OnNoQuorum,
   type OnWaitTimeout,
   type RedlockOptions,

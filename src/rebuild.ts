@@ -12,6 +12,7 @@ import { entryCall, loaderTimeout, pollDelay, writeTtl, type Clock, type EntryOv
 import type { Found, Store } from './store.js';
 import type { Answered, Outcome, RefreshCounted, Telemetry } from './telemetry.js';
 import type { Waiters } from './wait.js';
+import type { WakeChannels } from './wake.js';
 
 /** Emits a cache event; a throwing listener is reported, never propagated into the protocol. */
 export type Emit = <E extends keyof CacheEvents>(name: E, ...payload: CacheEvents[E]) => void;
@@ -26,6 +27,8 @@ export interface RebuildDeps {
   /** Degraded results kept for their ttl while Redis is unavailable (or a no-op). */
   readonly memo: DegradedMemo;
   readonly waiters: Waiters;
+  /** The key's wake channel held while a call waits on or rebuilds it (`notes: 'sharded'`; else a no-op). */
+  readonly wake: WakeChannels;
   readonly grants: GrantRegistry;
   readonly background: Background;
   /** Aborts on close(): no loader starts and nothing is written after it. */
@@ -157,11 +160,13 @@ export class Rebuild implements Answered {
       // Bounded like any wait: at most waitTimeout, and a note on the key (a delete, a set, another
       // process's write) ends it at once — the background work may hang, and could no longer write anyway.
       const waiter = this.d.waiters.register(this.key);
+      const hold = this.d.wake.hold(this.key, this.keys);
       try {
         await Promise.race([running, waiter.next(this.call.waitTimeout, this.signal)]);
       } finally {
         waiter.wake('r'); // settles next() and clears its timer if the work finished first
         waiter.dispose();
+        hold.release();
       }
       this.assertRunning();
       try {
@@ -205,9 +210,14 @@ export class Rebuild implements Answered {
   private async lockOrWait(): Promise<unknown> {
     const { clock, waiters } = this.d;
     const waiter = waiters.register(this.key); // before the first attempt: no notification can slip by
+    // Sharded notes: the key's channel is subscribed before the first attempt, for the same reason
+    // (bounded by redisTimeout; without it the waiter polls). Held until this trip ends, so a change
+    // of the key while this process rebuilds it is heard too (forget(): no later caller joins).
+    const hold = this.d.wake.hold(this.key, this.keys);
     const started = clock.now();
     const deadline = started + this.call.waitTimeout;
     try {
+      await hold.ready;
       for (let attempt = 0; ; attempt++) {
         this.assertRunning();
         let grant: Grant | null;
@@ -246,6 +256,7 @@ export class Rebuild implements Answered {
       }
     } finally {
       waiter.dispose();
+      hold.release();
     }
   }
 
@@ -434,7 +445,7 @@ export class Rebuild implements Answered {
     const refresh = new Rebuild(d, key, this.keys, this.loader, this.call, { signal: d.lifetime });
     const work = (async () => {
       const grant = await d.lockers[this.call.lock].acquire(key, this.keys, this.call);
-      if (grant) await refresh.rebuild(grant, stale.value);
+      if (grant) await whileHeld(d, key, this.keys, () => refresh.rebuild(grant, stale.value));
       // Lost: another process refreshes. This process tries that entry's lock again only after
       // pollInterval (in case the winner fails), not on every stale read of the window.
       else d.background.holdOff('stale', key, stale.fence, d.clock.now() + this.call.pollInterval);
@@ -464,6 +475,19 @@ export class Rebuild implements Answered {
   /** Why this trip stopped once its signal aborted (every caller left: nobody awaits this error). */
   private stopped(): Error {
     return this.signal.reason instanceof Error ? this.signal.reason : new CacheClosedError(this.key);
+  }
+}
+
+/**
+ * Runs a background rebuild with the key's wake channel held (`notes: 'sharded'`), so a change of the
+ * key meanwhile abandons an early refresh as with broadcast notes. Not awaited: nobody waits on it.
+ */
+async function whileHeld<T>(d: RebuildDeps, key: string, keys: EntryKeys, work: () => Promise<T>): Promise<T> {
+  const hold = d.wake.hold(key, keys);
+  try {
+    return await work();
+  } finally {
+    hold.release();
   }
 }
 
@@ -544,7 +568,7 @@ export function refreshAheadOnHit(d: RebuildDeps, key: string, keysOf: () => Ent
         if (!same) emit('refresh', { key, outcome: 'already-refreshed' });
         return !same;
       };
-      await new Rebuild(d, key, keys, abandonable(loader, stop.signal), call, stop).rebuild(grant, seen.value, done);
+      await whileHeld(d, key, keys, () => new Rebuild(d, key, keys, abandonable(loader, stop.signal), call, stop).rebuild(grant, seen.value, done));
     } catch (error) {
       // Only the abandonment itself: a loader failure or a bad setOptions that lands as the key changes is still reported.
       if (!(error instanceof RefreshAbandoned)) throw error;

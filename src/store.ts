@@ -5,7 +5,8 @@ import type { EntryKeys } from './keys.js';
 import type { Grant } from './lock/types.js';
 import type { Scripts } from './lock/scripts.js';
 import { graceWindow, physicalTtl, type ResolvedCall } from './options.js';
-import type { Bus, NoteKind } from './wait.js';
+import type { NoteKind } from './wait.js';
+import type { NoteRoute } from './wake.js';
 
 export type Found =
   | { readonly state: 'miss' }
@@ -29,7 +30,7 @@ export class Store {
   constructor(
     private readonly io: Io,
     private readonly scripts: Scripts,
-    private readonly bus: Bus,
+    private readonly notes: NoteRoute,
     private readonly maxValueBytes: number,
     private readonly events: StoreEvents,
     /** Negative control only: skip the fence check on writes. */
@@ -105,9 +106,9 @@ export class Store {
           String(grant.fence),
           bytes,
           physicalTtl(ttl, call.staleTtl, call.failSafeTtl),
-          this.bus.channel,
-          this.bus.message(kind, key),
-          this.bus.message('r', key),
+          this.notes.channel(keys),
+          this.notes.message(kind, key),
+          this.notes.message('r', key),
         ],
       ),
       key,
@@ -118,6 +119,6 @@ export class Store {
 
   /** Bumps the fence (so no in-flight rebuild can write), deletes the value and announces it. */
   async invalidate(key: string, keys: EntryKeys, fenceTtl: number): Promise<void> {
-    await this.io.run('delete', () => this.scripts.invalidate(keys.value, keys.fence, fenceTtl, this.bus.channel, this.bus.message('d', key)), key);
+    await this.io.run('delete', () => this.scripts.invalidate(keys.value, keys.fence, fenceTtl, this.notes.channel(keys), this.notes.message('d', key)), key);
   }
 }

@@ -18,9 +18,10 @@ export const PEERS = ['bentocache', 'bentocache-grace', 'cachified', 'cachified-
 /**
  * Variants of `single` that only some scenarios run (a scenario's `contenders` names them):
  * `-l1` adds the in-process L1; `-ra` uses `refreshAhead: RA_FRACTION` with no stale window;
- * `-jitter` uses `ttlJitter: JITTER`; `-node-redis` is `single` on node-redis clients (package `redis`).
+ * `-jitter` uses `ttlJitter: JITTER`; `-node-redis` is `single` on node-redis clients (package `redis`);
+ * `-sharded` uses `notes: 'sharded'` (a key's notes on its own channel, heard only while waiting on it).
  */
-export const VARIANTS = ['single-l1', 'single-ra', 'single-ra-l1', 'single-jitter', 'single-node-redis'] as const;
+export const VARIANTS = ['single-l1', 'single-ra', 'single-ra-l1', 'single-jitter', 'single-node-redis', 'single-sharded'] as const;
 /** cache-manager 7 on Redis through Keyv, with `refreshThreshold` (refresh ahead, per process). */
 export const LATE_PEERS = ['cache-manager'] as const;
 /** The lock many tutorials still teach (issue 12 §3): SETNX, then EXPIRE, then DEL without a token. */
@@ -88,6 +89,8 @@ export function makeContender(name: ContenderName, env: ContenderEnv): Contender
       return ours('single', env, { refresh: { ttlJitter: JITTER } });
     case 'single-node-redis':
       return ours('single', env, { nodeRedis: true });
+    case 'single-sharded':
+      return ours('single', env, { sharded: true });
     case 'cache-manager':
       return cacheManager(env);
     case 'naive-lock':
@@ -115,7 +118,7 @@ function nodeRedisClient(url: string): { redis: RedisClient; dispose: () => void
   return { redis: c, dispose: () => c.destroy() };
 }
 
-function ours(mode: LockMode, env: ContenderEnv, variant: { l1?: boolean; refresh?: RefreshOptions; nodeRedis?: boolean } = {}): Contender {
+function ours(mode: LockMode, env: ContenderEnv, variant: { l1?: boolean; refresh?: RefreshOptions; nodeRedis?: boolean; sharded?: boolean } = {}): Contender {
   const made = [env.url, ...env.redlockUrls].map((url) => {
     if (variant.nodeRedis) return nodeRedisClient(url);
     const c = client(url);
@@ -128,6 +131,7 @@ function ours(mode: LockMode, env: ContenderEnv, variant: { l1?: boolean; refres
     prefix: env.prefix,
     lock: mode,
     ...(variant.l1 ? { local: { max: L1_MAX } } : {}),
+    ...(variant.sharded ? { notes: 'sharded' as const } : {}),
     ...(nodes.length >= 3 ? { redlock: { nodes } } : {}),
   });
   const { refresh } = variant;

@@ -4,7 +4,9 @@
  * coordination), in one run: rebuild ratio (loader runs ÷ one per key per expiry), most loaders at once
  * on one key, client CPU per request (process.cpuUsage over the timed window, every process summed),
  * p99, and the pub/sub notes each process receives per second (every process subscribes to the one
- * channel, so each receives every note: counted here by one more subscriber). Medians of R runs.
+ * channel, so each receives every note: counted here by one more subscriber). `single-sharded`
+ * (`notes: 'sharded'`) sends a key's notes only to the processes waiting on or rebuilding it, which no
+ * outside subscriber can count: its column is '–'. Medians of R runs.
  */
 import { fork, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
@@ -14,7 +16,7 @@ import type { ContenderName } from './contenders.js';
 import { idealRebuilds, maxConcurrentPerKey, median, percentile, type ScenarioSpec } from './scenarios.js';
 import type { RunReport, RunRequest } from '../worker.js';
 
-export const ALL_FLEET_CONTENDERS: readonly ContenderName[] = ['single', 'cache-aside'];
+export const ALL_FLEET_CONTENDERS: readonly ContenderName[] = ['single', 'single-sharded', 'cache-aside'];
 const WORKER = fileURLToPath(new URL('../worker.ts', import.meta.url));
 const now = (): number => performance.timeOrigin + performance.now();
 
@@ -89,7 +91,8 @@ async function oneRun(url: string, workers: ChildProcess[], contender: Contender
     cpuUsPerCall: reports.reduce((s, r) => s + r.cpuUs, 0) / Math.max(1, calls),
     p99: percentile(latencies, 99),
     callsPerSec: calls / seconds,
-    notesPerProcessPerSec: notes / seconds,
+    // Sharded notes go to per-key channels held only by the processes that wait on the key: not countable here.
+    notesPerProcessPerSec: contender === 'single-sharded' ? Number.NaN : notes / seconds,
   };
 }
 
@@ -145,7 +148,7 @@ export function fleetMarkdown(figures: readonly FleetFigure[], sizes: FleetSizes
   ];
   for (const f of figures) {
     const bare = figures.find((b) => b.P === f.P && b.K === f.K && b.contender === 'cache-aside');
-    out.push(`| ${f.P} | ${f.K} | ${f.contender} | ${f.ratio.toFixed(2)} | ${f.maxAtOnce} | ${f.cpuUsPerCall.toFixed(1)} | ${bare ? (f.cpuUsPerCall / bare.cpuUsPerCall).toFixed(2) : '–'} | ${f.p99.toFixed(1)} | ${f.callsPerSec.toFixed(0)} | ${f.notesPerProcessPerSec.toFixed(1)} |`);
+    out.push(`| ${f.P} | ${f.K} | ${f.contender} | ${f.ratio.toFixed(2)} | ${f.maxAtOnce} | ${f.cpuUsPerCall.toFixed(1)} | ${bare ? (f.cpuUsPerCall / bare.cpuUsPerCall).toFixed(2) : '–'} | ${f.p99.toFixed(1)} | ${f.callsPerSec.toFixed(0)} | ${Number.isNaN(f.notesPerProcessPerSec) ? '–' : f.notesPerProcessPerSec.toFixed(1)} |`);
   }
   return out;
 }

@@ -19,6 +19,7 @@ import { StoreLock, type LockDeps } from '../../src/lock/single.js';
 import { resolveCallOptions, resolveCacheOptions, systemClock } from '../../src/options.js';
 import { getOrComputeChannel, type GetOrComputeContext } from '../../src/telemetry.js';
 import { Bus } from '../../src/wait.js';
+import { broadcastNotes } from '../../src/wake.js';
 import { median, percentile } from './scenarios.js';
 
 export interface LatencyFigure {
@@ -159,7 +160,7 @@ export async function lockCost(
   const deps: LockDeps = {
     io: new Io(1000, 5, 2000, systemClock),
     scripts: defineScripts(portFor(store)),
-    bus,
+    notes: broadcastNotes(bus),
     clock: systemClock,
     onLost: () => undefined,
   };

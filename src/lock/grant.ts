@@ -38,17 +38,17 @@ export function silentInStore(outcome: ReleaseOutcome): boolean {
  * undefined when Redis did not answer. Never throws.
  */
 export async function announceInStore(deps: LockDeps, key: string, keys: EntryKeys, token: string, outcome: ReleaseOutcome, failBackoffMs: number, lockTtl = 0): Promise<number | undefined> {
-  const { io, scripts, bus } = deps;
+  const { io, scripts, notes } = deps;
   const { note, backoff } = ANNOUNCE[outcome];
-  const message = note === undefined ? '' : bus.message(note, key);
-  const send = (note: string, backoffMs: number): Promise<number> => io.run('release', () => scripts.release(keys.lock, keys.backoff, token, bus.channel, note, backoffMs), key);
+  const message = note === undefined ? '' : notes.message(note, key);
+  const send = (note: string, backoffMs: number): Promise<number> => io.run('release', () => scripts.release(keys.lock, keys.backoff, token, notes.channel(keys), note, backoffMs), key);
   return send(message, backoff ? failBackoffMs : 0).catch(() => {
     // Unanswered (connection error, timeout, open breaker): our lock may still be held. Release it
     // again, by token, once Redis answers; its note ('r': re-read) then wakes the waiters, who take
     // over at once instead of waiting out the lease. Not the original note: by then a `u` or an `e`
     // is old news (another rebuild may have stored a value). The backoff is not sent again either
     // (its window counts from the failure).
-    if (token !== '' && deps.retries) deps.retries.add(`${keys.lock}\n${token}`, deps.clock.now() + lockTtl, () => send(bus.message('r', key), 0));
+    if (token !== '' && deps.retries) deps.retries.add(`${keys.lock}\n${token}`, deps.clock.now() + lockTtl, () => send(notes.message('r', key), 0));
     return undefined;
   });
 }

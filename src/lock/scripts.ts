@@ -55,6 +55,24 @@ end
 `;
 
 /**
+ * How every note leaves a script (`note(channel, message)`). THE CHANNEL RULE: a channel with a hash
+ * tag (`{`) is a key's wake channel (`notes: 'sharded'`, keys.ts), in the slot of the script's keys:
+ * SPUBLISH, so on a Cluster the note stays in its shard. Where the server has no SPUBLISH (Redis <
+ * 7.0: an error reply, caught), PUBLISH on the same channel; the subscriber falls back the same way
+ * (ShardSubscriberPort). A channel without a tag (the cache's one broadcast channel; a prefix has no
+ * braces) is PUBLISHed, as always.
+ */
+const NOTE = `
+local function note(channel, message)
+  if string.find(channel, '{', 1, true) then
+    local r = redis.pcall('SPUBLISH', channel, message)
+    if type(r) ~= 'table' or not r.err then return end
+  end
+  redis.call('PUBLISH', channel, message)
+end
+`;
+
+/**
  * read: KEYS[1]=value; ARGV[1]=max bytes.
  * → nil (absent) | {pttl, bytes} | {pttl, -1} (not a string) | {pttl, -2} (larger than the cap: never sent).
  * The size check happens here, before a single byte crosses the wire or reaches the decoder. Two
@@ -95,7 +113,7 @@ return {1, bump_fence(KEYS[2], ARGV[3])}
  * → 1 accepted | 0 rejected: superseded (a newer write, set or delete raised w) | -1 rejected: the fence
  * was lost (no hash, or w is still its seed `s`: nothing accepted since the re-seed).
  */
-const writeScript = (fenced: boolean): string => `
+const writeScript = (fenced: boolean): string => `${NOTE}
 local exists = redis.call('EXISTS', KEYS[2]) == 1
 local w = redis.call('HGET', KEYS[2], 'w')
 local ok = ${fenced ? "exists and tonumber(ARGV[2]) > tonumber(w or '0')" : 'true'}
@@ -106,10 +124,10 @@ if ok then
 end
 if redis.call('GET', KEYS[3]) == ARGV[1] then redis.call('DEL', KEYS[3]) end
 if ok then
-  redis.call('PUBLISH', ARGV[5], ARGV[6])
+  note(ARGV[5], ARGV[6])
   return 1
 end
-redis.call('PUBLISH', ARGV[5], ARGV[7])
+note(ARGV[5], ARGV[7])
 if not exists or w == redis.call('HGET', KEYS[2], 's') then return -1 end
 return 0
 `;
@@ -130,7 +148,7 @@ export const WRITE_UNFENCED = writeScript(false);
  * a release retried after a reconnect) would tell them about a rebuild that is not theirs.
  * → 1 released | 0 not ours (expired or taken over).
  */
-export const RELEASE = `
+export const RELEASE = `${NOTE}
 local ok = 0
 local holder = redis.call('GET', KEYS[1])
 if holder == ARGV[1] then
@@ -138,7 +156,7 @@ if holder == ARGV[1] then
   ok = 1
 end
 if ARGV[4] ~= '0' then redis.call('SET', KEYS[2], '1', 'PX', ARGV[4]) end
-if ARGV[3] ~= '' and (ok == 1 or not holder) then redis.call('PUBLISH', ARGV[2], ARGV[3]) end
+if ARGV[3] ~= '' and (ok == 1 or not holder) then note(ARGV[2], ARGV[3]) end
 return ok
 `;
 
@@ -161,11 +179,11 @@ return 1
  * token) cannot resurrect what was deleted. If the hash is later lost (TTL, eviction), its re-seed
  * keeps that promise (the fence rule above).
  */
-export const INVALIDATE = `${BUMP_FENCE}
+export const INVALIDATE = `${BUMP_FENCE}${NOTE}
 local f = bump_fence(KEYS[2], ARGV[1])
 redis.call('HSET', KEYS[2], 'w', f)
 redis.call('DEL', KEYS[1])
-redis.call('PUBLISH', ARGV[2], ARGV[3])
+note(ARGV[2], ARGV[3])
 return f
 `;
 
@@ -222,11 +240,11 @@ export interface Scripts {
 const SCRIPTS = {
   read: script('sgReadV2', 1, READ),
   acquire: script('sgAcquireV4', 3, ACQUIRE),
-  write: script('sgWriteV4', 3, WRITE),
-  writeUnfenced: script('sgWriteUnfencedV4', 3, WRITE_UNFENCED),
-  release: script('sgReleaseV3', 2, RELEASE),
+  write: script('sgWriteV5', 3, WRITE),
+  writeUnfenced: script('sgWriteUnfencedV5', 3, WRITE_UNFENCED),
+  release: script('sgReleaseV4', 2, RELEASE),
   extend: script('sgExtendV1', 2, EXTEND),
-  invalidate: script('sgInvalidateV4', 2, INVALIDATE),
+  invalidate: script('sgInvalidateV5', 2, INVALIDATE),
   clearEntry: script('sgClearEntryV2', 2, CLEAR_ENTRY),
   redlockAcquire: script('sgRedlockAcquireV1', 1, REDLOCK_ACQUIRE),
 } as const;

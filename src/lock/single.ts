@@ -4,7 +4,7 @@ import type { Batch } from '../batch.js';
 import type { Io } from '../io.js';
 import type { EntryKeys } from '../keys.js';
 import type { Clock, LockMode, ResolvedCall } from '../options.js';
-import type { Bus } from '../wait.js';
+import type { NoteRoute } from '../wake.js';
 import type { Scripts } from './scripts.js';
 import { announceInStore, ReleaseOnce, silentInStore, type ReleaseRetries } from './grant.js';
 import type { AcquireOptions, Grant, Locker, ReleaseOutcome, ReleaseResult } from './types.js';
@@ -17,7 +17,8 @@ export function newToken(): string {
 export interface LockDeps {
   readonly io: Io;
   readonly scripts: Scripts;
-  readonly bus: Bus;
+  /** Where the key's notes go (`notes`). */
+  readonly notes: NoteRoute;
   readonly clock: Clock;
   readonly onLost: (key: string, err: LockLostError) => void;
   /** Unanswered releases, retried once Redis answers again (optional: without it a failed release waits out its lease). */
@@ -85,10 +86,10 @@ export class StoreLock implements Locker {
   /** One key's acquisition: its token, and what its reply (or failure) makes of it. */
   private attempt(key: string, keys: EntryKeys, call: ResolvedCall): Attempt {
     const token = this.exclusive ? newToken() : '';
-    const { scripts, bus } = this.deps;
+    const { scripts, notes } = this.deps;
     const started = this.deps.clock.now();
     // A timed-out acquire may still be applied (now or later): free that orphan by its token.
-    const undo = this.exclusive ? () => void scripts.release(keys.lock, keys.backoff, token, bus.channel, '', 0).catch(() => undefined) : undefined;
+    const undo = this.exclusive ? () => void scripts.release(keys.lock, keys.backoff, token, notes.channel(keys), '', 0).catch(() => undefined) : undefined;
     return {
       token,
       lockTtl: this.exclusive ? call.lockTtl : 0,

@@ -197,4 +197,18 @@ export interface CacheOptions {
   replicaAck?: ReplicaAckOptions;
   /** Accept clients whose TLS options set `rejectUnauthorized: false` (certificate not verified). Default `false`: such clients are refused. */
   allowInsecureTls?: boolean;
+  /**
+   * Where a key's notes (written, set, deleted, released, failed) go. `'broadcast'`: the cache's one
+   * channel, which every process hears. `'sharded'`: the key's own wake channel (in its hash slot:
+   * `SPUBLISH`, so on a Cluster a note stays in its shard; `PUBLISH` on servers before Redis 7.0), which
+   * a process subscribes to only while it waits on or rebuilds the key, so a process no longer handles
+   * the notes of every key. Clears stay on the broadcast channel. `'sharded'` requires `local: false`
+   * (L1 needs every change) and must be the same in every process of a `prefix`: a process on
+   * `'broadcast'` misses the notes of one on `'sharded'` (its waiters fall back to polling, its L1 and
+   * degraded copies are not dropped). See README "Sharded notes". Default `'broadcast'`.
+   */
+  notes?: Notes;
 }
+
+/** Where key notes go (`CacheOptions.notes`). */
+export type Notes = 'broadcast' | 'sharded';

@@ -34,7 +34,7 @@ import {
   type Parsed,
   type PerCallOnly,
 } from './fields.js';
-import type { CacheOptions, CallOptions, Clock, EntryOptions, LocalTierOptions, LockMode, OnNoQuorum, OnWaitTimeout, RedlockOptions, ReplicaAckOptions } from './public.js';
+import type { CacheOptions, CallOptions, Clock, EntryOptions, LocalTierOptions, LockMode, Notes, OnNoQuorum, OnWaitTimeout, RedlockOptions, ReplicaAckOptions } from './public.js';
 
 // Builds a field. Not exported, so its `const` type parameters (which keep DEFAULTS' literal types,
 // `'single'`, `1000`) stay out of the published .d.ts: that still parses with TypeScript 4.9.
@@ -207,6 +207,7 @@ export const CACHE_FIELDS = {
   allowInsecureTls: field(boolean, false),
   // No default: off unless given.
   replicaAck: field(replicaAck),
+  notes: field(oneOf<Notes>(['broadcast', 'sharded']), 'broadcast'),
 } satisfies { readonly [K in keyof CacheOptions]-?: Field<unknown> };
 
 type CacheFields = typeof CACHE_FIELDS;

@@ -156,6 +156,45 @@ describe.each<Family>(['ioredis', 'ioredis6', 'node-redis', 'node-redis5'])('Red
     expect(await waiting.call).toBe('from-a');
   });
 
+  it.each(['broadcast', 'sharded'] as const)("notes %s: a waiter is woken by another instance's set(); sharded, the note stays in its shard (no master forwards a PUBLISH over the cluster bus)", async (notes) => {
+    const prefix = `cl3${notes[0]}`;
+    const a = await cache(prefix, { notes });
+    const b = await cache(prefix, { notes, defaults: { pollInterval: 3_600_000, waitTimeout: 3_600_000 } });
+    await Promise.all([a.ready(), b.ready()]);
+    const admin = clusterClient(true);
+    const keys = entryKeys(`${family}-${prefix}`, 'w}');
+    // Someone else holds the rebuild: b can only wait, and only a note can wake it (its poll is an hour away).
+    await admin.set(keys.lock, 'someone-else', 'PX', 600_000);
+    const nodes = cluster.nodes.map((n) => {
+      const c = new Redis(n.adminUrl, { maxRetriesPerRequest: 1 });
+      c.on('error', () => undefined);
+      disposals.push(() => c.disconnect());
+      return c;
+    });
+    const busPublishes = async (): Promise<number> => {
+      const sent = await Promise.all(nodes.map(async (n) => Number(/cluster_stats_messages_publish_sent:(\d+)/.exec(String(await n.call('CLUSTER', 'INFO')))?.[1] ?? 0)));
+      return sent.reduce((x, y) => x + y, 0);
+    };
+    const shardSubscribers = async (): Promise<number> => {
+      const counts = await Promise.all(nodes.map(async (n) => Number(((await n.call('PUBSUB', 'SHARDNUMSUB', keys.wake)) as [string, number])[1])));
+      return counts.reduce((x, y) => x + y, 0);
+    };
+    const before = await busPublishes();
+    const waiting = await missedCall(b, 'w}', () => 'from-b');
+    // Sharded: b subscribes to the key's channel before its lock attempt; the set() below comes after.
+    if (notes === 'sharded') while ((await shardSubscribers()) === 0) await new Promise((r) => setTimeout(r, 10));
+    await a.set('w}', 'from-a', 60_000);
+    expect(await waiting.call).toBe('from-a');
+    const after = await busPublishes();
+    if (notes === 'sharded') {
+      expect(after).toBe(before);
+      // Subscribed only while it waited.
+      while ((await shardSubscribers()) !== 0) await new Promise((r) => setTimeout(r, 10));
+    } else {
+      expect(after).toBeGreaterThan(before); // the control: a classic note is forwarded to every master
+    }
+  });
+
   it("delete() drops another instance's L1 copy over the cluster's pub/sub", async () => {
     const a = await cache('cl4', { local: { max: 10 } });
     const b = await cache('cl4', { local: { max: 10 } });

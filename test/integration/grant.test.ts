@@ -12,6 +12,7 @@ import type { Grant, ReleaseOutcome } from '../../src/lock/types.js';
 import { resolveCacheOptions, resolveCallOptions, systemClock } from '../../src/options.js';
 import { Store } from '../../src/store.js';
 import { Bus } from '../../src/wait.js';
+import { broadcastNotes } from '../../src/wake.js';
 import { dropConnection, familyClient, whenReady } from '../support/clients.js';
 import { useRedis } from '../support/harness.js';
 import type { RedisClient } from '../../src/index.js';
@@ -28,7 +29,7 @@ async function setup(client: RedisClient = h.cacheClient()) {
   const prefix = `grant${++prefixes}`;
   const bus = new Bus(prefix);
   const io = new Io(500, 5, 1000, systemClock);
-  const deps: LockDeps = { io, scripts: defineScripts(portFor(client)), bus, clock: systemClock, onLost: () => undefined };
+  const deps: LockDeps = { io, scripts: defineScripts(portFor(client)), notes: broadcastNotes(bus), clock: systemClock, onLost: () => undefined };
   const call = resolveCallOptions(resolveCacheOptions({ redis: client }).defaults, { ttl: 60_000, lockTtl: 10_000, failBackoff: 5_000 }, 'k');
   const notes: string[] = [];
   const sub = h.adminClient();
@@ -47,7 +48,7 @@ async function setup(client: RedisClient = h.cacheClient()) {
     if (!grant) throw new Error('not granted');
     return grant;
   };
-  const store = new Store(io, deps.scripts, bus, 1 << 20, { decodeError: () => undefined });
+  const store = new Store(io, deps.scripts, deps.notes, 1 << 20, { decodeError: () => undefined });
   return { prefix, bus, deps, call, acquire, settled, store, keys: (key: string) => entryKeys(prefix, key), local: new StoreLock(deps, 'local', false) };
 }
 

@@ -10,6 +10,7 @@ import { StoreLock, type LockDeps } from '../../src/lock/single.js';
 import { resolveCacheOptions, resolveCallOptions, systemClock, type ResolvedRedlock } from '../../src/options.js';
 import { UNSAFE } from '../../src/unsafe.js';
 import { Bus } from '../../src/wait.js';
+import { broadcastNotes } from '../../src/wake.js';
 import { familyClient, type ClientFamily } from '../support/clients.js';
 import { deferred, nextEvent } from '../support/harness.js';
 import { FENCED_WRITE, maxActiveKey, runsKey } from '../support/counting-loader.js';
@@ -277,7 +278,7 @@ describe('RedlockLock', () => {
   async function lockOver(redlockNodes: Redis[], tuning: Partial<ResolvedRedlock>): Promise<{ lock: RedlockLock; call: ReturnType<typeof resolveCallOptions> }> {
     const storeClient = client(store.url);
     await storeClient.ping();
-    const deps: LockDeps = { io: new Io(300, 5, 1000, systemClock), scripts: defineScripts(portFor(storeClient)), bus: new Bus('rlretry'), clock: systemClock, onLost: () => undefined };
+    const deps: LockDeps = { io: new Io(300, 5, 1000, systemClock), scripts: defineScripts(portFor(storeClient)), notes: broadcastNotes(new Bus('rlretry')), clock: systemClock, onLost: () => undefined };
     const config: ResolvedRedlock = { nodes: redlockNodes, driftFactor: 0.01, retryCount: 1, retryDelay: 10, retryJitter: 0, nodeTimeout: 100, onNoQuorum: 'local', ...tuning };
     const lock = new RedlockLock(deps, config, new StoreLock(deps, 'local', false), { threshold: 5, cooldown: 1000 });
     const call = resolveCallOptions(resolveCacheOptions({ redis: storeClient }).defaults, { ttl: 1000, lockTtl: 10_000, failBackoff: 5_000 }, 'k');

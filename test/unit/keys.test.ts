@@ -9,12 +9,14 @@ const calculateSlot = clusterKeySlot as (key: string) => number;
 const HOSTILE = ['', '}', '}abc', '{x}', 'a{b}c', '{', '{}', 'x:lock', 'x', 'v:x', 'l:x', '\r\n', '\0', '*', 'a?[b]\\', 'ü', '😀', 'a'.repeat(1024)];
 
 describe('entry keys', () => {
-  it.each(HOSTILE.filter((k) => k !== ''))('all keys of %j share one Cluster slot', (key) => {
+  it.each(HOSTILE.filter((k) => k !== ''))('all keys of %j, and its wake channel, share one Cluster slot', (key) => {
     const k = entryKeys('sg', key);
     const slot = calculateSlot(k.value);
     expect(calculateSlot(k.lock)).toBe(slot);
     expect(calculateSlot(k.fence)).toBe(slot);
     expect(calculateSlot(k.backoff)).toBe(slot);
+    // A script may SPUBLISH only on a channel of its keys' slot (the channel rule, lock/scripts.ts).
+    expect(calculateSlot(k.wake)).toBe(slot);
   });
 
   it('distinct user keys give disjoint sets of Redis keys (no x:lock-style collisions)', () => {
@@ -28,7 +30,7 @@ describe('entry keys', () => {
         seen.set(redisKey, key);
       }
     }
-    expect(seen.size).toBe(inputs.length * 4);
+    expect(seen.size).toBe(inputs.length * 5); // value, lock, fence, backoff, wake channel
   });
 
   it('two prefixes never produce the same Redis key', () => {

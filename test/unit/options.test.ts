@@ -191,7 +191,7 @@ describe('resolveCacheOptions', () => {
 
   const badValues: [string, unknown][] = [
     ['prefix', 42], ['redisTimeout', 1.5], ['maxKeyLength', 0], ['maxValueBytes', '1mb'], ['breakerThreshold', -1],
-    ['breakerCooldown', 2 ** 31], ['maxWaitersPerKey', null], ['degradedMemo', -1], ['degradedMemo', 1.5], ['allowInsecureTls', 'yes'], ['lock', 'mutex'], ['defaults', 5],
+    ['breakerCooldown', 2 ** 31], ['maxWaitersPerKey', null], ['degradedMemo', -1], ['degradedMemo', 1.5], ['allowInsecureTls', 'yes'], ['lock', 'mutex'], ['defaults', 5], ['notes', 'shard'], ['notes', 1],
   ];
   it.each(badValues)('createCache option %s = %o: the message names the option, the value and its type', (option, value) => {
     expectNamed(invalid(() => resolveCacheOptions({ redis: fakeClient, [option]: value })), option, value);
@@ -219,6 +219,13 @@ describe('resolveCacheOptions', () => {
     expectNamed(invalid(() => resolveCacheOptions({ redis: fakeClient, redisTimeout: 100, replicaAck: { replicas: 1, timeout: 100 } })), 'replicaAck.timeout', 100);
   });
 
+  it("notes: 'broadcast' by default; 'sharded' needs local off, and with L1 on the error names local and its value", () => {
+    expect(resolveCacheOptions({ redis: fakeClient }).notes).toBe('broadcast');
+    expect(resolveCacheOptions({ redis: fakeClient, notes: 'sharded' }).notes).toBe('sharded');
+    expect(resolveCacheOptions({ redis: fakeClient, notes: 'broadcast', local: { max: 10 } }).notes).toBe('broadcast');
+    expectNamed(invalid(() => resolveCacheOptions({ redis: fakeClient, notes: 'sharded', local: { max: 10 } })), 'local', { max: 10 });
+  });
+
   it('cache defaults are frozen, fill every call default, and keep a given ttl', () => {
     const d = resolveCacheOptions({ redis: fakeClient, defaults: { ttl: 5, staleTtl: 7 } }).defaults;
     expect(Object.isFrozen(d)).toBe(true);
@@ -237,7 +244,7 @@ describe('DEFAULTS', () => {
     expect(Object.isFrozen(DEFAULTS)).toBe(true);
     expect(DEFAULTS).toEqual({
       prefix: 'sg', local: false, redisTimeout: 1000, maxKeyLength: 1024, maxValueBytes: 1024 * 1024,
-      breakerThreshold: 5, breakerCooldown: 2000, maxWaitersPerKey: 10_000, degradedMemo: 10_000, allowInsecureTls: false,
+      breakerThreshold: 5, breakerCooldown: 2000, maxWaitersPerKey: 10_000, degradedMemo: 10_000, allowInsecureTls: false, notes: 'broadcast',
       ...DEFAULTS_OF_CALL,
       driftFactor: 0.01, retryCount: 3, retryDelay: 200, retryJitter: 100, nodeTimeout: 100, onNoQuorum: 'local',
     });
