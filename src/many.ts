@@ -6,7 +6,7 @@ import { runLoader, type LoaderContext, type LoadResult } from './loader.js';
 import { StoreLock, type ManyItem } from './lock/single.js';
 import type { Grant, Locker } from './lock/types.js';
 import type { ResolvedCall } from './options.js';
-import { entryRead, Rebuild, refreshAheadOnHit, type RebuildDeps } from './rebuild.js';
+import { entryRead, Rebuild, refreshAheadOnHit, whileHeld, type RebuildDeps } from './rebuild.js';
 import type { Found } from './store.js';
 
 /** What `loadMany` receives besides the keys. */
@@ -121,7 +121,7 @@ export async function computeMany(h: ManyHost, keys: readonly string[], loadMany
     won.forEach((w, i) => {
       const loader = (): Promise<unknown> => pick((loaded as Promise<Map<string, unknown>>), w.key);
       const rebuild = new Rebuild(d, w.key, w.keys, loader, callOf(w.key), { signal: d.lifetime }).keep(w.found);
-      answers.set(w.key, rebuild.rebuild(w.grant, undefined, undefined, Promise.resolve(again[i])));
+      answers.set(w.key, whileHeld(d, w.key, w.keys, () => rebuild.rebuild(w.grant, undefined, undefined, Promise.resolve(again[i]))));
     });
   }
 

@@ -479,10 +479,12 @@ export class Rebuild implements Answered {
 }
 
 /**
- * Runs a background rebuild with the key's wake channel held (`notes: 'sharded'`), so a change of the
- * key meanwhile abandons an early refresh as with broadcast notes. Not awaited: nobody waits on it.
+ * Runs a rebuild that holds its grant already (a background refresh, a batch's won key) with the key's
+ * wake channel held (`notes: 'sharded'`), so a change of the key made elsewhere meanwhile is heard as
+ * with broadcast notes (an early refresh is abandoned; later callers join no rebuild begun before it).
+ * The subscription is not awaited: the grant is held, so no note this work waits for can be missed.
  */
-async function whileHeld<T>(d: RebuildDeps, key: string, keys: EntryKeys, work: () => Promise<T>): Promise<T> {
+export async function whileHeld<T>(d: RebuildDeps, key: string, keys: EntryKeys, work: () => Promise<T>): Promise<T> {
   const hold = d.wake.hold(key, keys);
   try {
     return await work();

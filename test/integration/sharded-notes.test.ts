@@ -104,6 +104,19 @@ describe("notes: 'sharded'", () => {
     expect(await waiting).toBe('after');
   });
 
+  it('a delete made elsewhere while this process rebuilds the key is heard: a caller arriving after it does not join that rebuild', async () => {
+    const [a, b] = pair({ notes: 'sharded' });
+    const held = await heldRebuild<string>(a, 'r', WAIT_FOR_NOTE);
+    const heard = new Promise<string>((resolve) => a.on('remoteChange', (e) => resolve(`${e.kind}:${e.key}`)));
+    await b.delete('r');
+    expect(await heard).toBe('deleted:r');
+    const later = a.getOrCompute('r', () => 'after-delete', WAIT_FOR_NOTE);
+    held.open('before-delete');
+    expect(await held.call).toBe('before-delete');
+    // Its write was refused by the fence; the later caller ran its own loader once the lock was free.
+    expect(await later).toBe('after-delete');
+  });
+
   it("createCache refuses notes 'sharded' with L1 on, naming local", () => {
     expect(() => h.cache({ notes: 'sharded', local: { max: 10 } })).toThrow(expect.objectContaining({ code: 'ERR_INVALID_OPTION', option: 'local' }));
   });
