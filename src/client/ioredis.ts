@@ -1,4 +1,5 @@
 import { isUnknownCommand, prop, QUEUED, type PipelinePort, type RedisPort, type Script, type ScriptArg, type ShardSubscriberPort, type SubscriberPort } from './port.js';
+import { InvalidOptionError } from '../errors.js';
 import { Pending } from './pending.js';
 import { slotOf } from './slot.js';
 
@@ -80,9 +81,38 @@ export class IoredisPort implements RedisPort {
     // is unawaited, and the port's caller re-subscribes on onLost anyway. Cluster: a duplicate whose
     // sharded subscriber group keeps one connection per master (ClusterSubscriberGroup, ioredis ≥ 5.9
     // and 6), which routes SSUBSCRIBE by slot; the caller's own Cluster is left as it is.
-    const sub = this.cluster
-      ? (this.client.duplicate as (nodes: never[], override: { shardedSubscribers: boolean }) => unknown)([], { shardedSubscribers: true })
-      : (this.client.duplicate as (override: { autoResubscribe: boolean }) => unknown)({ autoResubscribe: false });
+    // No keyPrefix on either: ioredis takes a sharded channel for a key (SSUBSCRIBE and SUNSUBSCRIBE
+    // have key positions, unlike SUBSCRIBE), so with the caller's `keyPrefix: 'app:'` it would
+    // subscribe `app:<channel>` while the scripts SPUBLISH `<channel>` itself. A Cluster takes its
+    // prefix from its own `keyPrefix` or, when that is empty, from `redisOptions.keyPrefix` (its
+    // constructor, ioredis 5 and 6); its nodes and sharded connections are made from `redisOptions`:
+    // both are emptied. (ioredis 5 replaces `redisOptions` in a duplicate, 6 merges it: a full copy
+    // suits both.)
+    if (!this.cluster) {
+      const sub = (this.client.duplicate as (override: { autoResubscribe: boolean; keyPrefix: string }) => unknown)({ autoResubscribe: false, keyPrefix: '' });
+      return new IoredisShardSubscriberPort(sub as IoredisShardSubscriber);
+    }
+    const redisOptions = prop(this.client, 'options', 'redisOptions');
+    const override = {
+      shardedSubscribers: true,
+      keyPrefix: '',
+      redisOptions: { ...(typeof redisOptions === 'object' && redisOptions !== null ? redisOptions : {}), keyPrefix: '' },
+    };
+    const sub = (this.client.duplicate as (nodes: never[], override: object) => unknown)([], override);
+    // An ioredis Cluster older than 5.9 has no sharded subscriber group (the Cluster's
+    // `shardedSubscribers` property) and ignores the option: its SSUBSCRIBE would go through its one
+    // classic subscriber connection, to a random node, where a channel of another master's slot is
+    // refused (MOVED) or never hears that master's SPUBLISH. Refused here, at createCache.
+    // Untested against a real ioredis < 5.9 (only 5.11 and 6 are installed); the test simulates it
+    // with a 5.11 duplicate made without the option, which lacks the property the same way.
+    if (typeof prop(sub, 'shardedSubscribers') !== 'object' || prop(sub, 'shardedSubscribers') === null) {
+      try {
+        (sub as { disconnect(): void }).disconnect();
+      } catch {
+        // Nothing to release.
+      }
+      throw new InvalidOptionError('notes', 'sharded', "an ioredis Cluster client of version 5.9 or later (sharded pub/sub), or notes: 'broadcast'");
+    }
     return new IoredisShardSubscriberPort(sub as IoredisShardSubscriber);
   }
 
@@ -412,6 +442,31 @@ class IoredisShardSubscriberPort implements ShardSubscriberPort {
 
   onLost(listener: () => void): void {
     this.losts.push(listener);
+  }
+
+  /**
+   * disconnect(true): ioredis closes the connection(s) and reconnects by the caller's retry strategy
+   * (`retryStrategy`, a Cluster's `clusterRetryStrategy`), as when a socket drops; its 'close' then
+   * 'ready' report the loss (IOREDIS_LOST_EVENTS). A socket that does not answer its FIN is destroyed
+   * after ioredis' `disconnectTimeout` (2 s by default). A Cluster drops every connection, its sharded
+   * subscriber group's too; the group makes new ones after the reconnection and re-subscribes what it
+   * held ('subscribersReady', also reported). Commands in flight are sent again after the reconnection
+   * (autoResendUnfulfilledCommands) or rejected by ioredis, into handlers of ours.
+   * Only from a state with a connection to drop: not while ioredis reconnects already, not before a
+   * lazy connection is made ('wait'), not once it ended. A Cluster only when 'ready': its
+   * disconnect() while it is still connecting may leave it in 'disconnecting' with nothing to
+   * reconnect it (its connect() then aborts).
+   */
+  reconnect(): void {
+    if (this.closed) return;
+    const status = this.sub.status;
+    const live = this.sub.isCluster ? status === 'ready' : status === 'ready' || status === 'connect' || status === 'connecting';
+    if (!live) return;
+    try {
+      this.sub.disconnect(true);
+    } catch {
+      // Never thrown by ioredis 5 or 6; a reconnect must not throw into the caller's timer.
+    }
   }
 
   close(): void {

@@ -668,6 +668,11 @@ abstract class NodeRedisShardPort implements ShardSubscriberPort {
     this.lost(sub);
     this.sub = undefined;
     this.destroy(sub);
+    this.reopenLater();
+  }
+
+  /** Opens a fresh duplicate after a backoff (none is current meanwhile). */
+  private reopenLater(): void {
     const wait = Math.min(REOPEN_MS * 2 ** this.reopens++, MAX_RETRY_MS);
     this.reopenTimer = setTimeout(() => {
       this.reopenTimer = undefined;
@@ -677,6 +682,37 @@ abstract class NodeRedisShardPort implements ShardSubscriberPort {
   }
 
   protected abstract destroy(sub: NodeRedisSubscriber): void;
+
+  /**
+   * node-redis has no "drop the socket and reconnect" (as for the Bus's ports: DuplicateSubscriberPort):
+   * the duplicate is destroyed (its commands in flight are rejected into handlers of ours) and a fresh
+   * one opened; the loss is reported on the next tick (the caller subscribes again, on the fresh one,
+   * where node-redis queues the commands until it is ready), and again at its 'ready'. A no-op while
+   * a reopen is due (node-redis gave the duplicate up: the reopen reports the loss) and after close().
+   */
+  reconnect(): void {
+    if (this.closed) return;
+    const old = this.sub;
+    if (!old) return;
+    this.sub = undefined;
+    try {
+      this.destroy(old);
+    } catch {
+      // destroy() catches what node-redis throws; nothing must reach the caller.
+    }
+    try {
+      this.open();
+    } catch {
+      // Not seen (duplicate() and connect() report failures by rejecting): tried again after a backoff.
+      const half = this.sub;
+      this.sub = undefined;
+      if (half) this.destroy(half);
+      this.reopenLater();
+      return;
+    }
+    const fresh = this.sub;
+    if (fresh) process.nextTick(() => this.lost(fresh));
+  }
 
   close(): void {
     if (this.closed) return;

@@ -65,6 +65,13 @@ export interface ShardSubscriberPort {
    * slot moved): messages sent meanwhile are not delivered, and a channel must be subscribed again.
    */
   onLost(listener: () => void): void;
+  /**
+   * Drops the connection(s) and lets them reconnect (the wake's verdict on a SSUBSCRIBE that went
+   * unanswered for redisTimeout: a silently dead socket); subscriptions are then lost (onLost fires)
+   * and taken again by the caller. Never throws; a call while a reconnection is already under way may
+   * be a no-op; a no-op after close().
+   */
+  reconnect(): void;
   /** Drops the connection(s) for good, without waiting for a reply. Idempotent. */
   close(): void;
 }

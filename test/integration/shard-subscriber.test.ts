@@ -7,9 +7,10 @@
  * connection, arrives after it would have.
  */
 import { Cluster, Redis } from 'ioredis';
-import { Cluster as Cluster6 } from 'ioredis6';
+import { Cluster as Cluster6, Redis as Redis6 } from 'ioredis6';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { portFor } from '../../src/client/detect.js';
+import { InvalidOptionError } from '../../src/errors.js';
 import type { ShardSubscriberPort } from '../../src/client/port.js';
 import { slotOf } from '../../src/client/slot.js';
 import type { RedisClient } from '../../src/index.js';
@@ -19,6 +20,8 @@ import { ACL_USER, AS_ACL_USER, startRedisCluster, startRedisServer, type RedisC
 
 /** Both majors of the family under test. */
 const FAMILIES: readonly ClientFamily[] = TEST_CLIENT === 'ioredis' || TEST_CLIENT === 'ioredis6' ? ['ioredis', 'ioredis6'] : ['node-redis', 'node-redis5'];
+/** ioredis-only behaviours (keyPrefix, the Cluster's sharded subscriber group): run in every pass. */
+const IOREDIS: readonly ('ioredis' | 'ioredis6')[] = ['ioredis', 'ioredis6'];
 
 const disposals: (() => void)[] = [];
 const servers: RedisServer[] = [];
@@ -33,6 +36,21 @@ function admin(host: string, port: number): Redis {
   r.on('error', () => undefined);
   disposals.push(() => r.disconnect());
   return r;
+}
+
+/** The ids of the connections in pub/sub mode on the server `r` is connected to. */
+async function pubsubIds(r: Redis): Promise<string[]> {
+  const list = (await r.call('CLIENT', 'LIST', 'TYPE', 'pubsub')) as string;
+  return [...list.matchAll(/(?:^|\n)id=(\d+)/g)].map((m) => m[1] as string);
+}
+
+/** Resolves once `done()` holds (polled; a state the server reaches on its own, not a non-event). */
+async function eventually(done: () => Promise<boolean>, what: string, ms = 10_000): Promise<void> {
+  const deadline = Date.now() + ms;
+  while (!(await done())) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
 }
 
 /** What a port delivered and reported, with a way to wait for a message or a loss report. */
@@ -150,6 +168,36 @@ describe.each(FAMILIES)('ShardSubscriberPort, standalone, %s', (kind) => {
     await seen.message(ch, 'after');
   });
 
+  it('reconnect() drops the connection and reports the loss; subscribed again, messages flow; after close() it does nothing', async () => {
+    const pub = admin(server.host, server.port);
+    // Other tests' ports on this server are in pub/sub mode too: ours is the one that appears.
+    const others = await pubsubIds(pub);
+    const port = shardPort(standalone(server, kind));
+    const seen = watch(port);
+    const ch = `${kind}:s4:a`;
+    await port.subscribe(ch);
+    expect(await pub.call('SPUBLISH', ch, 'before')).toBe(1);
+    await seen.message(ch, 'before');
+    const [old, ...more] = (await pubsubIds(pub)).filter((id) => !others.includes(id));
+    expect(old).toBeDefined();
+    expect(more).toEqual([]);
+    const lostBefore = seen.lost;
+    port.reconnect();
+    port.reconnect(); // twice at once: fine
+    await seen.lostAfter(lostBefore);
+    await seen.resubscribe(ch);
+    // The connection that held the channel is gone (the server sees it close), a new one holds it.
+    await eventually(async () => !(await pubsubIds(pub)).includes(old as string), 'the old connection to close');
+    expect(await pub.call('PUBSUB', 'SHARDNUMSUB', ch)).toEqual([ch, 1]);
+    expect(await pub.call('SPUBLISH', ch, 'after')).toBe(1);
+    await seen.message(ch, 'after');
+    port.close();
+    const lostAtClose = seen.lost;
+    expect(() => port.reconnect()).not.toThrow();
+    await expect(port.subscribe(ch)).rejects.toThrow();
+    expect(seen.lost).toBe(lostAtClose);
+  });
+
   it('close() with a subscribe in flight and Redis stopped: every promise settles, no unhandled rejection', async () => {
     const own = await startRedisServer();
     servers.push(own);
@@ -177,6 +225,31 @@ describe.each(FAMILIES)('ShardSubscriberPort, standalone, %s', (kind) => {
     // Late rejections inside the clients (their reconnect attempts, flushed queues) would surface here.
     await new Promise((r) => setTimeout(r, 300));
     expect(seen.messages).toEqual([]);
+  });
+});
+
+describe.each(IOREDIS)('ShardSubscriberPort, standalone, %s client with keyPrefix', (kind) => {
+  let server: RedisServer;
+  beforeAll(async () => {
+    server = await startRedisServer();
+    servers.push(server);
+  });
+
+  it('a channel is subscribed as given, without the client\'s keyPrefix: SPUBLISH on it (as the scripts send it) is delivered', async () => {
+    const options = { keyPrefix: 'app:', maxRetriesPerRequest: 1 };
+    const client = kind === 'ioredis' ? new Redis(server.url, options) : new Redis6(server.url, options);
+    client.on('error', () => undefined);
+    disposals.push(() => client.disconnect());
+    const port = shardPort(client);
+    const seen = watch(port);
+    const pub = admin(server.host, server.port);
+    const ch = `${kind}:kp:a`;
+    await port.subscribe(ch);
+    expect(await pub.call('PUBSUB', 'SHARDNUMSUB', ch, `app:${ch}`)).toEqual([ch, 1, `app:${ch}`, 0]);
+    expect(await pub.call('SPUBLISH', ch, 'm1')).toBe(1);
+    await seen.message(ch, 'm1');
+    await port.unsubscribe(ch);
+    expect(await pub.call('PUBSUB', 'SHARDNUMSUB', ch)).toEqual([ch, 0]);
   });
 });
 
@@ -208,9 +281,10 @@ describe.each(FAMILIES)('ShardSubscriberPort, server without sharded pub/sub, %s
 });
 
 /** The cache's Cluster client of `kind`, connected as a caller would (as the ACL user in ACL mode). */
-async function clusterClient(cluster: RedisClusterHandle, kind: ClientFamily): Promise<RedisClient> {
+async function clusterClient(cluster: RedisClusterHandle, kind: ClientFamily, keyPrefix?: { readonly keyPrefix: string; readonly in: 'cluster' | 'redisOptions' }): Promise<RedisClient> {
   if (kind === 'node-redis' || kind === 'node-redis5') return nodeRedisClusterClient(cluster, disposals, kind === 'node-redis' ? 6 : 5);
-  const options = { redisOptions: { maxRetriesPerRequest: 1, ...(AS_ACL_USER ? ACL_USER : {}) } };
+  const prefix = (where: 'cluster' | 'redisOptions') => (keyPrefix?.in === where ? { keyPrefix: keyPrefix.keyPrefix } : {});
+  const options = { ...prefix('cluster'), redisOptions: { maxRetriesPerRequest: 1, ...(AS_ACL_USER ? ACL_USER : {}), ...prefix('redisOptions') } };
   const c = kind === 'ioredis' ? new Cluster(cluster.startup, options) : new Cluster6(cluster.startup, options);
   c.on('error', () => undefined);
   disposals.push(() => c.disconnect());
@@ -300,5 +374,92 @@ describe('ShardSubscriberPort on a Cluster (3 masters)', () => {
       if (i > 100) throw new Error('never subscribed again');
       await new Promise((r) => setTimeout(r, 50));
     }
+  });
+  it.each(FAMILIES)('%s: reconnect() drops the connections and reports the loss; subscribed again, each master delivers', async (kind) => {
+    const channels = [...channelOf].map(([owner, ch]) => [owner, `${kind}:rc:${ch}`] as const);
+    // Other tests' ports are in pub/sub mode on the masters too: ours are the ones that appear.
+    const others = await Promise.all(channels.map(([owner]) => pubsubIds(to(owner))));
+    const port = shardPort(await clusterClient(cluster, kind));
+    const seen = watch(port);
+    for (const [, ch] of channels) await port.subscribe(ch);
+    for (const [owner, ch] of channels) {
+      expect(await to(owner).call('SPUBLISH', ch, `before:${ch}`)).toBe(1);
+      await seen.message(ch, `before:${ch}`);
+    }
+    const olds = await Promise.all(
+      channels.map(async ([owner], i) => [owner, (await pubsubIds(to(owner))).filter((id) => !others[i]?.includes(id))] as const),
+    );
+    for (const [, ids] of olds) expect(ids).toHaveLength(1);
+    const lostBefore = seen.lost;
+    port.reconnect();
+    port.reconnect(); // twice at once: fine
+    await seen.lostAfter(lostBefore);
+    // The connections that held the channels close (each master sees it).
+    for (const [owner, ids] of olds) {
+      const admin = to(owner);
+      await eventually(async () => (await pubsubIds(admin)).every((id) => !ids.includes(id)), `the old connections to ${owner} to close`);
+    }
+    // Until the client has new connections, a SSUBSCRIBE may be refused or answered by one being
+    // replaced: subscribe until a message goes through, at each master.
+    for (const [owner, ch] of channels) {
+      for (let i = 0; ; i++) {
+        await seen.resubscribe(ch);
+        if ((await to(owner).call('SPUBLISH', ch, `after${i}`)) === 1) {
+          await seen.message(ch, `after${i}`);
+          break;
+        }
+        if (i > 100) throw new Error(`never subscribed again at ${owner}`);
+        await new Promise((r) => setTimeout(r, 50));
+      }
+    }
+    port.close();
+    expect(() => port.reconnect()).not.toThrow();
+    await expect(port.subscribe(channels[0]?.[1] as string)).rejects.toThrow();
+  });
+
+  it.each(IOREDIS.flatMap((kind) => [[kind, 'redisOptions'], [kind, 'cluster']] as const))(
+    '%s with keyPrefix in its %s options: each channel is subscribed at its master as given, without the prefix; SPUBLISH there is delivered',
+    async (kind, where) => {
+      const port = shardPort(await clusterClient(cluster, kind, { keyPrefix: 'app:', in: where }));
+      const seen = watch(port);
+      // Channels per master: the slot is the channel's own (a prefix outside the hash tag would not
+      // move it, so the subscriber count at the owner is what tells).
+      const channels = [...channelOf].map(([owner, ch]) => [owner, `${kind}:kp-${where}:${ch}`] as const);
+      for (const [, ch] of channels) await port.subscribe(ch);
+      for (const [owner, ch] of channels) {
+        expect(await to(owner).call('PUBSUB', 'SHARDNUMSUB', ch, `app:${ch}`)).toEqual([ch, 1, `app:${ch}`, 0]);
+        expect(await to(owner).call('SPUBLISH', ch, `m:${ch}`)).toBe(1);
+        await seen.message(ch, `m:${ch}`);
+      }
+    },
+  );
+
+  it('an ioredis Cluster without a sharded subscriber group (ioredis < 5.9) is refused, naming notes; the duplicate is disconnected', async () => {
+    // ioredis < 5.9 is not installed. What it does with `shardedSubscribers: true` is ignore it (an
+    // unknown option): its duplicate has no `shardedSubscribers` group. A 5.11 duplicate made with the
+    // option off lacks it the same way; nothing else is changed (no Redis behaviour is imitated).
+    const c = (await clusterClient(cluster, 'ioredis')) as Cluster;
+    const made: Cluster[] = [];
+    const duplicate = c.duplicate.bind(c);
+    Object.defineProperty(c, 'duplicate', {
+      value: (nodes: never[], options: object) => {
+        const d = duplicate(nodes, { ...options, shardedSubscribers: false });
+        made.push(d);
+        return d;
+      },
+    });
+    let thrown: unknown;
+    try {
+      portFor(c).shardSubscriber();
+    } catch (err) {
+      thrown = err;
+    }
+    expect(thrown).toBeInstanceOf(InvalidOptionError);
+    expect((thrown as InvalidOptionError).option).toBe('notes');
+    expect((thrown as InvalidOptionError).value).toBe('sharded');
+    expect((thrown as Error).message).toMatch(/5\.9 or later/);
+    expect(made).toHaveLength(1);
+    // Disconnected by the port before throwing: never 'ready', and no reconnection.
+    expect(['disconnecting', 'close', 'end']).toContain(made[0]?.status);
   });
 });
