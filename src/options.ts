@@ -22,4 +22,4 @@ export {
 } from './options/public.js';
 export { DEFAULTS, validateEntryOptions, type EntryOverrides, type ResolvedCache, type ResolvedCall, type ResolvedDefaults, type ResolvedRedlock } from './options/schema.js';
 export { resolveCacheOptions, resolveCallOptions } from './options/resolve.js';
-export { BREAKER_MAX_GROWTH, breakerCooldown, breakerJudgementWindow, breakerOpenings, entryCall, graceWindow, loaderTimeout, lockModeFor, physicalTtl, pollDelay, watchdogInterval, writeTtl } from './options/effective.js';
+export { BREAKER_MAX_GROWTH, mayWaitOnOthers, breakerCooldown, breakerJudgementWindow, breakerOpenings, entryCall, graceWindow, loaderTimeout, lockModeFor, physicalTtl, pollDelay, watchdogInterval, writeTtl } from './options/effective.js';

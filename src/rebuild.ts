@@ -8,7 +8,7 @@ import type { Grant, Locker, ReleaseOutcome } from './lock/types.js';
 import type { Stop } from './flight.js';
 import { runLoader, type Loader, type LoadResult } from './loader.js';
 import type { LocalTier, Ticket } from './local-tier.js';
-import { entryCall, loaderTimeout, pollDelay, writeTtl, type Clock, type EntryOverrides, type LockMode, type ResolvedCall } from './options.js';
+import { entryCall, loaderTimeout, mayWaitOnOthers, pollDelay, writeTtl, type Clock, type EntryOverrides, type LockMode, type ResolvedCall } from './options.js';
 import type { Found, Store } from './store.js';
 import type { Answered, Outcome, RefreshCounted, Telemetry } from './telemetry.js';
 import type { Waiters } from './wait.js';
@@ -217,7 +217,8 @@ export class Rebuild implements Answered {
     const started = clock.now();
     const deadline = started + this.call.waitTimeout;
     try {
-      await hold.ready;
+      // A fence-only grant is never refused: such a call never waits, so its subscription is not awaited.
+      if (mayWaitOnOthers(this.call.lock)) await hold.ready;
       for (let attempt = 0; ; attempt++) {
         this.assertRunning();
         let grant: Grant | null;

@@ -63,20 +63,39 @@ export interface WakeHandlers {
 
 /**
  * One subscribed channel and its holds.
- * Invariant: in `held` exactly while `count > 0`; `ok` is false once its last subscribe failed (the
- * next hold tries again), undefined while one is in flight, true once one held.
+ * Invariant: in `held` exactly while `count > 0`; `ok` is false once its latest subscribe failed or
+ * went unanswered (the next hold tries again), undefined while it is in flight, true once it held.
+ * `attempt` numbers its subscribes: only the latest one's answer sets `ok` (an older one may answer late).
  */
 interface Held {
   readonly key: string;
   count: number;
   ready: Promise<void>;
   ok: boolean | undefined;
+  attempt: number;
+}
+
+/** Settled at once: what a hold waits on while the wake connection is suspected dead. */
+const SETTLED: Promise<void> = Promise.resolve();
+
+/** A SSUBSCRIBE with no answer within redisTimeout (reported as a `degraded` event, operation 'subscribe'). */
+export class WakeSubscribeTimeout extends Error {
+  constructor(readonly channel: string, readonly ms: number) {
+    super(`no answer to SSUBSCRIBE ${channel} within ${ms} ms (redisTimeout): the wake connection is reconnected`);
+    this.name = 'WakeSubscribeTimeout';
+  }
 }
 
 /** `notes: 'sharded'`. */
 export class ShardedWake implements WakeChannels {
   private readonly held = new Map<string, Held>();
   private closed = false;
+  /**
+   * False from a SSUBSCRIBE that went unanswered for redisTimeout (a silently dead socket: the port is
+   * told to reconnect) until one is answered: meanwhile holds do not wait for their subscription (the
+   * waiters poll), so a dead wake connection costs no miss a redisTimeout.
+   */
+  private answering = true;
 
   constructor(
     private readonly bus: Bus,
@@ -107,7 +126,7 @@ export class ShardedWake implements WakeChannels {
     const channel = keys.wake;
     let entry = this.held.get(channel);
     if (!entry) {
-      entry = { key, count: 0, ready: Promise.resolve(), ok: undefined };
+      entry = { key, count: 0, ready: SETTLED, ok: undefined, attempt: 0 };
       this.held.set(channel, entry);
       this.subscribe(channel, entry);
     } else if (entry.ok === false) {
@@ -117,7 +136,7 @@ export class ShardedWake implements WakeChannels {
     const held = entry;
     let released = false;
     return {
-      ready: held.ready,
+      ready: this.answering ? held.ready : SETTLED,
       release: () => {
         if (released) return;
         released = true;
@@ -138,21 +157,41 @@ export class ShardedWake implements WakeChannels {
   /** Sends SSUBSCRIBE; `entry.ready` settles when it is answered or after `timeoutMs`, whichever is first. */
   private subscribe(channel: string, entry: Held): void {
     entry.ok = undefined;
+    const attempt = ++entry.attempt;
+    const latest = (): boolean => entry.attempt === attempt;
     let timer: NodeJS.Timeout | undefined;
     const bound = new Promise<void>((resolve) => {
-      timer = setTimeout(resolve, this.timeoutMs);
+      timer = setTimeout(() => {
+        resolve();
+        if (this.closed || !latest() || entry.ok !== undefined) return;
+        entry.ok = false;
+        this.unanswered(channel);
+      }, this.timeoutMs);
       timer.unref();
     });
     const answered = this.port.subscribe(channel).then(
       () => {
-        if (entry.ok === undefined) entry.ok = true;
+        this.answering = true;
+        if (latest()) entry.ok = true;
       },
       (error: unknown) => {
-        entry.ok = false;
+        if (latest()) entry.ok = false;
         if (!this.closed) this.handlers.onError(error);
       },
     );
     entry.ready = Promise.race([answered, bound]).finally(() => clearTimeout(timer));
+  }
+
+  /**
+   * A SSUBSCRIBE went unanswered for redisTimeout while the connection counts as open: a silently dead
+   * socket (no FIN, no RST) stays so until TCP gives up. Reported, and the port reconnects (every
+   * subscription is then lost and taken again: `lost()`). Once per suspicion: until a subscribe is answered.
+   */
+  private unanswered(channel: string): void {
+    if (!this.answering) return;
+    this.answering = false;
+    this.handlers.onError(new WakeSubscribeTimeout(channel, this.timeoutMs));
+    this.port.reconnect();
   }
 
   /** Subscriptions may be gone: subscribe every held channel again and wake its waiters to re-read. */

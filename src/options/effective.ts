@@ -16,6 +16,15 @@ export function lockModeFor(policy: LockPolicy, key: string): LockMode {
   return mode;
 }
 
+/**
+ * Whether a call in lock mode `mode` may have to wait for another process's rebuild: only an exclusive
+ * lock (`single`, `redlock`) is ever refused. Fence-only grants (`none`, `local`) are never refused, so
+ * such a call never waits on a note and need not wait for its wake subscription (`notes: 'sharded'`).
+ */
+export function mayWaitOnOthers(mode: LockMode): boolean {
+  return mode === 'single' || mode === 'redlock';
+}
+
 /** How long an entry outlives its fresh time: the longer of the stale window and the fail-safe window. */
 export function graceWindow(staleTtl: number, failSafeTtl: number): number {
   return Math.max(staleTtl, failSafeTtl);

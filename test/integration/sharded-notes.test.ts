@@ -1,6 +1,9 @@
-import { describe, expect, it } from 'vitest';
-import type { Cache, CacheOptions } from '../../src/index.js';
+import { afterAll, describe, expect, it } from 'vitest';
+import { createCache, type Cache, type CacheOptions } from '../../src/index.js';
+import { familyClient } from '../support/clients.js';
 import { deferred, heldRebuild, keysOf, missedCall, prefixOf, useRedis } from '../support/harness.js';
+import { startProxy, type Proxy } from '../support/proxy.js';
+import { asAppUser } from '../support/redis-server.js';
 
 /**
  * `notes: 'sharded'` on one server: a key's notes go to its own wake channel, which a process holds
@@ -115,6 +118,71 @@ describe("notes: 'sharded'", () => {
     expect(await held.call).toBe('before-delete');
     // Its write was refused by the fence; the later caller ran its own loader once the lock was free.
     expect(await later).toBe('after-delete');
+  });
+
+  it('with an ioredis client that has a keyPrefix, the waiter is still woken (the wake channel carries no client prefix)', async () => {
+    // ioredis prefixes a sharded channel as a key; the scripts publish the channel as an argument.
+    const a = h.cache({ redis: h.client({ keyPrefix: 'kp:' }), notes: 'sharded' });
+    const b = h.cache({ redis: h.client({ keyPrefix: 'kp:' }), notes: 'sharded', prefix: prefixOf(a) });
+    await h.admin.set(`kp:${keysOf(b, 'p').lock}`, 'someone-else', 'PX', 600_000);
+    const { call } = await missedCall(b, 'p', () => 'from-b', WAIT_FOR_NOTE);
+    await until(async () => (await subscribers(keysOf(b, 'p').wake)).shard === 1);
+    await a.set('p', 'from-a', 60_000);
+    expect(await call).toBe('from-a');
+  });
+
+  describe('a silently dead wake connection', () => {
+    const proxies: Proxy[] = [];
+    const disposals: (() => void)[] = [];
+    const closing: Cache[] = [];
+    afterAll(async () => {
+      await Promise.all(closing.map((c) => c.close()));
+      for (const dispose of disposals) dispose();
+      await Promise.all(proxies.map((p) => p.close()));
+    });
+
+    /** A sharded cache whose connections go through a proxy, and its wake connection silenced (found by one wait). */
+    async function silencedWake(options: Partial<CacheOptions> = {}) {
+      const { hostname, port } = new URL(h.url);
+      const proxy = await startProxy({ host: hostname, port: Number(port) });
+      proxies.push(proxy);
+      const { client, dispose } = familyClient(asAppUser(proxy.url));
+      disposals.push(dispose);
+      const a = h.cache({ notes: 'sharded' });
+      const b = createCache({ redis: client, prefix: prefixOf(a), notes: 'sharded', ...options });
+      closing.push(b);
+      const events: string[] = [];
+      b.on('degraded', (e) => events.push(`degraded:${e.operation}`));
+      // One wait shows which connection is b's wake connection (the only one with a shard subscription).
+      const { waiting } = await waitingBehindForeignLock(b, 'first', true);
+      const line = String(await h.admin.call('CLIENT', 'LIST', 'TYPE', 'pubsub')).split('\n').find((l) => / ssub=[1-9]/.test(l)) as string;
+      await a.set('first', 1, 60_000);
+      expect(await waiting).toBe(1);
+      expect(proxy.silence(Number(/addr=[^ ]*:(\d+) /.exec(line)?.[1]))).toBe(true);
+      return { a, b, events };
+    }
+
+    it('is found out: the unanswered SSUBSCRIBE is reported and the connection reconnected, so a later waiter is woken by a note', async () => {
+      const { a, b, events } = await silencedWake({ redisTimeout: 500 });
+      // This wait's SSUBSCRIBE goes unanswered; after redisTimeout the wake reconnects and subscribes again.
+      await h.admin.set(keysOf(b, 'after').lock, 'someone-else', 'PX', 600_000);
+      const later = b.getOrCompute('after', () => 'from-b', WAIT_FOR_NOTE);
+      await until(async () => (await subscribers(keysOf(b, 'after').wake)).shard === 1);
+      await a.set('after', 'from-a', 60_000);
+      expect(await later).toBe('from-a');
+      expect(events).toContain('degraded:subscribe');
+    });
+
+    it("does not hold up a call that never waits (lock 'none'): it settles before its SSUBSCRIBE times out", async () => {
+      const { b, events } = await silencedWake({ redisTimeout: 2000 });
+      const order: string[] = [];
+      b.on('degraded', (e) => e.operation === 'subscribe' && order.push('subscribe timed out'));
+      await b.getOrCompute('fenced-only', () => 'v', { ttl: 60_000, lock: 'none' }).then(() => order.push('call settled'));
+      await until(async () => events.includes('degraded:subscribe'));
+      // (node-redis also rejects the SSUBSCRIBEs the reconnect cut short: more 'subscribe' reports after.)
+      expect(order[0]).toBe('call settled');
+      expect(order).toContain('subscribe timed out');
+    });
   });
 
   it("createCache refuses notes 'sharded' with L1 on, naming local", () => {

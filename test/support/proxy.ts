@@ -16,6 +16,12 @@ export interface Proxy {
   blackhole(direction: Direction, on: boolean): void;
   /** Queue every byte in one direction from now on (true); false delivers what was held, in order, and forwards again. */
   hold(direction: Direction, on: boolean): void;
+  /**
+   * Drop every byte, both ways, of the one connection whose upstream socket has local port
+   * `serverSeenPort` (the port Redis's CLIENT LIST shows in `addr=`): that connection goes silently
+   * dead while every other one keeps working. False if no such connection is open.
+   */
+  silence(serverSeenPort: number): boolean;
   /** Destroy every open connection (clients see ECONNRESET). */
   reset(): void;
   close(): Promise<void>;
@@ -27,10 +33,13 @@ export async function startProxy(target: { host: string; port: number }): Promis
   /** Per direction while held: the chunks to deliver on release, in arrival order. */
   const held: Record<Direction, (() => void)[] | undefined> = { up: undefined, down: undefined };
   const sockets = new Set<Socket>();
+  /** Connections silenced one by one (silence()), by their upstream socket. */
+  const silenced = new WeakSet<Socket>();
+  const upstreams = new Set<Socket>();
 
   const pipe = (from: Socket, to: Socket, direction: Direction): void => {
     from.on('data', (chunk: Buffer) => {
-      if (holes[direction]) return;
+      if (holes[direction] || silenced.has(direction === 'up' ? to : from)) return;
       const queue = held[direction];
       if (queue) queue.push(() => !to.destroyed && to.write(chunk));
       else if (delays[direction] === 0) to.write(chunk);
@@ -45,6 +54,8 @@ export async function startProxy(target: { host: string; port: number }): Promis
       s.on('close', () => sockets.delete(s));
       s.on('error', () => undefined);
     }
+    upstreams.add(upstream);
+    upstream.on('close', () => upstreams.delete(upstream));
     pipe(client, upstream, 'up');
     pipe(upstream, client, 'down');
     client.on('close', () => upstream.destroy());
@@ -62,6 +73,11 @@ export async function startProxy(target: { host: string; port: number }): Promis
       const queue = held[direction];
       held[direction] = on ? (queue ?? []) : undefined;
       if (!on) for (const deliver of queue ?? []) deliver();
+    },
+    silence: (serverSeenPort) => {
+      const upstream = [...upstreams].find((u) => u.localPort === serverSeenPort);
+      if (upstream) silenced.add(upstream);
+      return upstream !== undefined;
     },
     reset: () => {
       for (const s of sockets) s.destroy();

@@ -5,6 +5,7 @@ import {
   graceWindow,
   loaderTimeout,
   lockModeFor,
+  mayWaitOnOthers,
   physicalTtl,
   pollDelay,
   resolveCacheOptions,
@@ -94,6 +95,15 @@ describe('effective values (pure)', () => {
     ['none', 'a', 'none'],
   ] as const)('lockModeFor(%s) is the mode itself', (policy, key, expected) => {
     expect(lockModeFor(policy, key)).toBe(expected);
+  });
+
+  it.each([
+    ['none', false],
+    ['local', false],
+    ['single', true],
+    ['redlock', true],
+  ] as const)('mayWaitOnOthers(%s) is %s: only an exclusive lock is ever refused', (mode, expected) => {
+    expect(mayWaitOnOthers(mode)).toBe(expected);
   });
 
   it('lockModeFor evaluates a policy function on the key', () => {
