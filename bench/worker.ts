@@ -45,6 +45,10 @@ export interface RunReport {
   runs: [string, number, number, boolean][];
   /** This process's CPU (user + system, µs) from the shared start instant until its last call settled. */
   cpuUs: number;
+  /** Of which system (kernel) time, µs. */
+  systemUs: number;
+  /** Voluntary context switches over the same window: how often the process slept and was woken. */
+  wakeups: number;
 }
 
 const CALL_LIMIT_MS = 10_000;
@@ -111,10 +115,12 @@ async function run(req: RunRequest): Promise<RunReport> {
 
   await contender.ready?.();
   let cpu0 = process.cpuUsage();
+  let ru0 = process.resourceUsage();
   if (scenario.kind === 'open') {
     const from = req.startAt - (scenario.warmupMs ?? 0);
     await sleep(from - now());
     cpu0 = process.cpuUsage();
+    ru0 = process.resourceUsage();
     await openLoop(from, req.startAt + scenario.durationMs, scenario.perSecond ?? 0, (scheduled) => {
       if (scheduled >= measureFrom) startLags.push(now() - scheduled);
       return call(pick(), scheduled);
@@ -122,6 +128,7 @@ async function run(req: RunRequest): Promise<RunReport> {
   } else {
     await sleep(req.startAt - now());
     cpu0 = process.cpuUsage();
+    ru0 = process.resourceUsage();
     const users = Array.from({ length: req.callers }, async () => {
       if (scenario.kind === 'cold') return call('cold');
       const until = req.startAt + scenario.durationMs;
@@ -133,6 +140,7 @@ async function run(req: RunRequest): Promise<RunReport> {
     await Promise.all(users);
   }
   const cpu = process.cpuUsage(cpu0);
+  const wakeups = process.resourceUsage().voluntaryContextSwitches - ru0.voluntaryContextSwitches;
   // Background refreshes started by the last calls (refresh ahead, stale windows) finish before the
   // contender closes: a peer whose refresh outlives its connection would otherwise fail after close.
   if (scenario.kind !== 'cold') await sleep(scenario.loaderMs + 50);
@@ -141,7 +149,7 @@ async function run(req: RunRequest): Promise<RunReport> {
     const file = `${req.traceDir}/${scenario.name}.${req.contender}.${req.prefix}.${process.pid}.json`;
     writeFileSync(file, JSON.stringify({ scenario: scenario.name, contender: req.contender, ttlMs: scenario.ttlMs, startAt: req.startAt, calls: trace, runs }));
   }
-  return { ev: 'report', calls: latencies.length, errors, unsettled, staleAnswers, staleFromFill, latencies, startLags, runs, cpuUs: cpu.user + cpu.system, ...(firstError ? { firstError } : {}) };
+  return { ev: 'report', calls: latencies.length, errors, unsettled, staleAnswers, staleFromFill, latencies, startLags, runs, cpuUs: cpu.user + cpu.system, systemUs: cpu.system, wakeups, ...(firstError ? { firstError } : {}) };
 }
 
 /**

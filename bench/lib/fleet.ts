@@ -45,6 +45,12 @@ export interface FleetFigure {
   ratio: number;
   maxAtOnce: number;
   cpuUsPerCall: number;
+  /** Of which kernel (system) time. */
+  systemUsPerCall: number;
+  /** Voluntary context switches (a process put to sleep, then woken) per call, every process summed. */
+  wakeupsPerCall: number;
+  /** Commands Redis processed (INFO total_commands_processed) per call, over the run. */
+  redisCommandsPerCall: number;
   p99: number;
   callsPerSec: number;
   notesPerProcessPerSec: number;
@@ -66,6 +72,8 @@ async function startFleet(P: number, cpuProfDir: string | undefined): Promise<Ch
 
 async function oneRun(url: string, workers: ChildProcess[], contender: ContenderName, scenario: ScenarioSpec, callers: number, prefix: string) {
   const listener = new Redis(url);
+  const commands = async (): Promise<number> => Number(/total_commands_processed:(\d+)/.exec(await listener.info('stats'))?.[1] ?? 0);
+  const commands0 = await commands();
   let notes = 0;
   await listener.subscribe(eventsChannel(prefix));
   listener.on('message', () => notes++);
@@ -81,6 +89,9 @@ async function oneRun(url: string, workers: ChildProcess[], contender: Contender
     ),
   );
   const seconds = (now() - startAt) / 1000;
+  const listenerPeer = new Redis(url);
+  const commands1 = Number(/total_commands_processed:(\d+)/.exec(await listenerPeer.info('stats'))?.[1] ?? 0);
+  listenerPeer.disconnect();
   listener.disconnect();
   const runs = reports.flatMap((r) => r.runs);
   const latencies = reports.flatMap((r) => r.latencies).sort((a, b) => a - b);
@@ -89,6 +100,10 @@ async function oneRun(url: string, workers: ChildProcess[], contender: Contender
     ratio: runs.length / Math.max(1, idealRebuilds(runs, scenario.ttlMs)),
     maxAtOnce: maxConcurrentPerKey(runs),
     cpuUsPerCall: reports.reduce((s, r) => s + r.cpuUs, 0) / Math.max(1, calls),
+    systemUsPerCall: reports.reduce((s, r) => s + r.systemUs, 0) / Math.max(1, calls),
+    wakeupsPerCall: reports.reduce((s, r) => s + r.wakeups, 0) / Math.max(1, calls),
+    // Every command Redis processed during the run, the workers' setup and close included (a few per process).
+    redisCommandsPerCall: (commands1 - commands0) / Math.max(1, calls),
     p99: percentile(latencies, 99),
     callsPerSec: calls / seconds,
     // Sharded notes go to per-key channels held only by the processes that wait on the key: not countable here.
@@ -118,12 +133,12 @@ export async function fleetBench(url: string, sizes: FleetSizes, log: (line: str
               await flusher.flushall();
               const res = await oneRun(url, workers, contender, fleetSpec(K, sizes.durationMs), sizes.callers, `f${P}k${K}r${r}${contender}`);
               (samples.get(contender) ?? samples.set(contender, []).get(contender))?.push(res);
-              log(`fleet · P=${P} K=${K} · ${contender} · run ${r + 1}/${sizes.runs}: ratio ${res.ratio.toFixed(2)}, ${res.maxAtOnce} at once, ${res.cpuUsPerCall.toFixed(1)} µs CPU/call, p99 ${res.p99.toFixed(1)} ms, ${res.callsPerSec.toFixed(0)} calls/s, ${res.notesPerProcessPerSec.toFixed(1)} notes/s per process`);
+              log(`fleet · P=${P} K=${K} · ${contender} · run ${r + 1}/${sizes.runs}: ratio ${res.ratio.toFixed(2)}, ${res.maxAtOnce} at once, ${res.cpuUsPerCall.toFixed(1)} µs CPU/call (system ${res.systemUsPerCall.toFixed(1)}), ${res.wakeupsPerCall.toFixed(2)} wake-ups/call, ${res.redisCommandsPerCall.toFixed(2)} Redis commands/call, p99 ${res.p99.toFixed(1)} ms, ${res.callsPerSec.toFixed(0)} calls/s, ${res.notesPerProcessPerSec.toFixed(1)} notes/s per process`);
             }
           }
           for (const [contender, xs] of samples) {
             const m = (f: (x: (typeof xs)[number]) => number) => median(xs.map(f));
-            figures.push({ P, K, contender, ratio: m((x) => x.ratio), maxAtOnce: Math.max(...xs.map((x) => x.maxAtOnce)), cpuUsPerCall: m((x) => x.cpuUsPerCall), p99: m((x) => x.p99), callsPerSec: m((x) => x.callsPerSec), notesPerProcessPerSec: m((x) => x.notesPerProcessPerSec) });
+            figures.push({ P, K, contender, ratio: m((x) => x.ratio), maxAtOnce: Math.max(...xs.map((x) => x.maxAtOnce)), cpuUsPerCall: m((x) => x.cpuUsPerCall), systemUsPerCall: m((x) => x.systemUsPerCall), wakeupsPerCall: m((x) => x.wakeupsPerCall), redisCommandsPerCall: m((x) => x.redisCommandsPerCall), p99: m((x) => x.p99), callsPerSec: m((x) => x.callsPerSec), notesPerProcessPerSec: m((x) => x.notesPerProcessPerSec) });
           }
         }
       } finally {
@@ -143,12 +158,12 @@ export function fleetMarkdown(figures: readonly FleetFigure[], sizes: FleetSizes
   const out = [
     `**Fleet** (${sizes.callers} callers per process, closed loop with 5 ms think time, K hot keys drawn uniformly, ttl 1000 ms, loader 100 ms, ${sizes.durationMs} ms per run after ${sizes.warmupMs} ms of unmeasured warm-up per contender and fleet; medians of ${sizes.runs}; cache-aside: GET, and on a miss the loader and SET PX, no coordination):`,
     '',
-    '| P | K | contender | rebuild ratio | max at once | CPU µs/call | CPU vs cache-aside | p99 ms | calls/s | notes/s per process |',
-    '|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|',
+    '| P | K | contender | rebuild ratio | max at once | CPU µs/call | CPU vs cache-aside | of which system µs | wake-ups/call | Redis commands/call | p99 ms | calls/s | notes/s per process |',
+    '|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|',
   ];
   for (const f of figures) {
     const bare = figures.find((b) => b.P === f.P && b.K === f.K && b.contender === 'cache-aside');
-    out.push(`| ${f.P} | ${f.K} | ${f.contender} | ${f.ratio.toFixed(2)} | ${f.maxAtOnce} | ${f.cpuUsPerCall.toFixed(1)} | ${bare ? (f.cpuUsPerCall / bare.cpuUsPerCall).toFixed(2) : '–'} | ${f.p99.toFixed(1)} | ${f.callsPerSec.toFixed(0)} | ${Number.isNaN(f.notesPerProcessPerSec) ? '–' : f.notesPerProcessPerSec.toFixed(1)} |`);
+    out.push(`| ${f.P} | ${f.K} | ${f.contender} | ${f.ratio.toFixed(2)} | ${f.maxAtOnce} | ${f.cpuUsPerCall.toFixed(1)} | ${bare ? (f.cpuUsPerCall / bare.cpuUsPerCall).toFixed(2) : '–'} | ${f.systemUsPerCall.toFixed(1)} | ${f.wakeupsPerCall.toFixed(2)} | ${f.redisCommandsPerCall.toFixed(2)} | ${f.p99.toFixed(1)} | ${f.callsPerSec.toFixed(0)} | ${Number.isNaN(f.notesPerProcessPerSec) ? '–' : f.notesPerProcessPerSec.toFixed(1)} |`);
   }
   return out;
 }
