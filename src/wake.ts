@@ -1,4 +1,5 @@
 import type { ShardSubscriberPort } from './client/port.js';
+import { RedisTimeout, RedisUnavailableError } from './errors.js';
 import type { EntryKeys } from './keys.js';
 import { parseNote, type Bus, type Note, type NoteKind } from './wait.js';
 
@@ -78,13 +79,7 @@ interface Held {
 /** Settled at once: what a hold waits on while the wake connection is suspected dead. */
 const SETTLED: Promise<void> = Promise.resolve();
 
-/** A SSUBSCRIBE with no answer within redisTimeout (reported as a `degraded` event, operation 'subscribe'). */
-export class WakeSubscribeTimeout extends Error {
-  constructor(readonly channel: string, readonly ms: number) {
-    super(`no answer to SSUBSCRIBE ${channel} within ${ms} ms (redisTimeout): the wake connection is reconnected`);
-    this.name = 'WakeSubscribeTimeout';
-  }
-}
+
 
 /** `notes: 'sharded'`. */
 export class ShardedWake implements WakeChannels {
@@ -165,7 +160,7 @@ export class ShardedWake implements WakeChannels {
         resolve();
         if (this.closed || !latest() || entry.ok !== undefined) return;
         entry.ok = false;
-        this.unanswered(channel);
+        this.unanswered(entry.key);
       }, this.timeoutMs);
       timer.unref();
     });
@@ -187,10 +182,10 @@ export class ShardedWake implements WakeChannels {
    * socket (no FIN, no RST) stays so until TCP gives up. Reported, and the port reconnects (every
    * subscription is then lost and taken again: `lost()`). Once per suspicion: until a subscribe is answered.
    */
-  private unanswered(channel: string): void {
+  private unanswered(key: string): void {
     if (!this.answering) return;
     this.answering = false;
-    this.handlers.onError(new WakeSubscribeTimeout(channel, this.timeoutMs));
+    this.handlers.onError(new RedisUnavailableError('subscribe', new RedisTimeout(this.timeoutMs), key));
     this.port.reconnect();
   }
 

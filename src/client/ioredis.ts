@@ -201,11 +201,14 @@ class IoredisSubscriberPort implements SubscriberPort {
   private listening = false;
   private readonly readies: (() => void)[] = [];
   private readonly closes: (() => void)[] = [];
-  /** The ClusterSubscriber connection being watched (Cluster only). */
-  private watched: WatchedConnection | undefined;
+  /** The ClusterSubscriber connection holding the subscription (Cluster only): its loss bounces. */
+  private readonly watch: ClusterSubscriberWatch;
   private closed = false;
 
   constructor(private readonly sub: IoredisSubscriber) {
+    this.watch = new ClusterSubscriberWatch(sub, () => {
+      if (!this.closed) this.bounce();
+    });
     sub.on('ready', () => this.readies.forEach((l) => l()));
     sub.on('close', () => this.closes.forEach((l) => l()));
   }
@@ -227,9 +230,9 @@ class IoredisSubscriberPort implements SubscriberPort {
       this.sub.on('message', onMessage);
     }
     // Cluster: the connection the SUBSCRIBE goes to (undefined until ioredis has made one).
-    const sentOn = this.clusterConnection();
+    const sentOn = this.watch.current();
     return this.sub.subscribe(channel).then((reply) => {
-      this.watchClusterSubscriber(sentOn);
+      if (this.sub.isCluster && !this.closed) this.watch.confirmed(sentOn);
       return reply;
     });
   }
@@ -237,31 +240,6 @@ class IoredisSubscriberPort implements SubscriberPort {
   on(event: 'ready' | 'close' | 'error', listener: (err: unknown) => void): void {
     if (event === 'error') this.sub.on('error', listener);
     else (event === 'ready' ? this.readies : this.closes).push(() => listener(undefined));
-  }
-
-  /** The Cluster's current subscriber connection, or undefined (not a Cluster, none yet, or an ioredis without it). */
-  private clusterConnection(): WatchedConnection | undefined {
-    return clusterSubscriberConnection(this.sub);
-  }
-
-  /**
-   * Subscribed: watch the connection that holds the subscription, once per connection. If ioredis
-   * replaced it while the SUBSCRIBE was on the wire, the replacement may not hold our channel (its
-   * re-subscribe list was taken before the reply): count it as a reconnection, so the Bus subscribes again.
-   */
-  private watchClusterSubscriber(sentOn: WatchedConnection | undefined): void {
-    if (!this.sub.isCluster || this.closed) return;
-    const connection = this.clusterConnection();
-    if (!connection || connection === this.watched) return;
-    if (sentOn !== undefined && sentOn !== connection) {
-      this.bounce();
-      return;
-    }
-    this.watched = connection;
-    connection.once('end', () => {
-      if (this.closed || this.watched !== connection) return;
-      this.bounce();
-    });
   }
 
   /**
@@ -272,7 +250,7 @@ class IoredisSubscriberPort implements SubscriberPort {
    * may have been made, and be ready, before the old connection's end is seen.)
    */
   private bounce(): void {
-    this.watched = undefined;
+    this.watch.forget();
     this.closes.forEach((l) => l());
     process.nextTick(() => {
       if (!this.closed) this.readies.forEach((l) => l());
@@ -280,14 +258,15 @@ class IoredisSubscriberPort implements SubscriberPort {
   }
 
   ping(): Promise<unknown> {
-    if (this.sub.isCluster && this.watched) {
+    const watched = this.watch.watched;
+    if (this.sub.isCluster && watched) {
       // The heartbeat must reach the subscriber connection itself (a Cluster's own PING goes to
       // another node's); and a connection ioredis replaced meanwhile counts as a reconnection.
-      if (this.clusterConnection() !== this.watched) {
+      if (this.watch.current() !== watched) {
         this.bounce();
         return Promise.resolve('PONG');
       }
-      return this.watched.ping();
+      return watched.ping();
     }
     return this.sub.ping();
   }
@@ -311,6 +290,47 @@ function clusterSubscriberConnection(cluster: unknown): WatchedConnection | unde
   const cs = prop(cluster, 'subscriber') as { getInstance?: () => unknown } | undefined;
   const instance = typeof cs?.getInstance === 'function' ? cs.getInstance() : undefined;
   return instance && typeof (instance as WatchedConnection).once === 'function' ? (instance as WatchedConnection) : undefined;
+}
+
+/**
+ * Watches an ioredis Cluster's classic subscriber connection, which ClusterSubscriber replaces
+ * silently when it ends (the Cluster emits nothing). After a SUBSCRIBE is answered, `confirmed`
+ * watches the connection that holds it, once per connection; its end is a loss, and so is a
+ * replacement while the SUBSCRIBE was on the wire (the replacement's re-subscribe list was taken
+ * before the reply, so it may not hold the channel). Used by the Bus's port and the shard port's
+ * classic fallback.
+ */
+class ClusterSubscriberWatch {
+  /** The connection being watched, or undefined (none yet, or forgotten after a loss). */
+  watched: WatchedConnection | undefined;
+
+  constructor(
+    private readonly cluster: unknown,
+    private readonly onLoss: () => void,
+  ) {}
+
+  /** The Cluster's current subscriber connection, or undefined (not a Cluster, none yet, or an ioredis without it). */
+  current(): WatchedConnection | undefined {
+    return clusterSubscriberConnection(this.cluster);
+  }
+
+  /** A SUBSCRIBE sent on `sentOn` (undefined: no connection yet) was answered. */
+  confirmed(sentOn: WatchedConnection | undefined): void {
+    const connection = this.current();
+    if (!connection || connection === this.watched) return;
+    if (sentOn !== undefined && sentOn !== connection) {
+      this.onLoss();
+      return;
+    }
+    this.watched = connection;
+    connection.once('end', () => {
+      if (this.watched === connection) this.onLoss();
+    });
+  }
+
+  forget(): void {
+    this.watched = undefined;
+  }
 }
 
 /** What the port uses of ioredis's ClusterSubscriber connection. */
@@ -363,10 +383,11 @@ class IoredisShardSubscriberPort implements ShardSubscriberPort {
   private readonly losts: (() => void)[] = [];
   private readonly pending = new Map<(err?: Error) => void, { readonly channel: string; readonly sentTo: string | undefined }>();
   private readonly unsubscribing = new Pending();
-  /** Cluster in classic mode: the ClusterSubscriber connection watched for its end. */
-  private watched: WatchedConnection | undefined;
+  /** Cluster in classic mode: the ClusterSubscriber connection holding the subscriptions. */
+  private readonly watch: ClusterSubscriberWatch;
 
   constructor(private readonly sub: IoredisShardSubscriber) {
+    this.watch = new ClusterSubscriberWatch(sub, () => this.lost());
     const deliver = (channel: unknown, message: unknown) => {
       if (!this.closed && typeof channel === 'string' && typeof message === 'string') this.listener?.(channel, message);
     };
@@ -482,7 +503,7 @@ class IoredisShardSubscriberPort implements ShardSubscriberPort {
 
   private lost(): void {
     if (this.closed) return;
-    this.watched = undefined;
+    this.watch.forget();
     for (const l of this.losts) l();
   }
 
@@ -498,28 +519,14 @@ class IoredisShardSubscriberPort implements ShardSubscriberPort {
     }
   }
 
-  /** Cluster, classic mode: the ClusterSubscriber's current connection (see IoredisSubscriberPort). */
+  /** Cluster, classic mode: the ClusterSubscriber's current connection (see ClusterSubscriberWatch). */
   private clusterConnection(): WatchedConnection | undefined {
-    return this.sub.isCluster ? clusterSubscriberConnection(this.sub) : undefined;
+    return this.sub.isCluster ? this.watch.current() : undefined;
   }
 
-  /**
-   * Cluster, classic mode: ClusterSubscriber replaces its connection silently when it ends (the
-   * Cluster emits nothing), so its end is a loss; so is a replacement while the SUBSCRIBE was on the
-   * wire (the replacement's re-subscribe list may miss the channel).
-   */
+  /** Cluster, classic mode: a SUBSCRIBE sent on `sentOn` was answered: watch its connection. */
   private watchClusterSubscriber(sentOn: WatchedConnection | undefined): void {
-    if (!this.sub.isCluster || this.closed) return;
-    const connection = this.clusterConnection();
-    if (!connection || connection === this.watched) return;
-    if (sentOn !== undefined && sentOn !== connection) {
-      this.lost();
-      return;
-    }
-    this.watched = connection;
-    connection.once('end', () => {
-      if (this.watched === connection) this.lost();
-    });
+    if (this.sub.isCluster && !this.closed) this.watch.confirmed(sentOn);
   }
 }
 
