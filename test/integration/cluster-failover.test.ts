@@ -59,8 +59,8 @@ afterEach(async () => {
 
 /** The Cluster client family the caches are built on. */
 type Family = 'ioredis' | 'node-redis';
-// The family under test (SG_TEST_CLIENT): ioredis in the first two passes, node-redis 6 (as its ACL user)
-// in the third. node-redis 5 has no slot-map refresh of its own while a master stays dead (it learns
+// The family under test (SG_TEST_CLIENT): ioredis in the first pass, node-redis 6 (as its ACL user)
+// in the second. node-redis 5 has no slot-map refresh of its own while a master stays dead (it learns
 // the new owner only from a MOVED), so a node-redis run is always on v6.
 const FAMILIES: readonly Family[] = [TEST_CLIENT === 'node-redis' || TEST_CLIENT === 'node-redis5' ? 'node-redis' : 'ioredis'];
 

@@ -1,7 +1,7 @@
 /**
  * RedisPort.shardSubscriber() (ShardSubscriberPort) on real redis-servers, for both majors of the
- * family under test (SG_TEST_CLIENT: ioredis 5 and 6 in the first two passes, node-redis 6 and 5 in
- * the third): standalone, a server without sharded pub/sub (SSUBSCRIBE and SPUBLISH renamed away), a
+ * family under test (SG_TEST_CLIENT: ioredis 5 and 6 in the first pass, node-redis 6 and 5 in
+ * the second): standalone, a server without sharded pub/sub (SSUBSCRIBE and SPUBLISH renamed away), a
  * killed subscriber connection, a 3-master Cluster, and close() while Redis is down.
  * No wall-clock waits for "not delivered": a later message on a channel still held, sent on the same
  * connection, arrives after it would have.
