@@ -2,8 +2,9 @@
 import { Redis } from 'ioredis';
 import { LRUCache } from 'lru-cache';
 import { Packr } from 'msgpackr';
-import { library } from './lib/library.js';
+import { baseLibrary, library } from './lib/library.js';
 import { entryKeys } from '../src/keys.js';
+import { READ } from '../src/lock/scripts.js';
 import { HIT_TTL, HIT_VALUE, type HitReport, type HitRequest } from './lib/hit-cost.js';
 
 const now = (): number => performance.timeOrigin + performance.now();
@@ -18,12 +19,34 @@ async function run(req: HitRequest, go: () => Promise<number>): Promise<HitRepor
     const packr = new Packr({ useRecords: true, moreTypes: true, structuredClone: false, mapsAsObjects: false });
     const raw = new Map(names.map((k) => [k, entryKeys(req.prefix, k).value]));
     answer = async (key) => packr.unpack((await redis.getBuffer(raw.get(key) as string)) as Buffer);
+  } else if (req.variant === 'script') {
+    // The bare client running our read script (the same Lua, EVALSHA through defineCommand) and decoding the bytes.
+    const packr = new Packr({ useRecords: true, moreTypes: true, structuredClone: false, mapsAsObjects: false });
+    const raw = new Map(names.map((k) => [k, entryKeys(req.prefix, k).value]));
+    redis.defineCommand('sgBenchRead', { numberOfKeys: 1, lua: READ });
+    const read = (redis as unknown as { sgBenchReadBuffer(k: string, max: number): Promise<[number, Buffer]> }).sgBenchReadBuffer.bind(redis);
+    answer = async (key) => packr.unpack((await read(raw.get(key) as string, 1_048_576))[1]);
+  } else if (req.variant === 'evalsha') {
+    // Experiment: the same script by EVALSHA through ioredis's generic callBuffer (no Script wrapper).
+    const packr = new Packr({ useRecords: true, moreTypes: true, structuredClone: false, mapsAsObjects: false });
+    const raw = new Map(names.map((k) => [k, entryKeys(req.prefix, k).value]));
+    const sha = (await redis.script('LOAD', READ)) as string;
+    answer = async (key) => packr.unpack(((await redis.callBuffer('evalsha', sha, 1, raw.get(key) as string, 1_048_576)) as [number, Buffer])[1]);
+  } else if (req.variant === 'getrange-pttl') {
+    // Experiment: GETRANGE 0 cap and PTTL, two commands sent together, no script.
+    const packr = new Packr({ useRecords: true, moreTypes: true, structuredClone: false, mapsAsObjects: false });
+    const raw = new Map(names.map((k) => [k, entryKeys(req.prefix, k).value]));
+    answer = async (key) => {
+      const k = raw.get(key) as string;
+      const [bytes] = await Promise.all([redis.getrangeBuffer(k, 0, 1_048_576), redis.pttl(k)]);
+      return packr.unpack(bytes);
+    };
   } else if (req.variant === 'lru') {
     const lru = new LRUCache<string, object>({ max: req.keys * 2 });
     for (const k of names) lru.set(k, HIT_VALUE);
     answer = (key) => lru.get(key);
   } else {
-    const { createCache } = (await library()).lib;
+    const { createCache } = req.variant === 'ours-base' ? await baseLibrary() : (await library()).lib;
     const cache = createCache({ redis, prefix: req.prefix, ...(req.variant === 'ours-l1' ? { local: { max: req.keys * 2 } } : {}) });
     const loader = () => HIT_VALUE;
     answer = (key) => cache.getOrCompute(key, loader, HIT_TTL);

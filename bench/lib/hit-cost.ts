@@ -19,7 +19,16 @@ import { Redis } from 'ioredis';
 import { median } from './scenarios.js';
 
 export const HIT_VARIANTS = ['bare', 'ours', 'lru', 'ours-l1'] as const;
-export type HitVariant = (typeof HIT_VARIANTS)[number];
+/**
+ * Run only when named (`--variants`): `script` is the bare client calling our read script (EVALSHA:
+ * bytes and PTTL in one round trip, the size cap inside Redis) and decoding the bytes, without the
+ * library around it. It splits ours ÷ bare into what the Redis command costs and what our code does.
+ * `evalsha` is the same script sent as a plain command (no defineCommand wrapper), `getrange-pttl` a
+ * read without Lua (GETRANGE up to the cap, PTTL, sent together). `ours-base` is ours from another
+ * build (SG_BENCH_BASE: its dist/index.js), for an A/B of a change in one run.
+ */
+export const EXTRA_HIT_VARIANTS = ['script', 'evalsha', 'getrange-pttl', 'ours-base'] as const;
+export type HitVariant = (typeof HIT_VARIANTS)[number] | (typeof EXTRA_HIT_VARIANTS)[number];
 
 export interface HitRequest {
   variant: HitVariant;
@@ -155,7 +164,7 @@ export async function hitCost(url: string, sizes: HitSizes, log: (line: string) 
     const prefix = `hit${keys}`;
     await warm(url, prefix, keys);
     for (const processes of sizes.processes) {
-      const samples = new Map<HitVariant, { cpu: number[]; tput: number[]; redis: number[] }>(HIT_VARIANTS.map((v) => [v, { cpu: [], tput: [], redis: [] }]));
+      const samples = new Map<HitVariant, { cpu: number[]; tput: number[]; redis: number[] }>((sizes.variants ?? HIT_VARIANTS).map((v) => [v, { cpu: [], tput: [], redis: [] }]));
       for (let r = 0; r < sizes.runs; r++) {
         for (const variant of sizes.variants ?? HIT_VARIANTS) {
           const res = await oneRun({ variant, url, prefix, keys, loops: sizes.loops, warmupMs: sizes.warmupMs, durationMs: sizes.durationMs, rate: sizes.rate }, processes, sizes.cpuProfDir);
@@ -193,6 +202,15 @@ export function hitMarkdown(figures: HitFigure[], sizes: HitSizes): string[] {
     out.push(
       `| ${P} | ${K} | ${f2(p.bare?.cpuUsPerRequest)} | ${f2(p.ours?.cpuUsPerRequest)} | ${f2((p.ours?.cpuUsPerRequest ?? NaN) / (p.bare?.cpuUsPerRequest ?? NaN))} | ${p.bare?.throughput.toFixed(0)} | ${p.ours?.throughput.toFixed(0)} | ${f2(p.bare?.redisCpuUsPerRequest)} | ${f2(p.ours?.redisCpuUsPerRequest)} | ${f2(p.lru?.cpuUsPerRequest)} | ${f2(p['ours-l1']?.cpuUsPerRequest)} | ${f2((p['ours-l1']?.cpuUsPerRequest ?? NaN) / (p.lru?.cpuUsPerRequest ?? NaN))} |`,
     );
+  }
+  // The experiments' variants (EXTRA_HIT_VARIANTS), each beside the bare client and ours of the same run.
+  const extras = figures.filter((f) => (EXTRA_HIT_VARIANTS as readonly string[]).includes(f.variant));
+  if (extras.length > 0) {
+    out.push('', '| P | K | variant | client µs/req | ÷ bare GET | ours ÷ variant | req/s | Redis µs/req |', '|---:|---:|---|---:|---:|---:|---:|---:|');
+    for (const f of extras) {
+      const p = pairs.get(`${f.processes}/${f.keys}`) ?? {};
+      out.push(`| ${f.processes} | ${f.keys} | ${f.variant} | ${f2(f.cpuUsPerRequest)} | ${f2(f.cpuUsPerRequest / (p.bare?.cpuUsPerRequest ?? NaN))} | ${f2((p.ours?.cpuUsPerRequest ?? NaN) / f.cpuUsPerRequest)} | ${f.throughput.toFixed(0)} | ${f2(f.redisCpuUsPerRequest)} |`);
+    }
   }
   return out;
 }

@@ -6,11 +6,21 @@
  * client CPU per request. `SG_BENCH_SOURCE=1` measures `src/` instead (no build needed).
  */
 import { existsSync } from 'node:fs';
-import { fileURLToPath } from 'node:url';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 
 type Library = typeof import('../../src/index.js');
 
 const DIST = new URL('../../dist/index.js', import.meta.url);
+
+/**
+ * Another build of the library, for an A/B run in one bench (bench:hit's `ours-base` variant): the path
+ * of its `index.js` in SG_BENCH_BASE, e.g. a worktree of the base commit, built there.
+ */
+export async function baseLibrary(): Promise<Library> {
+  const base = process.env.SG_BENCH_BASE;
+  if (base === undefined || !existsSync(base)) throw new Error(`SG_BENCH_BASE must name another build's index.js (got ${String(base)})`);
+  return (await import(pathToFileURL(base).href)) as Library;
+}
 
 export async function library(): Promise<{ lib: Library; from: 'dist' | 'src' }> {
   if (process.env.SG_BENCH_SOURCE !== '1') {

@@ -1,4 +1,4 @@
-import { isUnknownCommand, prop, QUEUED, type PipelinePort, type RedisPort, type Script, type ScriptArg, type ShardSubscriberPort, type SubscriberPort } from './port.js';
+import { isNoScript, isUnknownCommand, prop, QUEUED, type PipelinePort, type RedisPort, type Script, type ScriptArg, type ShardSubscriberPort, type SubscriberPort } from './port.js';
 import { InvalidOptionError } from '../errors.js';
 import { Pending } from './pending.js';
 import { slotOf } from './slot.js';
@@ -9,6 +9,9 @@ import { slotOf } from './slot.js';
  */
 export interface IoredisClient {
   defineCommand(name: string, definition: { numberOfKeys?: number; lua: string }): void;
+  /** Any command by name (ioredis `call`, and `callBuffer` for bulk replies as Buffers). */
+  call(command: string, ...args: ScriptArg[]): Promise<unknown>;
+  callBuffer(command: string, ...args: ScriptArg[]): Promise<unknown>;
   /** ioredis `duplicate()`: a new connection with the same options; used once, for pub/sub only. */
   duplicate(...args: never[]): unknown;
   /** ioredis emits 'ready' on every (re)connection; the cache listens (and stops listening on close()). */
@@ -36,6 +39,14 @@ interface IoredisSubscriber {
 
 type Command = (...args: ScriptArg[]) => Promise<unknown>;
 
+/** defineCommand's `…Buffer` method name of a script, made once per script (not a new string per call). */
+const BUFFER_NAMES = new WeakMap<Script, string>();
+function bufferName(script: Script): string {
+  let name = BUFFER_NAMES.get(script);
+  if (name === undefined) BUFFER_NAMES.set(script, (name = `${script.name}Buffer`));
+  return name;
+}
+
 export function isIoredis(v: unknown): v is IoredisClient {
   return typeof prop(v, 'defineCommand') === 'function' && typeof prop(v, 'duplicate') === 'function';
 }
@@ -56,9 +67,29 @@ export class IoredisPort implements RedisPort {
   }
 
   run(script: Script, keys: readonly string[], args: readonly ScriptArg[], bytes = false): Promise<unknown> {
-    const method = bytes ? `${script.name}Buffer` : script.name;
+    if (script.readOnly) return this.read(script, keys, args, bytes);
+    return this.defined(script, keys, args, bytes);
+  }
+
+  /** Through defineCommand: EVAL on a script's first run on each connection, EVALSHA after, EVAL again on NOSCRIPT. */
+  private defined(script: Script, keys: readonly string[], args: readonly ScriptArg[], bytes: boolean): Promise<unknown> {
     this.define(script);
-    return (this.commands[method] as Command).call(this.client, ...keys, ...args);
+    return (this.commands[bytes ? bufferName(script) : script.name] as Command).call(this.client, ...keys, ...args);
+  }
+
+  /**
+   * A read-only script (every fresh hit): EVALSHA as a plain command, and on NOSCRIPT the defined
+   * command above (which loads it). ioredis's defineCommand wraps each call in a command subclass that
+   * rebuilds its argument list and adds a NOSCRIPT handler and a callback adapter; the plain command
+   * costs the client less per call (bench:hit's `evalsha` and `script` variants). Key prefix and
+   * Cluster routing are the same: ioredis finds EVALSHA's keys from its numkeys argument.
+   */
+  private read(script: Script, keys: readonly string[], args: readonly ScriptArg[], bytes: boolean): Promise<unknown> {
+    const sent = bytes ? this.client.callBuffer('evalsha', script.sha, script.numberOfKeys, ...keys, ...args) : this.client.call('evalsha', script.sha, script.numberOfKeys, ...keys, ...args);
+    return sent.catch((err: unknown) => {
+      if (!isNoScript(err)) throw err;
+      return this.defined(script, keys, args, bytes);
+    });
   }
 
   /** Registers `script` on the client once (defineCommand adds both `name` and `nameBuffer`). */

@@ -16,10 +16,17 @@ export interface Script {
   readonly numberOfKeys: number;
   readonly lua: string;
   readonly sha: string;
+  /**
+   * The script changes nothing (a read). An adapter may then send EVALSHA before the server is known
+   * to hold the script: if the NOSCRIPT reply is lost, only a read is lost, which its caller retries
+   * or reports. A script with effects is sent with EVAL first on each connection, so that an undo
+   * that must land (a release by token) is never lost behind a NOSCRIPT round trip.
+   */
+  readonly readOnly: boolean;
 }
 
-export function script(name: string, numberOfKeys: number, lua: string): Script {
-  return Object.freeze({ name, numberOfKeys, lua, sha: createHash('sha1').update(lua).digest('hex') });
+export function script(name: string, numberOfKeys: number, lua: string, readOnly = false): Script {
+  return Object.freeze({ name, numberOfKeys, lua, sha: createHash('sha1').update(lua).digest('hex'), readOnly });
 }
 
 /** What the Bus needs from its own subscriber connection (a duplicate of the caller's client). */

@@ -238,7 +238,7 @@ export interface Scripts {
 
 // Versioned names: a script change gets a new name, so two library versions on one client never clash.
 const SCRIPTS = {
-  read: script('sgReadV2', 1, READ),
+  read: script('sgReadV2', 1, READ, true),
   acquire: script('sgAcquireV4', 3, ACQUIRE),
   write: script('sgWriteV5', 3, WRITE),
   writeUnfenced: script('sgWriteUnfencedV5', 3, WRITE_UNFENCED),

@@ -65,6 +65,17 @@ describe('cache.clear()', () => {
     await cache.close();
   });
 
+  it('an ioredis client with keyPrefix reads what it wrote: the read script (a plain EVALSHA) gets the prefix as the write scripts do', async () => {
+    const client = h.client({ keyPrefix: 'app:' });
+    const cache = createCache({ redis: client, prefix: `kpr${process.pid}` });
+    await cache.set('k', 'stored', 60_000);
+    let loads = 0;
+    expect(await cache.getOrCompute('k', () => (loads++, 'loaded'), 60_000)).toBe('stored');
+    expect(loads).toBe(0);
+    expect(await h.admin.exists(`app:${keysOf(cache, 'k').value}`)).toBe(1);
+    await cache.close();
+  });
+
   it('once it resolves, no process returns an entry written before it, L1 included', async () => {
     const a = twin(h.cache());
     const b = twin(a);

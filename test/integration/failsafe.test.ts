@@ -147,6 +147,21 @@ describe('hostile server conditions', () => {
     for (const [i, v] of results) expect(v).toBe(`v${i % 30}`);
   });
 
+  it('after SCRIPT FLUSH a warm key is still a hit from Redis: the read script is loaded again, no loader runs, nothing is degraded', async () => {
+    const cache = h.cache();
+    const degraded: string[] = [];
+    cache.on('degraded', (e) => degraded.push(e.operation));
+    await cache.set('flushed', 'warm', 60_000);
+    expect(await cache.getOrCompute('flushed', () => 'loaded', 60_000)).toBe('warm'); // the script is known to the server
+    await h.adminClient().script('FLUSH');
+    let loads = 0;
+    const after = await Promise.all(Array.from({ length: 5 }, () => cache.getOrCompute('flushed', () => (loads++, 'loaded'), 60_000)));
+    expect(after).toEqual(['warm', 'warm', 'warm', 'warm', 'warm']);
+    expect(loads).toBe(0);
+    expect(degraded).toEqual([]);
+    expect(cache.stats().hits).toBeGreaterThanOrEqual(2);
+  });
+
   it('OOM error replies (maxmemory reached): the caller still gets the loader value, reported as degraded', async () => {
     const admin = h.adminClient();
     const cache = h.cache();
