@@ -9,9 +9,12 @@ import { slotOf } from './slot.js';
  */
 export interface IoredisClient {
   defineCommand(name: string, definition: { numberOfKeys?: number; lua: string }): void;
-  /** Any command by name (ioredis `call`, and `callBuffer` for bulk replies as Buffers). */
-  call(command: string, ...args: ScriptArg[]): Promise<unknown>;
-  callBuffer(command: string, ...args: ScriptArg[]): Promise<unknown>;
+  /**
+   * EVALSHA as ioredis's own command (`evalshaBuffer`: bulk replies as Buffers): the read script's
+   * path. Optional: a client without it (a wrapper, a mock) runs every script through defineCommand.
+   */
+  evalshaBuffer?(sha: string, numberOfKeys: number, ...args: ScriptArg[]): Promise<unknown>;
+  evalsha?(sha: string, numberOfKeys: number, ...args: ScriptArg[]): Promise<unknown>;
   /** ioredis `duplicate()`: a new connection with the same options; used once, for pub/sub only. */
   duplicate(...args: never[]): unknown;
   /** ioredis emits 'ready' on every (re)connection; the cache listens (and stops listening on close()). */
@@ -53,7 +56,7 @@ export function isIoredis(v: unknown): v is IoredisClient {
 
 /**
  * ioredis: scripts through `defineCommand` (EVALSHA with a NOSCRIPT fallback built in; the `…Buffer`
- * variant returns bulk strings as Buffers). Registration is idempotent and per client, under the
+ * variant returns bulk strings as Buffers), except the read-only read script (see read()). Registration is idempotent and per client, under the
  * script's versioned name, so two library versions on one client never clash.
  * Trap (ioredis): after SCRIPT FLUSH a pipelined script is retried after the commands queued behind
  * it, so nothing relies on ordering between a script and other commands.
@@ -78,14 +81,20 @@ export class IoredisPort implements RedisPort {
   }
 
   /**
-   * A read-only script (every fresh hit): EVALSHA as a plain command, and on NOSCRIPT the defined
+   * A read-only script (every fresh hit): ioredis's own EVALSHA command, and on NOSCRIPT the defined
    * command above (which loads it). ioredis's defineCommand wraps each call in a command subclass that
    * rebuilds its argument list and adds a NOSCRIPT handler and a callback adapter; the plain command
-   * costs the client less per call (bench:hit's `evalsha` and `script` variants). Key prefix and
-   * Cluster routing are the same: ioredis finds EVALSHA's keys from its numkeys argument.
+   * costs the client less per call (bench:hit's `evalsha` and `script` variants, and an A/B of this
+   * change). Key prefix and Cluster routing are the same: ioredis finds EVALSHA's keys from its
+   * numkeys argument. Not the generic `callBuffer('evalsha', …)`: with `enableAutoPipelining` ioredis
+   * 5 and 6 drop a generic command's name on its way into the pipeline (redis/ioredis#1923).
+   * Cost: a first read on a server that does not hold the script yet (a new server, SCRIPT FLUSH, a
+   * failover) is answered NOSCRIPT once, which Redis counts in `INFO errorstats`.
    */
   private read(script: Script, keys: readonly string[], args: readonly ScriptArg[], bytes: boolean): Promise<unknown> {
-    const sent = bytes ? this.client.callBuffer('evalsha', script.sha, script.numberOfKeys, ...keys, ...args) : this.client.call('evalsha', script.sha, script.numberOfKeys, ...keys, ...args);
+    const c = this.client;
+    const sent = bytes ? c.evalshaBuffer?.(script.sha, script.numberOfKeys, ...keys, ...args) : c.evalsha?.(script.sha, script.numberOfKeys, ...keys, ...args);
+    if (sent === undefined) return this.defined(script, keys, args, bytes);
     return sent.catch((err: unknown) => {
       if (!isNoScript(err)) throw err;
       return this.defined(script, keys, args, bytes);
@@ -163,7 +172,7 @@ export class IoredisPort implements RedisPort {
       exec: async () => {
         for (const [script] of queued) this.define(script);
         const pipe = (this.client as unknown as { pipeline(): Record<string, Command> & { exec(): Promise<[Error | null, unknown][] | null> } }).pipeline();
-        for (const [script, keys, args, bytes] of queued) void (pipe[bytes ? `${script.name}Buffer` : script.name] as Command).call(pipe, ...keys, ...args);
+        for (const [script, keys, args, bytes] of queued) void (pipe[bytes ? bufferName(script) : script.name] as Command).call(pipe, ...keys, ...args);
         return (await pipe.exec()) ?? [];
       },
     };

@@ -76,6 +76,42 @@ describe('cache.clear()', () => {
     await cache.close();
   });
 
+  it('an ioredis client with enableAutoPipelining reads what it wrote: the read script (ioredis\'s own EVALSHA) keeps its command name in the auto-pipeline', async () => {
+    const client = h.client({ enableAutoPipelining: true });
+    const cache = createCache({ redis: client, prefix: `ap${process.pid}` });
+    const degraded: unknown[] = [];
+    cache.on('degraded', (e) => degraded.push(e.error));
+    await cache.set('k', 'stored', 60_000);
+    let loads = 0;
+    // Concurrent calls on different keys, so the auto-pipeline carries several reads at once.
+    const values = await Promise.all(['k', 'k', 'other'].map((k) => cache.getOrCompute(k, () => (loads++, `loaded-${k}`), 60_000)));
+    expect(values).toEqual(['stored', 'stored', 'loaded-other']);
+    expect(loads).toBe(1);
+    expect(degraded).toEqual([]);
+    await cache.close();
+  });
+
+  it('an ioredis-shaped client without evalsha/evalshaBuffer (a wrapper) still serves hits, through defineCommand', async () => {
+    const real = h.client();
+    const hidden = new Set<PropertyKey>(['evalsha', 'evalshaBuffer']);
+    const wrapper = new Proxy(real, {
+      get(target, prop) {
+        if (hidden.has(prop)) return undefined;
+        const v: unknown = Reflect.get(target, prop, target);
+        return typeof v === 'function' ? (v as (...a: unknown[]) => unknown).bind(target) : v;
+      },
+    });
+    const cache = createCache({ redis: wrapper, prefix: `wr${process.pid}` });
+    const degraded: unknown[] = [];
+    cache.on('degraded', (e) => degraded.push(e.error));
+    await cache.set('k', 'stored', 60_000);
+    let loads = 0;
+    expect(await cache.getOrCompute('k', () => (loads++, 'loaded'), 60_000)).toBe('stored');
+    expect(loads).toBe(0);
+    expect(degraded).toEqual([]);
+    await cache.close();
+  });
+
   it('once it resolves, no process returns an entry written before it, L1 included', async () => {
     const a = twin(h.cache());
     const b = twin(a);

@@ -315,6 +315,29 @@ describe.each<'node-redis' | 'node-redis5'>(['node-redis', 'node-redis5'])('%s C
 
 const BATCH_KEYS = [...Array.from({ length: 60 }, (_, i) => `k${i}`), '}', 'a{b}c', '{}'];
 
+describe.each<'ioredis' | 'ioredis6'>(['ioredis', 'ioredis6'])('%s Cluster with enableAutoPipelining and a keyPrefix', (family) => {
+  it('stored values are hits from Redis: the read script (ioredis\'s own EVALSHA) keeps its name, keys, prefix and slot through the auto-pipeline', async () => {
+    const options = { enableAutoPipelining: true, keyPrefix: 'ap:', redisOptions: { maxRetriesPerRequest: 1, ...(AS_ACL_USER ? ACL_USER : {}) } };
+    const client = family === 'ioredis' ? new Cluster(cluster.startup, options) : new Cluster6(cluster.startup, options);
+    client.on('error', () => undefined);
+    disposals.push(() => client.disconnect());
+    const cache = createCache({ redis: client, prefix: `${family}-autopipe` });
+    caches.push(cache);
+    const degraded: unknown[] = [];
+    cache.on('degraded', (e) => degraded.push(e.error));
+    const keys = Array.from({ length: 12 }, (_, i) => `k${i}`);
+    await Promise.all(keys.map((k) => cache.set(k, `v-${k}`, 60_000)));
+    let loads = 0;
+    const values = await Promise.all(keys.map((k) => cache.getOrCompute(k, () => (loads++, 'loaded'), 60_000)));
+    expect(values).toEqual(keys.map((k) => `v-${k}`));
+    expect(loads).toBe(0);
+    expect(degraded).toEqual([]);
+    // Under the client's prefix (12 keys: their slots fall on more than one master, see 'the entry keys … spread').
+    const admin = clusterClient(true);
+    expect(await admin.exists(`ap:${entryKeys(`${family}-autopipe`, keys[0] as string).value}`)).toBe(1);
+  });
+});
+
 describe('batch API on a Redis Cluster (3 masters)', () => {
   function cache(prefix: string): Cache {
     const c = createCache({ redis: clusterClient(), prefix });

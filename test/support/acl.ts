@@ -1,7 +1,7 @@
 /**
  * The commands the cache needs, as the README's least-privilege ACL lists them ("### Least
  * privilege"). One list, used by the security test and by the ACL runs of the suite (`npm test` runs
- * the suite again as a user with exactly these commands); test/unit/acl-commands.test.ts checks that
+ * both its passes as a user with exactly these commands); test/unit/acl-commands.test.ts checks that
  * the README's block says the same.
  */
 export const APP_COMMANDS = [
