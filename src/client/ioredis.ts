@@ -64,6 +64,8 @@ export function isIoredis(v: unknown): v is IoredisClient {
 export class IoredisPort implements RedisPort {
   readonly family = 'ioredis';
   private readonly commands: Record<string, Command | undefined>;
+  /** The read-only scripts this port has sent once through defineCommand (see read()). */
+  private readonly sent = new Set<string>();
 
   constructor(private readonly client: IoredisClient) {
     this.commands = client as unknown as Record<string, Command | undefined>;
@@ -88,10 +90,19 @@ export class IoredisPort implements RedisPort {
    * change). Key prefix and Cluster routing are the same: ioredis finds EVALSHA's keys from its
    * numkeys argument. Not the generic `callBuffer('evalsha', …)`: with `enableAutoPipelining` ioredis
    * 5 and 6 drop a generic command's name on its way into the pipeline (redis/ioredis#1923).
-   * Cost: a first read on a server that does not hold the script yet (a new server, SCRIPT FLUSH, a
-   * failover) is answered NOSCRIPT once, which Redis counts in `INFO errorstats`.
+   * Cost: a read on a server that lost the script (a restart, SCRIPT FLUSH, a failover) or, on a
+   * Cluster, on a master other than the first one read, is answered NOSCRIPT once, which Redis counts
+   * in `INFO errorstats`.
    */
   private read(script: Script, keys: readonly string[], args: readonly ScriptArg[], bytes: boolean): Promise<unknown> {
+    // The first run through this port goes through defineCommand, which sends EVAL on a connection
+    // that has not run the script: a cache's first hit stays one round trip, and a new server shows
+    // no NOSCRIPT. After a restart, a SCRIPT FLUSH or a failover (or on another Cluster master) the
+    // plain EVALSHA is answered NOSCRIPT once and falls back below.
+    if (!this.sent.has(script.sha)) {
+      this.sent.add(script.sha);
+      return this.defined(script, keys, args, bytes);
+    }
     const c = this.client;
     const sent = bytes ? c.evalshaBuffer?.(script.sha, script.numberOfKeys, ...keys, ...args) : c.evalsha?.(script.sha, script.numberOfKeys, ...keys, ...args);
     if (sent === undefined) return this.defined(script, keys, args, bytes);
