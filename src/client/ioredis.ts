@@ -90,9 +90,11 @@ export class IoredisPort implements RedisPort {
    * change). Key prefix and Cluster routing are the same: ioredis finds EVALSHA's keys from its
    * numkeys argument. Not the generic `callBuffer('evalsha', …)`: with `enableAutoPipelining` ioredis
    * 5 and 6 drop a generic command's name on its way into the pipeline (redis/ioredis#1923).
-   * Cost: a read on a server that lost the script (a restart, SCRIPT FLUSH, a failover) or, on a
-   * Cluster, on a master other than the first one read, is answered NOSCRIPT once, which Redis counts
-   * in `INFO errorstats`.
+   * Cost (README, ioredis bullet): a read on a server that lost the script (a restart, a failover)
+   * or on a Cluster master other than the first one read is answered NOSCRIPT, once per read in
+   * flight until the fallback's EVAL lands. After SCRIPT FLUSH the fallback's registered command
+   * first retries EVALSHA (its connection is marked as having run the script): two NOSCRIPTs. A
+   * first run that never reached Redis still uses up `sent`. Both known, not fixed.
    */
   private read(script: Script, keys: readonly string[], args: readonly ScriptArg[], bytes: boolean): Promise<unknown> {
     // The first run through this port goes through defineCommand, which sends EVAL on a connection
