@@ -14,28 +14,23 @@ async function run(req: HitRequest, go: () => Promise<number>): Promise<HitRepor
   const names = Array.from({ length: req.keys }, (_, i) => `k${i}`);
   let answer: (key: string) => unknown;
   let close = async (): Promise<void> => undefined;
+  // The bare variants read the bytes the cache stored, their Redis keys computed once, up front, and decode them as the cache does.
+  const packr = new Packr({ useRecords: true, moreTypes: true, structuredClone: false, mapsAsObjects: false });
+  const raw = new Map(names.map((k) => [k, entryKeys(req.prefix, k).value]));
   if (req.variant === 'bare') {
-    // The hand-rolled client: GET the bytes the cache stored (their Redis key computed once, up front) and decode them.
-    const packr = new Packr({ useRecords: true, moreTypes: true, structuredClone: false, mapsAsObjects: false });
-    const raw = new Map(names.map((k) => [k, entryKeys(req.prefix, k).value]));
+    // The hand-rolled client: GET and decode.
     answer = async (key) => packr.unpack((await redis.getBuffer(raw.get(key) as string)) as Buffer);
   } else if (req.variant === 'script') {
     // The bare client running our read script (the same Lua, EVALSHA through defineCommand) and decoding the bytes.
-    const packr = new Packr({ useRecords: true, moreTypes: true, structuredClone: false, mapsAsObjects: false });
-    const raw = new Map(names.map((k) => [k, entryKeys(req.prefix, k).value]));
     redis.defineCommand('sgBenchRead', { numberOfKeys: 1, lua: READ });
     const read = (redis as unknown as { sgBenchReadBuffer(k: string, max: number): Promise<[number, Buffer]> }).sgBenchReadBuffer.bind(redis);
     answer = async (key) => packr.unpack((await read(raw.get(key) as string, 1_048_576))[1]);
   } else if (req.variant === 'evalsha') {
-    // Experiment: the same script by EVALSHA through ioredis's generic callBuffer (no Script wrapper).
-    const packr = new Packr({ useRecords: true, moreTypes: true, structuredClone: false, mapsAsObjects: false });
-    const raw = new Map(names.map((k) => [k, entryKeys(req.prefix, k).value]));
+    // The same script by EVALSHA through ioredis's generic callBuffer (no Script wrapper).
     const sha = (await redis.script('LOAD', READ)) as string;
     answer = async (key) => packr.unpack(((await redis.callBuffer('evalsha', sha, 1, raw.get(key) as string, 1_048_576)) as [number, Buffer])[1]);
   } else if (req.variant === 'getrange-pttl') {
-    // Experiment: GETRANGE 0 cap and PTTL, two commands sent together, no script.
-    const packr = new Packr({ useRecords: true, moreTypes: true, structuredClone: false, mapsAsObjects: false });
-    const raw = new Map(names.map((k) => [k, entryKeys(req.prefix, k).value]));
+    // GETRANGE 0 cap and PTTL, two commands sent together, no script.
     answer = async (key) => {
       const k = raw.get(key) as string;
       const [bytes] = await Promise.all([redis.getrangeBuffer(k, 0, 1_048_576), redis.pttl(k)]);

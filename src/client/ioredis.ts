@@ -42,22 +42,15 @@ interface IoredisSubscriber {
 
 type Command = (...args: ScriptArg[]) => Promise<unknown>;
 
-/** defineCommand's `…Buffer` method name of a script, made once per script (not a new string per call). */
-const BUFFER_NAMES = new WeakMap<Script, string>();
-function bufferName(script: Script): string {
-  let name = BUFFER_NAMES.get(script);
-  if (name === undefined) BUFFER_NAMES.set(script, (name = `${script.name}Buffer`));
-  return name;
-}
-
 export function isIoredis(v: unknown): v is IoredisClient {
   return typeof prop(v, 'defineCommand') === 'function' && typeof prop(v, 'duplicate') === 'function';
 }
 
 /**
  * ioredis: scripts through `defineCommand` (EVALSHA with a NOSCRIPT fallback built in; the `…Buffer`
- * variant returns bulk strings as Buffers), except the read-only read script (see read()). Registration is idempotent and per client, under the
- * script's versioned name, so two library versions on one client never clash.
+ * variant returns bulk strings as Buffers), except the read-only read script (see read()).
+ * Registration is idempotent and per client, under the script's versioned name, so two library
+ * versions on one client never clash.
  * Trap (ioredis): after SCRIPT FLUSH a pipelined script is retried after the commands queued behind
  * it, so nothing relies on ordering between a script and other commands.
  */
@@ -79,7 +72,7 @@ export class IoredisPort implements RedisPort {
   /** Through defineCommand: EVAL on a script's first run on each connection, EVALSHA after, EVAL again on NOSCRIPT. */
   private defined(script: Script, keys: readonly string[], args: readonly ScriptArg[], bytes: boolean): Promise<unknown> {
     this.define(script);
-    return (this.commands[bytes ? bufferName(script) : script.name] as Command).call(this.client, ...keys, ...args);
+    return (this.commands[bytes ? `${script.name}Buffer` : script.name] as Command).call(this.client, ...keys, ...args);
   }
 
   /**
@@ -90,6 +83,8 @@ export class IoredisPort implements RedisPort {
    * change). Key prefix and Cluster routing are the same: ioredis finds EVALSHA's keys from its
    * numkeys argument. Not the generic `callBuffer('evalsha', …)`: with `enableAutoPipelining` ioredis
    * 5 and 6 drop a generic command's name on its way into the pipeline (redis/ioredis#1923).
+   * The first run through this port goes through defineCommand, which sends EVAL on a connection
+   * that has not run the script: a cache's first hit stays one round trip.
    * Cost (README, ioredis bullet): a read on a server that lost the script (a restart, a failover)
    * or on a Cluster master other than the first one read is answered NOSCRIPT, once per read in
    * flight until the fallback's EVAL lands. After SCRIPT FLUSH the fallback's registered command
@@ -97,10 +92,6 @@ export class IoredisPort implements RedisPort {
    * first run that never reached Redis still uses up `sent`. Both known, not fixed.
    */
   private read(script: Script, keys: readonly string[], args: readonly ScriptArg[], bytes: boolean): Promise<unknown> {
-    // The first run through this port goes through defineCommand, which sends EVAL on a connection
-    // that has not run the script: a cache's first hit stays one round trip, and a new server shows
-    // no NOSCRIPT. After a restart, a SCRIPT FLUSH or a failover (or on another Cluster master) the
-    // plain EVALSHA is answered NOSCRIPT once and falls back below.
     if (!this.sent.has(script.sha)) {
       this.sent.add(script.sha);
       return this.defined(script, keys, args, bytes);
@@ -185,7 +176,7 @@ export class IoredisPort implements RedisPort {
       exec: async () => {
         for (const [script] of queued) this.define(script);
         const pipe = (this.client as unknown as { pipeline(): Record<string, Command> & { exec(): Promise<[Error | null, unknown][] | null> } }).pipeline();
-        for (const [script, keys, args, bytes] of queued) void (pipe[bytes ? bufferName(script) : script.name] as Command).call(pipe, ...keys, ...args);
+        for (const [script, keys, args, bytes] of queued) void (pipe[bytes ? `${script.name}Buffer` : script.name] as Command).call(pipe, ...keys, ...args);
         return (await pipe.exec()) ?? [];
       },
     };
