@@ -1,7 +1,9 @@
 /**
  * `npm run bench:fleet [-- --quick] [--runs R] [--processes 1,4,16,32] [--keys 20,2000] [--callers C] [--out DIR]
- *   [--contenders single,cache-aside] [--cpu-prof DIR] [--warmup-ms MS]`:
- * the fleet scenario (bench/lib/fleet.ts) on its own; `npm run bench` runs it too. Prints the table and
+ *   [--contenders single,cache-aside] [--cpu-prof DIR] [--warmup-ms MS] [--rate N]`:
+ * the fleet scenario (bench/lib/fleet.ts) on its own; `npm run bench` runs it too (closed loop).
+ * `--rate N`: open loop, N calls/s over the whole fleet whatever P is, plus an idle run per run
+ * (FleetSizes.rate says why). Prints the table and
  * writes it, with the chart of CPU per request against P, to DIR (bench/results/fleet).
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
@@ -12,7 +14,7 @@ import { fleetChart } from './lib/report.js';
 import type { ContenderName } from './lib/contenders.js';
 
 const { values: args } = parseArgs({
-  options: { quick: { type: 'boolean' }, runs: { type: 'string' }, processes: { type: 'string' }, keys: { type: 'string' }, callers: { type: 'string' }, out: { type: 'string' }, 'cpu-prof': { type: 'string' }, 'warmup-ms': { type: 'string' }, contenders: { type: 'string' } },
+  options: { quick: { type: 'boolean' }, runs: { type: 'string' }, processes: { type: 'string' }, keys: { type: 'string' }, callers: { type: 'string' }, out: { type: 'string' }, 'cpu-prof': { type: 'string' }, 'warmup-ms': { type: 'string' }, contenders: { type: 'string' }, rate: { type: 'string' } },
 });
 const quick = args.quick ?? false;
 const sizes: FleetSizes = {
@@ -23,6 +25,7 @@ const sizes: FleetSizes = {
   runs: args.runs === undefined ? 3 : Number(args.runs),
   warmupMs: args['warmup-ms'] === undefined ? (quick ? 3000 : 6000) : Number(args['warmup-ms']),
   ...(args['cpu-prof'] ? { cpuProfDir: args['cpu-prof'] } : {}),
+  ...(args.rate ? { rate: Number(args.rate) } : {}),
 };
 const store = await provideRedis();
 let figures;

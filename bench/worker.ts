@@ -118,13 +118,17 @@ async function run(req: RunRequest): Promise<RunReport> {
   let ru0 = process.resourceUsage();
   if (scenario.kind === 'open') {
     const from = req.startAt - (scenario.warmupMs ?? 0);
+    // CPU counts from startAt, like the answers: the warm-up's calls are not in the figure.
+    const snapshot = setTimeout(() => {
+      cpu0 = process.cpuUsage();
+      ru0 = process.resourceUsage();
+    }, req.startAt - now());
     await sleep(from - now());
-    cpu0 = process.cpuUsage();
-    ru0 = process.resourceUsage();
     await openLoop(from, req.startAt + scenario.durationMs, scenario.perSecond ?? 0, (scheduled) => {
       if (scheduled >= measureFrom) startLags.push(now() - scheduled);
       return call(pick(), scheduled);
     });
+    clearTimeout(snapshot);
   } else {
     await sleep(req.startAt - now());
     cpu0 = process.cpuUsage();
@@ -153,11 +157,17 @@ async function run(req: RunRequest): Promise<RunReport> {
 }
 
 /**
- * Fires arrival i at its scheduled instant from + i / perSecond, never waiting for earlier answers.
+ * Fires arrival i at its scheduled instant from + i / perSecond, never waiting for earlier answers
+ * (none when perSecond is 0).
  * Each wake fires every arrival that is due (a late timer or a busy event loop makes them late, and
  * their latency counts from the schedule). Resolves when every fired call has settled.
  */
 async function openLoop(from: number, until: number, perSecond: number, fire: (scheduled: number) => Promise<void>): Promise<void> {
+  // No arrivals (the fleet's idle run): the contender stays connected and does its background work only.
+  if (perSecond <= 0) {
+    await sleep(until - now());
+    return;
+  }
   const interval = 1000 / perSecond;
   const calls: Promise<void>[] = [];
   for (let i = 0; ; ) {

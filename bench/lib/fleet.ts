@@ -36,6 +36,16 @@ export interface FleetSizes {
   readonly warmupMs: number;
   /** Workers run with `--cpu-prof` into this directory (profiles are written when they exit). */
   readonly cpuProfDir?: string;
+  /**
+   * Fleet-wide arrivals per second, open loop, split evenly over the P processes (each fires rate ÷ P
+   * per second on a fixed schedule, whatever the answers do). Unset: the closed loop of `callers`.
+   * The closed loop gives each fleet as much load as it can take, so a contender that costs more CPU
+   * per call saturates the 2 cores at a smaller P and its CPU per call then grows from contention
+   * alone; at one fixed rate every P and every contender does the same work per second, below
+   * saturation, and each run also measures the fleet idle (connected, no calls) to split a
+   * process's fixed background cost from the cost of its calls.
+   */
+  readonly rate?: number;
 }
 
 export interface FleetFigure {
@@ -54,10 +64,17 @@ export interface FleetFigure {
   p99: number;
   callsPerSec: number;
   notesPerProcessPerSec: number;
+  /** Open loop (`rate`) only: CPU a process spends per second with the contender connected and no calls, µs. */
+  idleUsPerProcessPerSec?: number;
 }
 
-export const fleetSpec = (keys: number, durationMs: number): ScenarioSpec => ({
-  name: `fleet-${keys}`, kind: 'loop', keys, distribution: 'uniform', ttlMs: 1000, staleMs: 0, loaderMs: 100, durationMs, thinkMs: 5,
+/** Open-loop arrivals before a measured window (JIT, connections); counted neither in answers nor in CPU. */
+const OPEN_WARMUP_MS = 1000;
+
+/** Closed loop by default; with a fleet-wide `perSecond` (0: the idle run), open loop at perSecond ÷ P per process. */
+export const fleetSpec = (keys: number, durationMs: number, open?: { perSecond: number; P: number }): ScenarioSpec => ({
+  name: `fleet-${keys}`, distribution: 'uniform', keys, ttlMs: 1000, staleMs: 0, loaderMs: 100, durationMs,
+  ...(open ? { kind: 'open' as const, perSecond: open.perSecond / open.P, warmupMs: open.perSecond > 0 ? OPEN_WARMUP_MS : 0, thinkMs: 0 } : { kind: 'loop' as const, thinkMs: 5 }),
 });
 
 async function startFleet(P: number, cpuProfDir: string | undefined): Promise<ChildProcess[]> {
@@ -77,7 +94,7 @@ async function oneRun(url: string, workers: ChildProcess[], contender: Contender
   let notes = 0;
   await listener.subscribe(eventsChannel(prefix));
   listener.on('message', () => notes++);
-  const startAt = now() + 500 + workers.length * 20;
+  const startAt = now() + 500 + workers.length * 20 + (scenario.warmupMs ?? 0);
   const req: RunRequest = { op: 'run', contender, scenario, callers, startAt, url, redlockUrls: [], prefix };
   const reports = await Promise.all(
     workers.map(
@@ -89,6 +106,7 @@ async function oneRun(url: string, workers: ChildProcess[], contender: Contender
     ),
   );
   const seconds = (now() - startAt) / 1000;
+  const cpuUs = reports.reduce((s, r) => s + r.cpuUs, 0);
   const listenerPeer = new Redis(url);
   const commands1 = Number(/total_commands_processed:(\d+)/.exec(await listenerPeer.info('stats'))?.[1] ?? 0);
   listenerPeer.disconnect();
@@ -99,7 +117,8 @@ async function oneRun(url: string, workers: ChildProcess[], contender: Contender
   return {
     ratio: runs.length / Math.max(1, idealRebuilds(runs, scenario.ttlMs)),
     maxAtOnce: maxConcurrentPerKey(runs),
-    cpuUsPerCall: reports.reduce((s, r) => s + r.cpuUs, 0) / Math.max(1, calls),
+    cpuUsPerCall: cpuUs / Math.max(1, calls),
+    cpuUsPerProcessPerSec: cpuUs / workers.length / seconds,
     systemUsPerCall: reports.reduce((s, r) => s + r.systemUs, 0) / Math.max(1, calls),
     wakeupsPerCall: reports.reduce((s, r) => s + r.wakeups, 0) / Math.max(1, calls),
     // Every command Redis processed during the run, the workers' setup and close included (a few per process).
@@ -119,26 +138,37 @@ export async function fleetBench(url: string, sizes: FleetSizes, log: (line: str
     for (const P of sizes.processes) {
       const workers = await startFleet(P, sizes.cpuProfDir);
       try {
+        const open = (perSecond: number) => (sizes.rate === undefined ? undefined : { perSecond, P });
         if (sizes.warmupMs > 0) {
           for (const contender of contenders) {
             await flusher.flushall();
+            // Closed loop whatever `rate` says: as many calls as each process can make, so the measured
+            // window runs JIT-compiled code even where rate ÷ P is a few calls per second.
             await oneRun(url, workers, contender, fleetSpec(Math.max(...sizes.keys), sizes.warmupMs), sizes.callers, `f${P}warm${contender}`);
           }
           log(`fleet · P=${P} · warm-up done (${sizes.warmupMs} ms per contender, unmeasured)`);
         }
         for (const K of sizes.keys) {
           const samples = new Map<ContenderName, Awaited<ReturnType<typeof oneRun>>[]>();
+          const idle = new Map<ContenderName, number[]>();
           for (let r = 0; r < sizes.runs; r++) {
             for (const contender of contenders) {
               await flusher.flushall();
-              const res = await oneRun(url, workers, contender, fleetSpec(K, sizes.durationMs), sizes.callers, `f${P}k${K}r${r}${contender}`);
+              const res = await oneRun(url, workers, contender, fleetSpec(K, sizes.durationMs, open(sizes.rate ?? 0)), sizes.callers, `f${P}k${K}r${r}${contender}`);
               (samples.get(contender) ?? samples.set(contender, []).get(contender))?.push(res);
+              if (sizes.rate !== undefined) {
+                // The same processes and contender, connected, with no calls: its background cost alone.
+                const still = await oneRun(url, workers, contender, fleetSpec(K, sizes.durationMs, open(0)), sizes.callers, `f${P}k${K}r${r}${contender}idle`);
+                (idle.get(contender) ?? idle.set(contender, []).get(contender))?.push(still.cpuUsPerProcessPerSec);
+                log(`fleet · P=${P} K=${K} · ${contender} · run ${r + 1}/${sizes.runs} idle: ${still.cpuUsPerProcessPerSec.toFixed(0)} µs CPU/s per process`);
+              }
               log(`fleet · P=${P} K=${K} · ${contender} · run ${r + 1}/${sizes.runs}: ratio ${res.ratio.toFixed(2)}, ${res.maxAtOnce} at once, ${res.cpuUsPerCall.toFixed(1)} µs CPU/call (system ${res.systemUsPerCall.toFixed(1)}), ${res.wakeupsPerCall.toFixed(2)} wake-ups/call, ${res.redisCommandsPerCall.toFixed(2)} Redis commands/call, p99 ${res.p99.toFixed(1)} ms, ${res.callsPerSec.toFixed(0)} calls/s, ${res.notesPerProcessPerSec.toFixed(1)} notes/s per process`);
             }
           }
           for (const [contender, xs] of samples) {
             const m = (f: (x: (typeof xs)[number]) => number) => median(xs.map(f));
-            figures.push({ P, K, contender, ratio: m((x) => x.ratio), maxAtOnce: Math.max(...xs.map((x) => x.maxAtOnce)), cpuUsPerCall: m((x) => x.cpuUsPerCall), systemUsPerCall: m((x) => x.systemUsPerCall), wakeupsPerCall: m((x) => x.wakeupsPerCall), redisCommandsPerCall: m((x) => x.redisCommandsPerCall), p99: m((x) => x.p99), callsPerSec: m((x) => x.callsPerSec), notesPerProcessPerSec: m((x) => x.notesPerProcessPerSec) });
+            const still = idle.get(contender);
+            figures.push({ P, K, contender, ratio: m((x) => x.ratio), maxAtOnce: Math.max(...xs.map((x) => x.maxAtOnce)), cpuUsPerCall: m((x) => x.cpuUsPerCall), systemUsPerCall: m((x) => x.systemUsPerCall), wakeupsPerCall: m((x) => x.wakeupsPerCall), redisCommandsPerCall: m((x) => x.redisCommandsPerCall), p99: m((x) => x.p99), callsPerSec: m((x) => x.callsPerSec), notesPerProcessPerSec: m((x) => x.notesPerProcessPerSec), ...(still ? { idleUsPerProcessPerSec: median(still) } : {}) });
           }
         }
       } finally {
@@ -155,15 +185,23 @@ export async function fleetBench(url: string, sizes: FleetSizes, log: (line: str
 /** The fleet table: one row per (P, K, contender), ours' CPU beside cache-aside's in the same run. */
 export function fleetMarkdown(figures: readonly FleetFigure[], sizes: FleetSizes): string[] {
   if (figures.length === 0) return [];
+  const rate = sizes.rate;
+  const load =
+    rate === undefined
+      ? `${sizes.callers} callers per process, closed loop with 5 ms think time`
+      : `open loop: ${rate} arrivals/s over the whole fleet, ${rate} ÷ P per process on a fixed schedule, ${OPEN_WARMUP_MS} ms of unmeasured arrivals before each window; each run followed by an idle run of the same length (connected, no calls)`;
   const out = [
-    `**Fleet** (${sizes.callers} callers per process, closed loop with 5 ms think time, K hot keys drawn uniformly, ttl 1000 ms, loader 100 ms, ${sizes.durationMs} ms per run after ${sizes.warmupMs} ms of unmeasured warm-up per contender and fleet; medians of ${sizes.runs}; cache-aside: GET, and on a miss the loader and SET PX, no coordination):`,
+    `**Fleet** (${load}, K hot keys drawn uniformly, ttl 1000 ms, loader 100 ms, ${sizes.durationMs} ms per run after ${sizes.warmupMs} ms of unmeasured warm-up per contender and fleet; medians of ${sizes.runs}; cache-aside: GET, and on a miss the loader and SET PX, no coordination):`,
     '',
-    '| P | K | contender | rebuild ratio | max at once | CPU µs/call | CPU vs cache-aside | of which system µs | wake-ups/call | Redis commands/call | p99 ms | calls/s | notes/s per process |',
-    '|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|',
+    `| P | K | contender | rebuild ratio | max at once | CPU µs/call | CPU vs cache-aside | of which system µs | wake-ups/call | Redis commands/call | p99 ms | calls/s | notes/s per process |${rate === undefined ? '' : ' idle CPU µs/s per process | of CPU/call, idle share µs | CPU µs/call less idle | less idle, vs cache-aside |'}`,
+    `|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|${rate === undefined ? '' : '---:|---:|---:|---:|'}`,
   ];
+  // A process's idle cost spread over the calls it serves: idle µs/s × P processes ÷ the fleet's rate.
+  const idleShare = (f: FleetFigure): number => ((f.idleUsPerProcessPerSec ?? 0) * f.P) / (rate ?? 1);
   for (const f of figures) {
     const bare = figures.find((b) => b.P === f.P && b.K === f.K && b.contender === 'cache-aside');
-    out.push(`| ${f.P} | ${f.K} | ${f.contender} | ${f.ratio.toFixed(2)} | ${f.maxAtOnce} | ${f.cpuUsPerCall.toFixed(1)} | ${bare ? (f.cpuUsPerCall / bare.cpuUsPerCall).toFixed(2) : '–'} | ${f.systemUsPerCall.toFixed(1)} | ${f.wakeupsPerCall.toFixed(2)} | ${f.redisCommandsPerCall.toFixed(2)} | ${f.p99.toFixed(1)} | ${f.callsPerSec.toFixed(0)} | ${Number.isNaN(f.notesPerProcessPerSec) ? '–' : f.notesPerProcessPerSec.toFixed(1)} |`);
+    const idleCols = rate === undefined ? '' : ` ${(f.idleUsPerProcessPerSec ?? 0).toFixed(0)} | ${idleShare(f).toFixed(1)} | ${(f.cpuUsPerCall - idleShare(f)).toFixed(1)} | ${bare ? ((f.cpuUsPerCall - idleShare(f)) / (bare.cpuUsPerCall - idleShare(bare))).toFixed(2) : '–'} |`;
+    out.push(`| ${f.P} | ${f.K} | ${f.contender} | ${f.ratio.toFixed(2)} | ${f.maxAtOnce} | ${f.cpuUsPerCall.toFixed(1)} | ${bare ? (f.cpuUsPerCall / bare.cpuUsPerCall).toFixed(2) : '–'} | ${f.systemUsPerCall.toFixed(1)} | ${f.wakeupsPerCall.toFixed(2)} | ${f.redisCommandsPerCall.toFixed(2)} | ${f.p99.toFixed(1)} | ${f.callsPerSec.toFixed(0)} | ${Number.isNaN(f.notesPerProcessPerSec) ? '–' : f.notesPerProcessPerSec.toFixed(1)} |${idleCols}`);
   }
   return out;
 }
