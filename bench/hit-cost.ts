@@ -1,5 +1,5 @@
 /**
- * `npm run bench:hit [-- --quick] [--runs R] [--rate N] [--processes 1,4] [--keys 20,2000] [--variants bare,ours,…] [--cpu-prof DIR]
+ * `npm run bench:hit [-- --quick] [--runs R] [--rate N] [--processes 1,4] [--keys 20,2000] [--variants bare,ours,…] [--cpu-prof DIR] [--window-prof DIR]
  *   [--warmup-ms W] [--duration-ms D]`: client CPU per fresh hit against a bare GET + decode of
  * the same bytes, and per L1 hit against a bare lru-cache get; P = 1 and 4 processes, K = 20 and 2,000
  * keys, 10 loops each, medians of R runs (3); `--rate N` paces each process at N requests/s (CPU per
@@ -9,7 +9,7 @@ import { parseArgs } from 'node:util';
 import { provideRedis } from '../test/support/redis-server.js';
 import { hitCost, hitMarkdown, type HitSizes, type HitVariant } from './lib/hit-cost.js';
 
-const { values: args } = parseArgs({ options: { quick: { type: 'boolean' }, runs: { type: 'string' }, rate: { type: 'string' }, processes: { type: 'string' }, keys: { type: 'string' }, 'cpu-prof': { type: 'string' }, variants: { type: 'string' }, 'warmup-ms': { type: 'string' }, 'duration-ms': { type: 'string' } } });
+const { values: args } = parseArgs({ options: { quick: { type: 'boolean' }, runs: { type: 'string' }, rate: { type: 'string' }, processes: { type: 'string' }, keys: { type: 'string' }, 'cpu-prof': { type: 'string' }, 'window-prof': { type: 'string' }, variants: { type: 'string' }, 'warmup-ms': { type: 'string' }, 'duration-ms': { type: 'string' } } });
 const sizes: HitSizes = {
   processes: (args.processes ?? '1,4').split(',').map(Number),
   keys: (args.keys ?? '20,2000').split(',').map(Number),
@@ -19,6 +19,7 @@ const sizes: HitSizes = {
   runs: args.runs === undefined ? 3 : Number(args.runs),
   rate: args.rate === undefined ? 0 : Number(args.rate),
   ...(args['cpu-prof'] ? { cpuProfDir: args['cpu-prof'] } : {}),
+  ...(args['window-prof'] ? { windowProfDir: args['window-prof'] } : {}),
   ...(args.variants ? { variants: args.variants.split(',') as HitVariant[] } : {}),
 };
 const store = await provideRedis();

@@ -1,4 +1,6 @@
 /** One hit-cost process (bench/lib/hit-cost.ts): builds its variant, warms up, then counts requests and CPU over the shared window. */
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { Session } from 'node:inspector';
 import { Redis } from 'ioredis';
 import { LRUCache } from 'lru-cache';
 import { Packr } from 'msgpackr';
@@ -50,6 +52,7 @@ async function run(req: HitRequest, go: () => Promise<number>): Promise<HitRepor
   }
   // L1 variants: every key read once first, so the window sees L1 hits only.
   if (req.variant === 'ours-l1') for (const k of names) await answer(k);
+  const profiler = req.windowProfDir ? windowProfiler(req.windowProfDir) : undefined;
   // Every process is built and warm before the parent names the window's start.
   const startAt = await go();
   let requests = 0;
@@ -70,7 +73,10 @@ async function run(req: HitRequest, go: () => Promise<number>): Promise<HitRepor
       }
       const t = now();
       if (t >= until) return;
-      if (!window && t >= startAt) window = { cpu: process.cpuUsage(), ru: process.resourceUsage(), t };
+      if (!window && t >= startAt) {
+        profiler?.start();
+        window = { cpu: process.cpuUsage(), ru: process.resourceUsage(), t };
+      }
       await answer(names[Math.floor(Math.random() * names.length)] as string);
       if (window) requests++;
     }
@@ -80,6 +86,7 @@ async function run(req: HitRequest, go: () => Promise<number>): Promise<HitRepor
   const cpu = process.cpuUsage(opened.cpu);
   const ru = process.resourceUsage();
   const wallMs = now() - opened.t;
+  await profiler?.stop();
   await close();
   redis.disconnect();
   return {
@@ -90,6 +97,27 @@ async function run(req: HitRequest, go: () => Promise<number>): Promise<HitRepor
     voluntarySwitches: ru.voluntaryContextSwitches - opened.ru.voluntaryContextSwitches,
     involuntarySwitches: ru.involuntaryContextSwitches - opened.ru.involuntaryContextSwitches,
     wallMs,
+  };
+}
+
+/** A CPU profile of the timed window alone (start() is synchronous: an L1 loop may never yield before the window closes). */
+function windowProfiler(dir: string): { start(): void; stop(): Promise<void> } {
+  const session = new Session();
+  session.connect();
+  session.post('Profiler.enable');
+  session.post('Profiler.setSamplingInterval', { interval: 100 });
+  return {
+    start: () => session.post('Profiler.start'),
+    stop: () =>
+      new Promise((resolve, reject) =>
+        session.post('Profiler.stop', (err, res) => {
+          if (err) return reject(err);
+          mkdirSync(dir, { recursive: true });
+          writeFileSync(`${dir}/${process.pid}.cpuprofile`, JSON.stringify(res.profile));
+          session.disconnect();
+          resolve();
+        }),
+      ),
   };
 }
 

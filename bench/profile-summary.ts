@@ -38,6 +38,8 @@ function area(url: string, name: string): string {
   if (url.includes('/node_modules/msgpackr')) return 'msgpackr';
   if (url.includes('/node_modules/lru-cache')) return 'lru-cache';
   if (url.includes('/src/')) return 'stampede-guard src/';
+  // The compiled library (the hit benches run dist/, as users do); node_modules/ is matched above.
+  if (url.includes('/dist/')) return 'stampede-guard dist/';
   if (url.includes('/bench/')) return 'bench harness';
   if (url.startsWith('node:') || url === '') return 'Node internals / native';
   return 'other';

@@ -40,6 +40,8 @@ export interface HitRequest {
   durationMs: number;
   /** Requests per second per process, paced over its loops; 0: as fast as the loops go (the default). */
   rate: number;
+  /** `--window-prof`: each process writes a CPU profile of its timed window alone into this directory. */
+  windowProfDir?: string;
 }
 
 export interface HitReport {
@@ -153,6 +155,12 @@ export interface HitSizes {
   rate: number;
   /** Workers run with `--cpu-prof` into this directory (written when each exits). */
   cpuProfDir?: string;
+  /**
+   * Each worker profiles its timed window only (node:inspector, 100 µs sampling) into DIR/<variant>-P<P>-K<K>/:
+   * unlike `cpuProfDir`, no start-up, module loading or warm-up in it. The profiler's own cost is in
+   * that run's CPU figures: read the shares, not the µs.
+   */
+  windowProfDir?: string;
   /** Only these variants (default: all). */
   variants?: readonly HitVariant[];
 }
@@ -167,7 +175,8 @@ export async function hitCost(url: string, sizes: HitSizes, log: (line: string) 
       const samples = new Map<HitVariant, { cpu: number[]; tput: number[]; redis: number[] }>((sizes.variants ?? HIT_VARIANTS).map((v) => [v, { cpu: [], tput: [], redis: [] }]));
       for (let r = 0; r < sizes.runs; r++) {
         for (const variant of sizes.variants ?? HIT_VARIANTS) {
-          const res = await oneRun({ variant, url, prefix, keys, loops: sizes.loops, warmupMs: sizes.warmupMs, durationMs: sizes.durationMs, rate: sizes.rate }, processes, sizes.cpuProfDir);
+          const windowProf = sizes.windowProfDir ? { windowProfDir: `${sizes.windowProfDir}/${variant}-P${processes}-K${keys}` } : {};
+          const res = await oneRun({ variant, url, prefix, keys, loops: sizes.loops, warmupMs: sizes.warmupMs, durationMs: sizes.durationMs, rate: sizes.rate, ...windowProf }, processes, sizes.cpuProfDir);
           const s = samples.get(variant) as { cpu: number[]; tput: number[]; redis: number[] };
           s.cpu.push(res.cpuUsPerRequest);
           s.tput.push(res.throughput);
