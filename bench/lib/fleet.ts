@@ -79,9 +79,11 @@ export const fleetSpec = (keys: number, durationMs: number, open?: { perSecond: 
 
 async function startFleet(P: number, cpuProfDir: string | undefined): Promise<ChildProcess[]> {
   const prof = cpuProfDir ? ['--cpu-prof', `--cpu-prof-dir=${cpuProfDir}`] : [];
+  // SG_BENCH_NODE_FLAGS: extra node/V8 flags for the workers, as in bench:hit (an experiment's, e.g. a JIT flag).
+  const flags = (process.env.SG_BENCH_NODE_FLAGS ?? '').split(' ').filter((f) => f !== '');
   return Promise.all(
     Array.from({ length: P }, () => {
-      const child = fork(WORKER, [], { execArgv: ['--import', 'tsx', ...prof], stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+      const child = fork(WORKER, [], { execArgv: ['--import', 'tsx', ...prof, ...flags], stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
       return new Promise<ChildProcess>((resolve) => child.once('message', () => resolve(child)));
     }),
   );
