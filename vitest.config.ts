@@ -5,7 +5,7 @@ import { configDefaults, defineConfig } from 'vitest/config';
  * `SG_TEST_CLIENT=node-redis` (the second pass of `npm test`) reruns only the files whose caches are
  * built on the client family under test (test/support/clients.ts): core, edges, fail-safe, fault,
  * coherence, stale-window, refresh-ahead, telemetry, review behaviours, batches, getOrComputeMany,
- * namespaces, loader control, grant releases, the degraded memo, the ACL and TLS tests
+ * namespaces, loader control, grant releases, the grant's read of the entry (acquire-read), the degraded memo, the ACL and TLS tests
  * (security), the multi-process workers (test/support/worker.ts builds its cache with
  * familyClient), and the fault files of issue #13: release-retry, redlock-giveup, replica-ack and
  * cluster-breaker (a node-redis createCluster() there), shard-subscriber (the port's sharded pub/sub
@@ -22,7 +22,7 @@ import { configDefaults, defineConfig } from 'vitest/config';
 const FOLLOW_CLIENT_FAMILY = [
   'core', 'edges', 'failsafe', 'redis-faults', 'network-faults', 'coherence', 'stale-window',
   'refresh-ahead', 'telemetry', 'review', 'review-final', 'review-refresh',
-  'batch-reads', 'many', 'namespace', 'clear', 'loader-control', 'grant', 'degraded-memo',
+  'batch-reads', 'many', 'namespace', 'clear', 'loader-control', 'grant', 'acquire-read', 'degraded-memo',
   'security', 'multiprocess', 'release-retry', 'redlock-giveup', 'replica-ack', 'cluster-breaker',
   'cluster-failover', 'campaign', 'sharded-notes', 'shard-subscriber',
 ].map((name) => `test/integration/${name}.test.ts`);

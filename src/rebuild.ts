@@ -221,14 +221,19 @@ export class Rebuild implements Answered {
       if (mayWaitOnOthers(this.call.lock)) await hold.ready;
       for (let attempt = 0; ; attempt++) {
         this.assertRunning();
+        // The store lock reads the entry with its grant (the re-read, in the same step): the L1 ticket
+        // is taken before that is sent, as before any read.
+        const ticket = this.d.local.begin(this.key);
+        const sent = clock.now();
         let grant: Grant | null;
         try {
-          grant = await this.d.lockers[this.call.lock].acquire(this.key, this.keys, this.call);
+          grant = await this.d.lockers[this.call.lock].acquire(this.key, this.keys, this.call, { readUpTo: this.d.store.maxValueBytes });
         } catch (error) {
           return await this.acquireFailed(error);
         }
         if (grant) {
-          const answer = this.loadWithin(grant); // owns the grant from here on
+          const reread = grant.readAtGrant === undefined ? undefined : Promise.resolve(entryRead(this.d, this.key, ticket, sent, this.d.store.found(this.key, grant.readAtGrant)));
+          const answer = this.loadWithin(grant, reread); // owns the grant from here on
           if (attempt > 0) this.d.emit('waited', { key: this.key, ms: clock.now() - started, outcome: 'took-over' });
           return await answer;
         }
@@ -262,8 +267,8 @@ export class Rebuild implements Answered {
   }
 
   /** Runs the rebuild; with a fail-safe value and a soft timeout, answers with that value once it passes (the rebuild goes on). */
-  private async loadWithin(grant: Grant): Promise<unknown> {
-    const rebuilding = this.rebuild(grant, undefined);
+  private async loadWithin(grant: Grant, reread: Promise<Found> | undefined): Promise<unknown> {
+    const rebuilding = this.rebuild(grant, undefined, undefined, reread);
     const fallback = this.fallback;
     const wait = loaderTimeout(fallback !== undefined, this.call.softTimeout, this.call.hardTimeout);
     if (!fallback || wait.kind !== 'soft') return rebuilding;
@@ -294,7 +299,8 @@ export class Rebuild implements Answered {
         throw new CacheClosedError(this.key);
       }
       if (done) {
-        // `reread`: the re-read under the grant, already sent with other keys' (getOrComputeMany).
+        // `reread`: the re-read under the grant, already made — with the grant itself (the store lock's
+        // acquireRead) or sent with other keys' (getOrComputeMany). Else it is read now.
         const again = await (reread ?? readEntry(this.d, this.key, this.keys)).catch(() => undefined);
         if (done(again)) {
           // Someone wrote between our miss and our grant: another process's load answers us ('waited'),

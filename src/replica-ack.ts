@@ -28,6 +28,11 @@ export function withReplicaAck(scripts: Scripts, port: RedisPort, ack: Readonly<
       if (answer[0] === 1) await confirm(lockKey);
       return answer;
     },
+    acquireRead: async (lockKey, ...rest) => {
+      const answer = await scripts.acquireRead(lockKey, ...rest);
+      if (answer[0] === 1) await confirm(lockKey);
+      return answer;
+    },
     write: async (keys, args) => {
       const accepted = await scripts.write(keys, args);
       if (accepted === 1) await confirm(keys[0]);

@@ -31,7 +31,8 @@ export class Store {
     private readonly io: Io,
     private readonly scripts: Scripts,
     private readonly notes: NoteRoute,
-    private readonly maxValueBytes: number,
+    /** The size cap of every read (maxValueBytes). */
+    readonly maxValueBytes: number,
     private readonly events: StoreEvents,
     /** Negative control only: skip the fence check on writes. */
     unfenced = false,

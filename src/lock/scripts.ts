@@ -94,15 +94,32 @@ return {pttl, v}
  * recently somewhere in the fleet: nobody may call it until the backoff lapses.
  * Lock and fence move in one atomic step.
  */
-export const ACQUIRE = `${BUMP_FENCE}
+const acquireThen = (granted: string): string => `${BUMP_FENCE}
 if ARGV[4] ~= '1' and redis.call('EXISTS', KEYS[3]) == 1 then return {2, redis.call('PTTL', KEYS[3])} end
 if ARGV[2] ~= '0' then
   if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
     return {0, redis.call('PTTL', KEYS[1])}
   end
 end
-return {1, bump_fence(KEYS[2], ARGV[3])}
+${granted}
 `;
+export const ACQUIRE = acquireThen(`return {1, bump_fence(KEYS[2], ARGV[3])}`);
+
+/**
+ * acquireRead: ACQUIRE with KEYS[4]=value and ARGV[5]=max bytes; when granted, the entry is read in
+ * the same atomic step, so the rebuilder's re-read ("someone may have just written") costs no round
+ * trip of its own: → {1, fence} granted, no entry | {1, fence, pttl, bytes | -1 | -2} granted, READ's
+ * answer for the entry | {0, …} and {2, …} as ACQUIRE. The read part answers exactly as READ does
+ * (the same cap before a byte leaves Redis; acquire-read.test.ts compares the two on one entry).
+ * Refused or backing off, nothing is read: a waiter re-reads after its wake anyway.
+ */
+export const ACQUIRE_READ = acquireThen(`local f = bump_fence(KEYS[2], ARGV[3])
+local v = redis.pcall('GET', KEYS[4])
+if not v then return {1, f} end
+local pttl = redis.call('PTTL', KEYS[4])
+if type(v) ~= 'string' then return {1, f, pttl, -1} end
+if string.len(v) > tonumber(ARGV[5]) then return {1, f, pttl, -2} end
+return {1, f, pttl, v}`);
 
 /**
  * write (fenced): KEYS[1]=value KEYS[2]=fence KEYS[3]=lock; ARGV[1]=token ARGV[2]=fence ARGV[3]=bytes
@@ -214,6 +231,9 @@ redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return 1
 `;
 
+/** acquireRead's answer: ACQUIRE's pair, or when granted with an entry, the fence followed by READ's [pttl, bytes | -1 | -2]. */
+export type AcquireReadReply = [number, number] | [1, number, number, Buffer | number];
+
 /** WRITE's ARGV: token, fence, bytes, physical ttl, channel, note if accepted, note if rejected. */
 export type WriteArgs = [token: string, fence: string, bytes: Buffer, ttl: number, channel: string, accepted: string, rejected: string];
 
@@ -225,6 +245,8 @@ export interface Scripts {
    * Optional only until every caller passes it; omitted means false.
    */
   acquire: (lockKey: string, fenceKey: string, backoffKey: string, token: string, lockTtl: number, fenceTtl: number, ignoreBackoff: boolean) => Promise<[number, number]>;
+  /** acquire, and when granted READ's answer for the entry in the same step (never ignores a backoff: a set() reads nothing). */
+  acquireRead: (lockKey: string, fenceKey: string, backoffKey: string, valueKey: string, token: string, lockTtl: number, fenceTtl: number, maxBytes: number) => Promise<AcquireReadReply>;
   write: (keys: [string, string, string], args: WriteArgs) => Promise<number>;
   /** Tests only: the unfenced write of the negative control. */
   writeUnfenced: (keys: [string, string, string], args: WriteArgs) => Promise<number>;
@@ -240,6 +262,7 @@ export interface Scripts {
 const SCRIPTS = {
   read: script('sgReadV2', 1, READ, true),
   acquire: script('sgAcquireV4', 3, ACQUIRE),
+  acquireRead: script('sgAcquireReadV1', 4, ACQUIRE_READ),
   write: script('sgWriteV5', 3, WRITE),
   writeUnfenced: script('sgWriteUnfencedV5', 3, WRITE_UNFENCED),
   release: script('sgReleaseV4', 2, RELEASE),
@@ -257,6 +280,7 @@ export function defineScripts(port: Pick<RedisPort, 'run'>): Scripts {
   return {
     read: (k, max) => call('read', [k], [max], true) as Promise<[number, Buffer | number] | null>,
     acquire: (l, f, b, token, ttl, fttl, ignoreBackoff = false) => call('acquire', [l, f, b], [token, ttl, fttl, ignoreBackoff ? '1' : '0']) as Promise<[number, number]>,
+    acquireRead: (l, f, b, v, token, ttl, fttl, max) => call('acquireRead', [l, f, b, v], [token, ttl, fttl, '0', max], true) as Promise<AcquireReadReply>,
     write: (keys, args) => call('write', keys, args) as Promise<number>,
     writeUnfenced: (keys, args) => call('writeUnfenced', keys, args) as Promise<number>,
     release: (l, b, token, ch, msg, backoff) => call('release', [l, b], [token, ch, msg, backoff]) as Promise<number>,

@@ -5,7 +5,7 @@ import type { Io } from '../io.js';
 import type { EntryKeys } from '../keys.js';
 import type { Clock, LockMode, ResolvedCall } from '../options.js';
 import type { NoteRoute } from '../wake.js';
-import type { Scripts } from './scripts.js';
+import type { AcquireReadReply, Scripts } from './scripts.js';
 import { announceInStore, ReleaseOnce, silentInStore, type ReleaseRetries } from './grant.js';
 import type { AcquireOptions, Grant, Locker, ReleaseOutcome, ReleaseResult } from './types.js';
 import { Watchdog, type Extension } from './watchdog.js';
@@ -41,13 +41,17 @@ export class StoreLock implements Locker {
   async acquire(key: string, keys: EntryKeys, call: ResolvedCall, opts: AcquireOptions = {}): Promise<Grant | null> {
     const attempt = this.attempt(key, keys, call);
     const { scripts } = this.deps;
-    const reply = await this.deps.io
-      .run(opts.operation ?? 'acquire', () => scripts.acquire(keys.lock, keys.fence, keys.backoff, attempt.token, attempt.lockTtl, call.lockTtl, opts.ignoreBackoff === true), key, attempt.undo)
-      .catch((error: unknown) => {
-        attempt.failed(error);
-        throw error;
-      });
-    return attempt.answered(reply);
+    // Only an exclusive grant's rebuilder re-reads (src/rebuild.ts): a fence-only grant reads nothing.
+    const readUpTo = this.exclusive && opts.ignoreBackoff !== true ? opts.readUpTo : undefined;
+    const send =
+      readUpTo === undefined
+        ? () => scripts.acquire(keys.lock, keys.fence, keys.backoff, attempt.token, attempt.lockTtl, call.lockTtl, opts.ignoreBackoff === true)
+        : () => scripts.acquireRead(keys.lock, keys.fence, keys.backoff, keys.value, attempt.token, attempt.lockTtl, call.lockTtl, readUpTo);
+    const reply = await this.deps.io.run(opts.operation ?? 'acquire', send, key, attempt.undo).catch((error: unknown) => {
+      attempt.failed(error);
+      throw error;
+    });
+    return attempt.answered(reply, readUpTo !== undefined);
   }
 
   /**
@@ -76,7 +80,7 @@ export class StoreLock implements Locker {
         return reply.error instanceof Error ? reply.error : new Error(String(reply.error));
       }
       try {
-        return a.answered(reply.value as [number, number]);
+        return a.answered(reply.value as [number, number], false);
       } catch (error) {
         return error as Error;
       }
@@ -100,10 +104,12 @@ export class StoreLock implements Locker {
         // cannot free another holder's lock. (A timeout was already undone by Io; the breaker sent nothing.)
         if (error instanceof RedisUnavailableError && error.failure !== 'timeout' && error.failure !== 'breaker') undo?.();
       },
-      answered: ([granted, fenceOrPttl]) => {
+      answered: (reply, read) => {
+        const [granted, fenceOrPttl] = reply;
         if (granted === 2) throw new OriginBackoffError(key, fenceOrPttl);
         if (granted !== 1) return null;
-        return new StoreGrant(this.deps, key, keys, token, fenceOrPttl, this.mode, this.exclusive, call.lockTtl, call.failBackoff, started);
+        const readAtGrant = read ? (reply.length === 4 ? ([reply[2], reply[3]] as [number, Buffer | number]) : null) : undefined;
+        return new StoreGrant(this.deps, key, keys, token, fenceOrPttl, this.mode, this.exclusive, call.lockTtl, call.failBackoff, started, readAtGrant);
       },
     };
   }
@@ -123,8 +129,8 @@ interface Attempt {
   readonly undo: (() => void) | undefined;
   /** The acquisition failed: undo unless it surely sent nothing or Io already undid it. */
   failed(error: unknown): void;
-  /** The script's reply: a grant, null (held), or throws OriginBackoffError. */
-  answered(reply: [number, number]): Grant | null;
+  /** The script's reply (`read`: acquireRead's): a grant, null (held), or throws OriginBackoffError. */
+  answered(reply: AcquireReadReply, read: boolean): Grant | null;
 }
 
 class StoreGrant implements Grant {
@@ -145,6 +151,7 @@ class StoreGrant implements Grant {
     /** Fleet-wide backoff set on release after a loader failure (0 = none). */
     private readonly backoffMs: number,
     acquiredAt: number,
+    readonly readAtGrant: [number, Buffer | number] | null | undefined,
   ) {
     this.ttl = ttl;
     const extendOnce = async (): Promise<Extension> =>

@@ -30,6 +30,11 @@ export interface Grant {
   readonly mode: LockMode;
   /** True when the grant excluded other rebuilders, so re-reading the store after winning pays off. */
   readonly exclusive: boolean;
+  /**
+   * `readUpTo`: the read script's raw answer for the entry, read atomically with the grant (null: no
+   * entry). Undefined: nothing was read with the grant.
+   */
+  readonly readAtGrant?: [number, Buffer | number] | null;
   /** Aborts with a LockLostError when the grant is known lost (extension refused or lapsed). */
   readonly signal: AbortSignal;
   /**
@@ -46,9 +51,15 @@ export interface AcquireOptions {
   readonly ignoreBackoff?: boolean;
   /** The operation named in a RedisUnavailableError (`'set'` for set()). Default `'acquire'`. */
   readonly operation?: string;
+  /**
+   * An exclusive grant also reads the entry (up to this many bytes, as the read script does) in the
+   * same step, for the rebuilder's re-read: `Grant.readAtGrant`. Lockers whose grant is not taken on
+   * the store (Redlock) or not exclusive read nothing; the rebuilder then re-reads on its own.
+   */
+  readonly readUpTo?: number;
 }
 
 /** A lock strategy. `acquire` resolves `null` when someone else holds the lock (wait and try again). */
 export interface Locker {
-  acquire(key: string, keys: EntryKeys, call: ResolvedCall): Promise<Grant | null>;
+  acquire(key: string, keys: EntryKeys, call: ResolvedCall, opts?: AcquireOptions): Promise<Grant | null>;
 }

@@ -79,13 +79,13 @@ describe('review: fence (in-process flight)', () => {
 });
 
 describe('review: close()', () => {
-  it('no loader starts when close() lands while the winner re-reads the store after its grant', async () => {
+  it('no loader starts when close() lands while the winner re-reads the store with its grant', async () => {
     const { cache, client } = await connectedCache();
     let runs = 0;
     let closing: Promise<void> | undefined;
-    // The 2nd read of the value key is the re-read after the grant (rebuild.ts): close right then.
-    onScript(client, ':v:', (n) => {
-      if (n === 2) closing = cache.close();
+    // The lock script is the grant and, with it, the re-read (acquireRead; rebuild.ts): close as it is sent.
+    onScript(client, ':l:', (n) => {
+      if (n === 1) closing = cache.close();
     });
     const outcome = await cache.getOrCompute('k', () => (runs++, 'v'), 60_000).then(
       (v) => `resolved:${String(v)}`,
