@@ -121,7 +121,7 @@ export async function computeMany(h: ManyHost, keys: readonly string[], loadMany
     won.forEach((w, i) => {
       const loader = (): Promise<unknown> => pick((loaded as Promise<Map<string, unknown>>), w.key);
       const rebuild = new Rebuild(d, w.key, w.keys, loader, callOf(w.key), { signal: d.lifetime }).keep(w.found);
-      answers.set(w.key, whileHeld(d, w.key, w.keys, () => rebuild.rebuild(w.grant, undefined, undefined, Promise.resolve(again[i]))));
+      answers.set(w.key, whileHeld(d, w.key, w.keys, () => rebuild.rebuild(w.grant, undefined, undefined, () => again[i])));
     });
   }
 

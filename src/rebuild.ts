@@ -232,8 +232,7 @@ export class Rebuild implements Answered {
           return await this.acquireFailed(error);
         }
         if (grant) {
-          const reread = grant.readAtGrant === undefined ? undefined : Promise.resolve(entryRead(this.d, this.key, ticket, sent, this.d.store.found(this.key, grant.readAtGrant)));
-          const answer = this.loadWithin(grant, reread); // owns the grant from here on
+          const answer = this.loadWithin(grant, this.readWithGrant(grant, ticket, sent)); // owns the grant from here on
           if (attempt > 0) this.d.emit('waited', { key: this.key, ms: clock.now() - started, outcome: 'took-over' });
           return await answer;
         }
@@ -266,8 +265,23 @@ export class Rebuild implements Answered {
     }
   }
 
+  /**
+   * The entry the store lock read with `grant` (acquireRead), as the re-read `rebuild` runs once it
+   * owns the grant: decoded then, filling L1 only if `ticket` (taken before the acquire was sent)
+   * still holds. Undefined when nothing was read with the grant: rebuild re-reads on its own.
+   */
+  private readWithGrant(grant: Grant, ticket: Ticket, sent: number): (() => Found) | undefined {
+    let raw = grant.takeRead?.();
+    if (raw === undefined) return undefined;
+    return () => {
+      const found = this.d.store.found(this.key, raw ?? null);
+      raw = undefined; // the bytes are not kept for the loader's run
+      return entryRead(this.d, this.key, ticket, sent, found);
+    };
+  }
+
   /** Runs the rebuild; with a fail-safe value and a soft timeout, answers with that value once it passes (the rebuild goes on). */
-  private async loadWithin(grant: Grant, reread: Promise<Found> | undefined): Promise<unknown> {
+  private async loadWithin(grant: Grant, reread: (() => Found) | undefined): Promise<unknown> {
     const rebuilding = this.rebuild(grant, undefined, undefined, reread);
     const fallback = this.fallback;
     const wait = loaderTimeout(fallback !== undefined, this.call.softTimeout, this.call.hardTimeout);
@@ -290,7 +304,7 @@ export class Rebuild implements Answered {
    * re-read finding a fresh value is; for `forceFresh`, only a fresh value newer than the entry it
    * bypassed (another process's load that finished between this call's last read and its grant).
    */
-  async rebuild(grant: Grant, staleValue: unknown, doneIf?: (again: Found | undefined) => boolean, reread?: Promise<Found | undefined>): Promise<unknown> {
+  async rebuild(grant: Grant, staleValue: unknown, doneIf?: (again: Found | undefined) => boolean, reread?: () => Found | undefined): Promise<unknown> {
     const done = doneIf ?? (grant.exclusive ? (this.call.forceFresh === true ? this.newerFresh : isFresh) : undefined);
     let outcome: ReleaseOutcome = 'empty';
     try {
@@ -301,7 +315,7 @@ export class Rebuild implements Answered {
       if (done) {
         // `reread`: the re-read under the grant, already made — with the grant itself (the store lock's
         // acquireRead) or sent with other keys' (getOrComputeMany). Else it is read now.
-        const again = await (reread ?? readEntry(this.d, this.key, this.keys)).catch(() => undefined);
+        const again = reread ? reread() : await readEntry(this.d, this.key, this.keys).catch(() => undefined);
         if (done(again)) {
           // Someone wrote between our miss and our grant: another process's load answers us ('waited'),
           // or this process's own set()/write (a plain hit).

@@ -12,6 +12,13 @@ import { Redis } from 'ioredis';
 import { Keyv } from 'keyv';
 import { createClient } from 'redis';
 import { createCache, type Cache, type CallOptions, type LockMode, type RedisClient } from '../../src/index.js';
+import { baseLibrary } from './library.js';
+
+/**
+ * `single-base`'s library: SG_BENCH_BASE names another build's entry point — its dist/index.js, or
+ * its src/index.ts (the workers run under tsx, as `src/` here does: compare like with like).
+ */
+const base = process.env.SG_BENCH_BASE ? await baseLibrary() : undefined;
 
 export const OURS = ['none', 'local', 'single', 'redlock'] as const;
 export const PEERS = ['bentocache', 'bentocache-grace', 'cachified', 'cachified-swr'] as const;
@@ -19,9 +26,10 @@ export const PEERS = ['bentocache', 'bentocache-grace', 'cachified', 'cachified-
  * Variants of `single` that only some scenarios run (a scenario's `contenders` names them):
  * `-l1` adds the in-process L1; `-ra` uses `refreshAhead: RA_FRACTION` with no stale window;
  * `-jitter` uses `ttlJitter: JITTER`; `-node-redis` is `single` on node-redis clients (package `redis`);
- * `-sharded` uses `notes: 'sharded'` (a key's notes on its own channel, heard only while waiting on it).
+ * `-sharded` uses `notes: 'sharded'` (a key's notes on its own channel, heard only while waiting on it);
+ * `-base` is `single` from another build of the library (SG_BENCH_BASE), for an A/B of a change in one run.
  */
-export const VARIANTS = ['single-l1', 'single-ra', 'single-ra-l1', 'single-jitter', 'single-node-redis', 'single-sharded'] as const;
+export const VARIANTS = ['single-l1', 'single-ra', 'single-ra-l1', 'single-jitter', 'single-node-redis', 'single-sharded', 'single-base'] as const;
 /** cache-manager 7 on Redis through Keyv, with `refreshThreshold` (refresh ahead, per process). */
 export const LATE_PEERS = ['cache-manager'] as const;
 /** The lock many tutorials still teach (issue 12 §3): SETNX, then EXPIRE, then DEL without a token. */
@@ -91,6 +99,9 @@ export function makeContender(name: ContenderName, env: ContenderEnv): Contender
       return ours('single', env, { nodeRedis: true });
     case 'single-sharded':
       return ours('single', env, { sharded: true });
+    case 'single-base':
+      if (!base) throw new Error('single-base needs SG_BENCH_BASE (another build of the library)');
+      return ours('single', env, {}, base.createCache);
     case 'cache-manager':
       return cacheManager(env);
     case 'naive-lock':
@@ -118,7 +129,7 @@ function nodeRedisClient(url: string): { redis: RedisClient; dispose: () => void
   return { redis: c, dispose: () => c.destroy() };
 }
 
-function ours(mode: LockMode, env: ContenderEnv, variant: { l1?: boolean; refresh?: RefreshOptions; nodeRedis?: boolean; sharded?: boolean } = {}): Contender {
+function ours(mode: LockMode, env: ContenderEnv, variant: { l1?: boolean; refresh?: RefreshOptions; nodeRedis?: boolean; sharded?: boolean } = {}, make: typeof createCache = createCache): Contender {
   const made = [env.url, ...env.redlockUrls].map((url) => {
     if (variant.nodeRedis) return nodeRedisClient(url);
     const c = client(url);
@@ -126,7 +137,7 @@ function ours(mode: LockMode, env: ContenderEnv, variant: { l1?: boolean; refres
   });
   const [{ redis }, ...rest] = made as [(typeof made)[number], ...typeof made];
   const nodes = rest.map((m) => m.redis);
-  const cache: Cache = createCache({
+  const cache: Cache = make({
     redis,
     prefix: env.prefix,
     lock: mode,

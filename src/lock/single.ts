@@ -151,7 +151,8 @@ class StoreGrant implements Grant {
     /** Fleet-wide backoff set on release after a loader failure (0 = none). */
     private readonly backoffMs: number,
     acquiredAt: number,
-    readonly readAtGrant: [number, Buffer | number] | null | undefined,
+    /** acquireRead's entry, until takeRead() hands it over. */
+    private readAtGrant: [number, Buffer | number] | null | undefined,
   ) {
     this.ttl = ttl;
     const extendOnce = async (): Promise<Extension> =>
@@ -161,6 +162,12 @@ class StoreGrant implements Grant {
     const validFor = exclusive ? ttl : Number.POSITIVE_INFINITY;
     this.watchdog = new Watchdog(key, deps.clock, ttl, acquiredAt + validFor, extendOnce, validFor, deps.onLost);
     this.signal = this.watchdog.signal;
+  }
+
+  takeRead(): [number, Buffer | number] | null | undefined {
+    const read = this.readAtGrant;
+    this.readAtGrant = undefined;
+    return read;
   }
 
   markReleased(): void {

@@ -31,10 +31,11 @@ export interface Grant {
   /** True when the grant excluded other rebuilders, so re-reading the store after winning pays off. */
   readonly exclusive: boolean;
   /**
-   * `readUpTo`: the read script's raw answer for the entry, read atomically with the grant (null: no
-   * entry). Undefined: nothing was read with the grant.
+   * `readUpTo`: the read script's raw answer for the entry, read atomically with the grant, handed
+   * over once (the grant keeps no bytes after): null, no entry; undefined, nothing was read with the
+   * grant, or it was taken already.
    */
-  readonly readAtGrant?: [number, Buffer | number] | null;
+  takeRead?(): [number, Buffer | number] | null | undefined;
   /** Aborts with a LockLostError when the grant is known lost (extension refused or lapsed). */
   readonly signal: AbortSignal;
   /**
