@@ -54,7 +54,7 @@ export interface AcquireOptions {
   readonly operation?: string;
   /**
    * An exclusive grant also reads the entry (up to this many bytes, as the read script does) in the
-   * same step, for the rebuilder's re-read: `Grant.readAtGrant`. Lockers whose grant is not taken on
+   * same step, for the rebuilder's re-read: `Grant.takeRead()`. Lockers whose grant is not taken on
    * the store (Redlock) or not exclusive read nothing; the rebuilder then re-reads on its own.
    */
   readonly readUpTo?: number;
