@@ -3,10 +3,12 @@
  * user code throws, close() racing acquisitions, unstorable values. Real Redis throughout.
  */
 import { getEventListeners } from 'node:events';
+import { Redis } from 'ioredis';
 import { createCache } from '../../src/index.js';
 import { entryKeys } from '../../src/keys.js';
 import { describe, expect, it, vi } from 'vitest';
-import { deferred, heldRebuild, missedCall, nextEvent, useRedis, keysOf, prefixOf } from '../support/harness.js';
+import { useFamilyServer } from '../support/clients.js';
+import { countCommands, deferred, heldRebuild, missedCall, nextEvent, useRedis, keysOf, prefixOf } from '../support/harness.js';
 
 const h = useRedis();
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -188,5 +190,29 @@ describe('unstorable values', () => {
       await expect(cache.set('bad', value, 60_000)).rejects.toMatchObject({ code: 'ERR_UNSTORABLE_VALUE' });
     }
     expect(await h.admin.exists(keysOf(cache, 'bad').value)).toBe(0);
+  });
+});
+
+describe('client port', () => {
+  const server = useFamilyServer();
+  // An effectful script answered NOSCRIPT may still have been lost (its EVAL fallback unsent): it must go as EVAL first.
+  // (Reads may go EVALSHA first: ioredis's read costs one NOSCRIPT per read in flight after a restart, a known cost.)
+  it('after a reconnect to a server that lost its scripts, no effectful script is sent as EVALSHA first (no NOSCRIPT reply)', async () => {
+    const client = server.client();
+    const cache = server.keep(createCache({ redis: client, prefix: 'scripts' }));
+    await cache.getOrCompute('s1', () => 'v', 60_000);
+    await cache.set('s1', 'w', 60_000);
+    // A restart without persistence: the server comes back with no script cached.
+    await server.server.kill();
+    await server.server.restart();
+    await vi.waitFor(() => client.ping(), { timeout: 10_000 });
+    await cache.set('s2', 'v', 60_000); // a grant and a fenced write, nothing read
+    const admin = new Redis(server.server.adminUrl);
+    try {
+      const stats = await admin.info('errorstats');
+      expect(Number(/errorstat_NOSCRIPT:count=(\d+)/.exec(stats)?.[1] ?? 0)).toBe(0);
+    } finally {
+      admin.disconnect();
+    }
   });
 });
