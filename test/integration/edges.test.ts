@@ -193,6 +193,15 @@ describe('unstorable values', () => {
   });
 });
 
+describe('L1 options', () => {
+  it('createCache refuses an unknown L1 option, naming it, before any Redis traffic', () => {
+    const client = h.cacheClient();
+    const sent = countCommands(client);
+    expect(() => createCache({ redis: client, local: { max: 10, bogus: 1 } as never })).toThrow(expect.objectContaining({ code: 'ERR_INVALID_OPTION', option: 'local.bogus' }));
+    expect(sent.count).toBe(0);
+  });
+});
+
 describe('client port', () => {
   const server = useFamilyServer();
   // An effectful script answered NOSCRIPT may still have been lost (its EVAL fallback unsent): it must go as EVAL first.
