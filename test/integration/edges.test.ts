@@ -2,13 +2,14 @@
  * The edges of one call's protocol (issue 8): aborted callers, cancelled loads, grant ownership when
  * user code throws, close() racing acquisitions, unstorable values. Real Redis throughout.
  */
+import { subscribe, unsubscribe } from 'node:diagnostics_channel';
 import { getEventListeners } from 'node:events';
 import { Redis } from 'ioredis';
-import { createCache } from '../../src/index.js';
+import { createCache, GET_OR_COMPUTE_CHANNEL, type GetOrComputeContext } from '../../src/index.js';
 import { entryKeys } from '../../src/keys.js';
 import { describe, expect, it, vi } from 'vitest';
 import { useFamilyServer } from '../support/clients.js';
-import { countCommands, deferred, heldRebuild, missedCall, nextEvent, useRedis, keysOf, prefixOf } from '../support/harness.js';
+import { countCommands, deferred, heldRebuild, missedCall, nextEvent, untilPttlAtMost, useRedis, keysOf, prefixOf } from '../support/harness.js';
 
 const h = useRedis();
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -190,6 +191,194 @@ describe('unstorable values', () => {
       await expect(cache.set('bad', value, 60_000)).rejects.toMatchObject({ code: 'ERR_UNSTORABLE_VALUE' });
     }
     expect(await h.admin.exists(keysOf(cache, 'bad').value)).toBe(0);
+  });
+});
+
+// ---------------------------------------------------------------- a batch key is a call like any other
+
+/** Settles-or-not of `p`, readable synchronously after the turn it settled in. */
+function track<T>(p: Promise<T>): { state: 'pending' | 'fulfilled' | 'rejected'; value?: T; error?: unknown } {
+  const t: { state: 'pending' | 'fulfilled' | 'rejected'; value?: T; error?: unknown } = { state: 'pending' };
+  p.then((v) => Object.assign(t, { state: 'fulfilled', value: v }), (e: unknown) => Object.assign(t, { state: 'rejected', error: e }));
+  return t;
+}
+
+/** A loadMany that rejects once its signal aborts (an origin client that honours it), after `started` resolved. */
+function honouring(started: { resolve: () => void }) {
+  let calls = 0;
+  const loadMany = (_missing: string[], ctx: { signal: AbortSignal }) => {
+    calls++;
+    started.resolve();
+    return new Promise<Map<string, string>>((_, reject) => ctx.signal.addEventListener('abort', () => reject(new Error('origin call cancelled')), { once: true }));
+  };
+  return { loadMany, get calls() { return calls; } };
+}
+
+describe('getOrComputeMany keys are calls: the single-key edges hold per key', () => {
+  it('a batch whose caller aborts while loadMany runs is a cancellation: no loaderError, no failBackoff, the next call is not backed off', async () => {
+    const cache = h.cache({ defaults: { failBackoff: 60_000 } });
+    const errors: unknown[] = [];
+    cache.on('loaderError', (e) => errors.push(e.error));
+    const started = deferred<void>();
+    const origin = honouring(started);
+    const ac = new AbortController();
+    const batch = cache.getOrComputeMany(['a1', 'a2'], origin.loadMany, { ttl: 60_000, signal: ac.signal });
+    await started.promise;
+    ac.abort(new Error('client left'));
+    await expect(batch).rejects.toMatchObject({ code: 'ERR_ABORTED' });
+    await vi.waitFor(async () => expect(await h.admin.exists(keysOf(cache, 'a1').lock, keysOf(cache, 'a2').lock)).toBe(0));
+    expect(errors).toEqual([]);
+    expect(await h.admin.exists(keysOf(cache, 'a1').backoff, keysOf(cache, 'a2').backoff)).toBe(0);
+    expect(await cache.getOrCompute('a1', () => 'next', 60_000)).toBe('next');
+  });
+
+  it('an already-aborted batch rejects with ERR_ABORTED before any Redis traffic: no loadMany, no lock, fence or backoff', async () => {
+    const client = h.cacheClient();
+    const cache = createCache({ redis: client, prefix: `aborted${process.pid}`, defaults: { failBackoff: 60_000 } });
+    await client.ping();
+    const sent = countCommands(client);
+    let calls = 0;
+    await expect(cache.getOrComputeMany(['b1', 'b2', 'b3'], () => (calls++, new Map()), { ttl: 60_000, signal: AbortSignal.abort() })).rejects.toMatchObject({ code: 'ERR_ABORTED' });
+    expect(sent.count).toBe(0);
+    expect(calls).toBe(0);
+    const k = (key: string) => entryKeys(`aborted${process.pid}`, key);
+    expect(await h.admin.exists(...['b1', 'b2', 'b3'].flatMap((key) => [k(key).lock, k(key).fence, k(key).backoff]))).toBe(0);
+    await cache.close();
+  });
+
+  it('close() settles a batch whose loadMany ignores its signal: it rejects ERR_CLOSED, never pending', async () => {
+    const cache = createCache({ redis: h.cacheClient(), prefix: `closebatch${process.pid}` });
+    const started = deferred<void>();
+    const batch = track(cache.getOrComputeMany(['c1', 'c2'], () => (started.resolve(), new Promise<Map<string, string>>(() => undefined)), 60_000));
+    await started.promise;
+    await cache.close();
+    await new Promise((r) => setImmediate(r));
+    expect(batch.state).toBe('rejected');
+    expect(batch.error).toMatchObject({ code: 'ERR_CLOSED' });
+  });
+
+  it("one load per key per process under lock 'local': two concurrent batches and a getOrCompute of one cold key load it once", async () => {
+    const cache = h.cache({ defaults: { lock: 'local' } });
+    const gate = deferred<void>();
+    let loads = 0;
+    const loadMany = async (missing: string[]) => {
+      loads += missing.length;
+      await gate.promise;
+      return new Map(missing.map((k) => [k, `v:${k}`]));
+    };
+    const calls = [
+      cache.getOrComputeMany(['cold'], loadMany, 60_000),
+      cache.getOrComputeMany(['cold'], loadMany, 60_000),
+      cache.getOrCompute('cold', async () => (loads++, await gate.promise, 'v:cold'), 60_000),
+    ];
+    await vi.waitFor(() => expect(loads).toBeGreaterThan(0));
+    gate.resolve();
+    const got = await Promise.all(calls);
+    expect(got).toEqual([['v:cold'], ['v:cold'], 'v:cold']);
+    expect(loads).toBe(1);
+    expect(cache.stats()).toMatchObject({ loaderRuns: 1, coalesced: 2, misses: 3 });
+  });
+
+  it("stats: a batch key that finds another process's write on its re-read under the grant counts as waited", async () => {
+    const a = h.cache();
+    const b = createCache({ redis: h.cacheClient(), prefix: prefixOf(a) });
+    // b writes the key after a's read and before a's lock: a wins the lock and its re-read finds b's value.
+    const single = (a as unknown as { lockers: { single: { acquireMany: (...args: unknown[]) => Promise<unknown> } } }).lockers.single;
+    const acquireMany = single.acquireMany.bind(single);
+    single.acquireMany = async (...args: unknown[]) => {
+      await b.set('w', 'from b', 60_000);
+      return acquireMany(...args);
+    };
+    let loads = 0;
+    expect(await a.getOrComputeMany(['w'], (m) => (loads++, new Map(m.map((k) => [k, 'from a']))), 60_000)).toEqual(['from b']);
+    expect(loads).toBe(0);
+    expect(a.stats()).toMatchObject({ misses: 1, waited: 1, loaderRuns: 0 });
+    await b.close();
+  });
+
+  it("stats: a normal call behind this process's own forceFresh load is coalesced, not waited", async () => {
+    const cache = h.cache({ defaults: { pollInterval: 20 } });
+    const gate = deferred<string>();
+    const started = deferred<void>();
+    const forced = cache.getOrCompute('ff', () => (started.resolve(), gate.promise), { ttl: 60_000, forceFresh: true });
+    await started.promise;
+    const missed = nextEvent(cache, 'miss');
+    const normal = cache.getOrCompute('ff', () => 'normal', 60_000);
+    await missed;
+    gate.resolve('forced');
+    expect(await Promise.all([forced, normal])).toEqual(['forced', 'forced']);
+    expect(cache.stats()).toMatchObject({ loaderRuns: 1, coalesced: 1, waited: 0 });
+  });
+
+  it('stats: a batch key answered by its fail-safe value counts in staleServed; a batch key that rejects counts in no answer counter', async () => {
+    const cache = h.cache();
+    await cache.set('fs', 'old', { ttl: 100, failSafeTtl: 60_000 });
+    await untilPttlAtMost(h.admin, cache, 'fs', 60_000);
+    const failing = (m: string[]) => new Map<string, string | Error>(m.map((k) => [k, new Error(`origin failed ${k}`)]));
+    expect(await cache.getOrComputeMany(['fs'], failing, { ttl: 60_000, failSafeTtl: 60_000 })).toEqual(['old']);
+    expect(cache.stats()).toMatchObject({ misses: 1, staleServed: 1 });
+    await expect(cache.getOrComputeMany(['nofallback'], failing, 60_000)).rejects.toThrow('origin failed nofallback');
+    expect(cache.stats()).toMatchObject({ misses: 1, staleServed: 1 });
+  });
+
+  it('options: softTimeout applies to the keys a batch loads (their fail-safe value answers once it passes)', async () => {
+    const cache = h.cache();
+    await cache.set('soft', 'old', { ttl: 100, failSafeTtl: 60_000 });
+    await untilPttlAtMost(h.admin, cache, 'soft', 60_000);
+    const reasons: string[] = [];
+    cache.on('stale', (e) => reasons.push(e.reason));
+    const started = deferred<void>();
+    const origin = honouring(started);
+    expect(await cache.getOrComputeMany(['soft'], origin.loadMany, { ttl: 60_000, failSafeTtl: 60_000, softTimeout: 50, hardTimeout: 3000 })).toEqual(['old']);
+    expect(reasons).toEqual(['softTimeout']);
+  });
+
+  it('options: forceFresh loads a batch key that is fresh in the store', async () => {
+    const cache = h.cache();
+    await cache.set('fresh', 'old', 60_000);
+    const loaded: string[][] = [];
+    expect(await cache.getOrComputeMany(['fresh'], (m) => (loaded.push(m), new Map(m.map((k) => [k, 'new']))), { ttl: 60_000, forceFresh: true })).toEqual(['new']);
+    expect(loaded).toEqual([['fresh']]);
+    expect(await cache.get('fresh')).toBe('new');
+  });
+
+  it('events and tracing: a batch emits hit for an L1 hit and miss for a key it loads, and traces the keys it loads', async () => {
+    const cache = h.cache({ local: { max: 100 } });
+    await cache.ready();
+    await cache.getOrCompute('l1', () => 'in l1', 60_000);
+    const events: string[] = [];
+    cache.on('hit', (e) => events.push(`hit:${e.key}:${e.tier}`));
+    cache.on('miss', (e) => events.push(`miss:${e.key}`));
+    const traced: string[] = [];
+    const onStart = (ctx: unknown) => traced.push((ctx as GetOrComputeContext).key);
+    subscribe(`tracing:${GET_OR_COMPUTE_CHANNEL}:start`, onStart);
+    try {
+      expect(await cache.getOrComputeMany(['l1', 'loaded'], (m) => new Map(m.map((k) => [k, `v:${k}`])), 60_000)).toEqual(['in l1', 'v:loaded']);
+    } finally {
+      unsubscribe(`tracing:${GET_OR_COMPUTE_CHANNEL}:start`, onStart);
+    }
+    expect(events.sort()).toEqual(['hit:l1:local', 'miss:loaded']);
+    expect(traced).toContain('loaded');
+  });
+
+  it('a miss behind this process\'s own hung early refresh waits one waitTimeout in all: no second wait on the lock the refresh holds', async () => {
+    const cache = h.cache({ defaults: { waitTimeout: 300, pollInterval: 3_600_000 } });
+    await cache.getOrCompute('ra', () => 'v1', { ttl: 60_000 });
+    // Make the entry due for an early refresh (its loader hangs, ignoring its signal), then lose the value without a note.
+    const hung = deferred<void>();
+    const refreshing = nextEvent(cache, 'refresh');
+    await h.admin.pexpire(keysOf(cache, 'ra').value, 1000);
+    expect(await cache.getOrCompute('ra', () => (hung.resolve(), new Promise<string>(() => undefined)), { ttl: 60_000, refreshAhead: 0.5 })).toBe('v1');
+    await refreshing;
+    await hung.promise;
+    await h.admin.del(keysOf(cache, 'ra').value);
+    const single = (cache as unknown as { lockers: { single: { acquire: (...args: unknown[]) => Promise<unknown> } } }).lockers.single;
+    const acquire = single.acquire.bind(single);
+    let attempts = 0;
+    single.acquire = (...args: unknown[]) => (attempts++, acquire(...args));
+    expect(await cache.getOrCompute('ra', () => 'computed', { ttl: 60_000 })).toBe('computed');
+    // After the wait for the refresh used up waitTimeout: one lock attempt (refused: the refresh holds it), then compute.
+    expect(attempts).toBe(1);
   });
 });
 
