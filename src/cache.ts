@@ -21,7 +21,7 @@ import type { Grant, Locker } from './lock/types.js';
 import { resolveCacheOptions, resolveCallOptions, writeTtl, type CacheOptions, type CallOptions, type LockMode, type ResolvedCache, type ResolvedCall } from './options.js';
 import { Background, entryRead, readEntry, refreshAheadOnHit, type Emit, type RebuildDeps } from './rebuild.js';
 import { replicaConfirm, withReplicaAck } from './replica-ack.js';
-import { Store } from './store.js';
+import { Store, type Found } from './store.js';
 import { getOrComputeChannel, Telemetry, traced, type CacheStats, type GetOrComputeContext } from './telemetry.js';
 import { computeMany, type BatchLoader } from './many.js';
 import { clearNoteKey, Generations, Namespace, parseClearNote, RESERVED_KEY_START, validateNamespace, withDegradedKeys, type NamespaceHost } from './namespace.js';
@@ -277,10 +277,10 @@ export class Cache extends EventEmitter<CacheEvents> {
   async get<T = unknown>(key: string): Promise<T | undefined> {
     this.assertUsable(key);
     const l1 = this.local.get(key);
-    if (l1 && !l1.stale) return l1.value as T;
+    if (l1 && !l1.stale) return this.readHit(key, l1.value) as T;
     try {
       const found = await readEntry(this.deps, key, entryKeys(this.options.prefix, key));
-      return found.state === 'fresh' ? (found.value as T) : undefined;
+      return this.read(found) as T | undefined;
     } catch (error) {
       if (error instanceof CacheClosedError) throw error;
       this.safeEmit('degraded', { key, operation: 'read', error });
@@ -339,6 +339,7 @@ export class Cache extends EventEmitter<CacheEvents> {
       ops,
       generations: this.generations,
       validateKey: (key: unknown): asserts key is string => this.assertUsable(key),
+      checkCall: (key, loader, ttlOrOptions) => void this.callOf(key, loader, ttlOrOptions, undefined),
       degraded: (key, loader, ttlOrOptions, cause) => ops.computeDegraded(key, loader, ttlOrOptions, cause),
       degradedRead: (key, error) => this.safeEmit('degraded', { key, operation: 'read', error }),
       invalidateDegraded: (key) => {
@@ -396,7 +397,7 @@ export class Cache extends EventEmitter<CacheEvents> {
     const remote: number[] = [];
     keys.forEach((key, i) => {
       const l1 = this.local.get(key);
-      if (l1 && !l1.stale) values[i] = l1.value as T;
+      if (l1 && !l1.stale) values[i] = this.readHit(key, l1.value) as T;
       else remote.push(i);
     });
     if (remote.length === 0) return values;
@@ -413,9 +414,26 @@ export class Cache extends EventEmitter<CacheEvents> {
         return;
       }
       const found = entryRead(this.deps, key, tickets[j] as number, sent, this.deps.store.found(key, reply.value as [number, Buffer | number] | null));
-      if (found.state === 'fresh') values[remote[j] as number] = found.value as T;
+      values[remote[j] as number] = this.read(found) as T | undefined;
     });
     return values;
+  }
+
+  /** get()/getMany() found a fresh value in L1: a local hit, as for getOrCompute. */
+  private readHit(key: string, value: unknown): unknown {
+    this.telemetry.localHit();
+    this.safeEmit('hit', { key, tier: 'local' });
+    return value;
+  }
+
+  /** What get()/getMany() answer from a store read: its fresh value (a hit; entryRead emitted the event), else nothing (a miss). */
+  private read(found: Found): unknown {
+    if (found.state !== 'fresh') {
+      this.telemetry.readMiss();
+      return undefined;
+    }
+    this.telemetry.redisHit();
+    return found.value;
   }
 
   /**

@@ -90,7 +90,7 @@ export async function computeMany(h: ManyHost, keys: readonly string[], loadMany
     else remote.push(key);
   }
 
-  const found = await readAll(h, remote);
+  const found = await readAll(h, remote, (key) => callOf(key).forceFresh !== true); // forceFresh serves none of what it reads
   const misses: { key: string; call: ResolvedCall; found: Found }[] = [];
   remote.forEach((key, i) => {
     const f = found[i];
@@ -156,7 +156,7 @@ async function lockAndLoad(h: ManyHost, led: readonly Led[], loadMany: BatchLoad
   if (won.length === 0) return;
   let again: (Found | undefined)[];
   try {
-    again = await readAll(h, won.map((w) => w.entry.key));
+    again = await readAll(h, won.map((w) => w.entry.key), (key) => won.find((w) => w.entry.key === key)?.entry.call.forceFresh !== true);
   } catch (error) {
     // close() while the re-read was out: no rebuild will own these grants, so free them here.
     await Promise.all(won.map((w) => w.grant.release('cancelled').catch(() => undefined)));
@@ -221,7 +221,7 @@ async function acquireAll(h: ManyHost, items: readonly ManyItem[]): Promise<(Gra
 }
 
 /** Reads `keys` in one pipelined round trip per slot; undefined where the read failed. */
-async function readAll(h: ManyHost, keys: readonly string[]): Promise<(Found | undefined)[]> {
+async function readAll(h: ManyHost, keys: readonly string[], serves: (key: string) => boolean = () => true): Promise<(Found | undefined)[]> {
   const { deps: d } = h;
   const tickets = keys.map((key) => d.local.begin(key));
   const sent = d.clock.now();
@@ -232,7 +232,7 @@ async function readAll(h: ManyHost, keys: readonly string[]): Promise<(Found | u
       if (reply.error instanceof CacheClosedError) throw reply.error;
       return undefined;
     }
-    return entryRead(d, key, tickets[i] as number, sent, d.store.found(key, reply.value as [number, Buffer | number] | null));
+    return entryRead(d, key, tickets[i] as number, sent, d.store.found(key, reply.value as [number, Buffer | number] | null), serves(key));
   });
 }
 

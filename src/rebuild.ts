@@ -49,13 +49,17 @@ const SOFT_TIMEOUT = Symbol('soft timeout');
  * reached this process while the read was in flight (the ticket is taken before the read is sent).
  * Throws RedisUnavailableError.
  */
-export async function readEntry(d: RebuildDeps, key: string, keys: EntryKeys, sent = d.clock.now()): Promise<Found> {
+export async function readEntry(d: RebuildDeps, key: string, keys: EntryKeys, sent = d.clock.now(), serves = true): Promise<Found> {
   const ticket = d.local.begin(key);
-  return entryRead(d, key, ticket, sent, await d.store.read(key, keys));
+  return entryRead(d, key, ticket, sent, await d.store.read(key, keys), serves);
 }
 
-/** What a read found, once it arrived: fills L1 (if `ticket`, taken before the read was sent, still holds) and reports a hit. */
-export function entryRead(d: RebuildDeps, key: string, ticket: Ticket, sent: number, found: Found): Found {
+/**
+ * What a read found, once it arrived: fills L1 (if `ticket`, taken before the read was sent, still
+ * holds) and reports a hit — unless the reader does not serve what it reads (`serves` false: a
+ * `forceFresh` call bypasses the entry it finds).
+ */
+export function entryRead(d: RebuildDeps, key: string, ticket: Ticket, sent: number, found: Found, serves = true): Found {
   // The store holds a value for this key again: it is the truth, the degraded copy goes. A miss says
   // nothing newer than the copy (this process's deletes and other processes' notes drop it anyway).
   if (found.state !== 'miss') d.memo.invalidate(key);
@@ -63,7 +67,7 @@ export function entryRead(d: RebuildDeps, key: string, ticket: Ticket, sent: num
     // Redis measured PTTL somewhere between `sent` and now: count L1's copy from `sent`, so a slow reply
     // never makes L1 outlive the entry in Redis.
     d.local.fill(ticket, key, found.value, freshRemaining(found.pttl, found.graceMs) - (d.clock.now() - sent), found);
-    d.emit('hit', { key, tier: 'redis' });
+    if (serves) d.emit('hit', { key, tier: 'redis' });
   } else if (found.state === 'stale') {
     // The stale window is served from L1 too, briefly: the winner's write note drops the copy in every
     // other process, this process's own write replaces it; STALE_L1_MS (and the window's end) bound it.
@@ -164,7 +168,7 @@ export class Rebuild implements Answered {
     let found: Found;
     const sent = this.d.clock.now();
     try {
-      found = await readEntry(this.d, this.key, this.keys, sent);
+      found = await readEntry(this.d, this.key, this.keys, sent, this.call.forceFresh !== true);
     } catch (error) {
       return this.degraded('read', error);
     }
@@ -298,7 +302,7 @@ export class Rebuild implements Answered {
     return () => {
       const found = this.d.store.found(this.key, raw ?? null);
       raw = undefined; // the bytes are not kept for the loader's run
-      return entryRead(this.d, this.key, ticket, sent, found);
+      return entryRead(this.d, this.key, ticket, sent, found, doneOnReread(found, this.bypassed) || this.call.forceFresh !== true);
     };
   }
 

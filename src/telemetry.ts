@@ -19,7 +19,7 @@ import type { LockMode } from './options.js';
  * answer counter (the tracing channel's `error` reports it).
  */
 export interface CacheStats {
-  /** Callers answered with a fresh value, from L1 or Redis (`localHits` included). */
+  /** Callers answered with a fresh value, from L1 or Redis (`localHits` included); each key of `get`, `getMany` and `has` that found one counts too. */
   hits: number;
   /** Callers answered with a fresh value from this process's L1 (a subset of `hits`). */
   localHits: number;
@@ -27,7 +27,8 @@ export interface CacheStats {
   staleServed: number;
   /**
    * Callers whose lookup found no usable value in L1 or Redis (joiners of such a flight included),
-   * answered afterwards by a load (here or elsewhere), a wait, or a fail-safe value.
+   * answered afterwards by a load (here or elsewhere), a wait, or a fail-safe value. Each key of
+   * `get`, `getMany` and `has` that found no fresh value counts too (they never load).
    */
   misses: number;
   /** Loaders started in this process: by a call, a background (stale or early) refresh, or the degraded path. Per loader run, not per caller. */
@@ -165,9 +166,14 @@ export class Telemetry {
     this.c.localHits++;
   }
 
-  /** A key of a batch (getOrComputeMany) answered by a fresh value from Redis, outside any flight. */
+  /** A fresh value from Redis answered outside any flight: a key of a batch (getOrComputeMany), get(), getMany(). */
   redisHit(): void {
     this.c.hits++;
+  }
+
+  /** get() / getMany() found no fresh value for a key (they never load: nothing else is counted). */
+  readMiss(): void {
+    this.c.misses++;
   }
 
   /** A caller answered with an expired value straight from L1 (no flight): for a cache whose L1 serves stale values. */
