@@ -10,6 +10,7 @@ import type { CacheEvents } from './events.js';
 import { NoFlight, SingleFlight, type Coalescer } from './flight.js';
 import { portFor } from './client/detect.js';
 import { Io } from './io.js';
+import { ready } from './readiness.js';
 import { entryKeys, slotTag, validateKey } from './keys.js';
 import type { LoaderContext } from './loader.js';
 import { LruTier, NO_LOCAL_TIER, type LocalTier } from './local-tier.js';
@@ -547,13 +548,16 @@ export class Cache extends EventEmitter<CacheEvents> {
   }
 
   /**
-   * Resolves `true` once this cache's pub/sub subscription is active, or `false` after at most
-   * `redisTimeout` ms without it (the subscription keeps retrying in the background; failures are
-   * `degraded` events with operation `'subscribe'`). Never rejects. Optional: until subscribed, waiters
-   * progress by polling and L1 is not used.
+   * Resolves `true` once calls can reach Redis: this cache's pub/sub subscription is active and every
+   * master of the caller's client answered a PING. Resolves `false` after at most `redisTimeout` ms
+   * otherwise (or once closed), with a `degraded` event (operation `'ready'`) per part that did not
+   * hold, whose error says which (`'subscribe'` or `'ping'`) and why; the subscription keeps retrying
+   * in the background. Never rejects. Optional: until subscribed, waiters progress by polling and L1 is
+   * not used.
    */
   ready(): Promise<boolean> {
-    return this.bus.ready(this.options.redisTimeout);
+    if (this.closed) return Promise.resolve(false);
+    return ready(this.port, this.bus, this.options.redisTimeout, (error) => this.safeEmit('degraded', { key: undefined, operation: 'ready', error }));
   }
 
   /** Stops timers, background refreshes and the subscription. Never quits the caller's client. Idempotent. */

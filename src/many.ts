@@ -186,7 +186,8 @@ async function loadOnce(d: RebuildDeps, loadMany: BatchLoader<unknown>, keys: st
     key: keys[0] as string,
     fencingToken: undefined,
     staleValue: undefined,
-    signals: signal ? [d.lifetime, signal] : [d.lifetime],
+    signals: signal ? [signal] : [],
+    lifetime: d.lifetime,
     hardTimeout: call.hardTimeout,
     clock: d.clock,
   });

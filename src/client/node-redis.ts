@@ -50,6 +50,15 @@ const PLAIN: CommandOptions = Object.freeze({ typeMapping: Object.freeze({}) });
  */
 const RAN = new WeakMap<object, Map<string, Set<string>>>();
 
+/**
+ * node-redis sets `isOpen` from connect() on (while it connects and reconnects) until close, destroy
+ * or a reconnect strategy that gave up; unlike ioredis it never connects by itself. A client that is
+ * not open answers every command "The client is closed". (A wrapper without `isOpen` is trusted.)
+ */
+export function isClosedNodeRedis(client: NodeRedisClient): boolean {
+  return prop(client, 'isOpen') === false;
+}
+
 /** A node-redis Cluster (createCluster): it routes by key and knows each slot's master. */
 function isNodeRedisCluster(v: unknown): boolean {
   return typeof prop(v, 'getSlotMaster') === 'function';
@@ -83,11 +92,11 @@ export class NodeRedisPort implements RedisPort {
   private readonly ran: Map<string, Set<string>>;
 
   constructor(private readonly client: NodeRedisClient) {
+    this.cluster = isNodeRedisCluster(client);
+    this.family = this.cluster ? 'node-redis cluster' : 'node-redis';
     let ran = RAN.get(client);
     if (!ran) RAN.set(client, (ran = new Map<string, Set<string>>()));
     this.ran = ran;
-    this.cluster = isNodeRedisCluster(client);
-    this.family = this.cluster ? 'node-redis cluster' : 'node-redis';
     const c = client as unknown as { sendCommand(...args: unknown[]): Promise<unknown> };
     // Looked up on every call (not bound once), so a wrapper the caller installs later still sees it.
     this.send = this.cluster
