@@ -23,13 +23,16 @@ describe('least-privilege ACL list', () => {
 });
 
 /**
- * The "## Least privilege" block of docs/operations.md is what the ACL runs grant: its ACL SETUSER line lists
+ * The "## Least privilege" block of docs/operations.md (and its copy in the README) is what the ACL runs grant: its ACL SETUSER line lists
  * exactly APP_COMMANDS (the standalone user), and its "with an … Cluster client, also:" lines exactly
  * the extras the test Cluster's users get.
  */
-describe("docs/operations.md's least-privilege block", () => {
-  const page = readFileSync(new URL('../../docs/operations.md', import.meta.url), 'utf8');
-  const section = page.slice(page.indexOf('## Least privilege'));
+describe.each([
+  ['docs/operations.md', '## Least privilege'],
+  ['README.md', '### Redis permissions'],
+])("%s's least-privilege block", (file, heading) => {
+  const page = readFileSync(new URL(`../../${file}`, import.meta.url), 'utf8');
+  const section = page.slice(page.indexOf(heading));
   const block = section.slice(section.indexOf('```') + 3, section.indexOf('```', section.indexOf('```') + 3));
   const lines = block.split('\n');
   const grants = (text: string) => text.split(/\s+/).filter((w) => w.startsWith('+'));
