@@ -45,7 +45,7 @@ export function createCache(options: CacheOptions): Cache {
 
 /**
  * A cache whose `getOrCompute` runs one rebuild per key per expiry across every process sharing the
- * Redis. See README "Guarantees": the lock is an efficiency lock; the cache write is fenced.
+ * Redis. See docs/guarantees.md: the lock is an efficiency lock; the cache write is fenced.
  * This class is the composition root and the public face; one call's protocol lives in rebuild.ts.
  */
 export class Cache extends EventEmitter<CacheEvents> {
@@ -105,7 +105,7 @@ export class Cache extends EventEmitter<CacheEvents> {
     // the releases it did not answer again (lock/grant.ts); one breaker per node.
     // A plain client is one node: its breaker needs no slot tag per call (a Cluster's does).
     const nodeOfKey = port.cluster ? (key: string | undefined) => (key === undefined ? '' : port.nodeOf(`{${slotTag(key)}}`)) : (key: string | undefined) => (key === undefined ? '' : STANDALONE);
-    // UNSAFE sharedBreaker (negative control only): every key charged to one breaker, as before #13 §2.
+    // UNSAFE sharedBreaker (negative control only): every key charged to one breaker, so one dead master degrades every key (what the per-node breakers prevent).
     const shared = o.unsafe.sharedBreaker;
     this.io = new Io(o.redisTimeout, o.breakerThreshold, o.breakerCooldown, o.clock, this.onAnswer, shared ? () => STANDALONE : nodeOfKey, shared ? () => STANDALONE : (redisKey) => port.nodeOf(redisKey));
     const scripts = withReplicaAck(defineScripts(port), port, o.replicaAck);
@@ -228,7 +228,7 @@ export class Cache extends EventEmitter<CacheEvents> {
     return getOrComputeChannel.tracePromise(() => this.compute(key, loader, ttlOrOptions, context), context);
   }
 
-  /** Counters since creation (a copy): see CacheStats for what each counts, and README "Observability". */
+  /** Counters since creation (a copy): see CacheStats for what each counts, and docs/observability.md. */
   stats(): CacheStats {
     return this.telemetry.stats();
   }

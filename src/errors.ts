@@ -207,7 +207,7 @@ export class RedisUnavailableError extends StampedeGuardError {
 
 /**
  * Redis refused a command for lack of permission (an ACL `NOPERM` reply): a configuration error.
- * It is never retried; the call degrades like any unavailability. The README lists the commands to grant.
+ * It is never retried; the call degrades like any unavailability. The README and docs/operations.md list the commands to grant.
  */
 export class RedisPermissionError extends RedisUnavailableError {
   constructor(operation: string, cause: unknown, subject?: Subject) {

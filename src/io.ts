@@ -221,7 +221,7 @@ export class Io {
 /**
  * The operations in flight, linked through the entries themselves. Not a Set: a Set held by the
  * long-lived Io keeps every operation reachable from an old-generation table, and its add and delete
- * per operation cost ~4 µs of GC each (measured; see README "Benchmarks", hit cost). A reply unlinks
+ * per operation cost ~4 µs of GC each (measured without Redis: an Io.run took 4.8 µs with a Set, 0.5 µs with this list). A reply unlinks
  * its entry at once, so nothing outlives its operation.
  */
 class InFlightList {

@@ -482,7 +482,7 @@ export class Namespace {
   /**
    * Every entry of this namespace and of the namespaces nested in it, in every process: once this
    * resolves, no call of this process sees an entry written before it, nor does any process whose
-   * subscription holds once the clear's note reached it (see README "Namespaces" for the bounds).
+   * subscription holds once the clear's note reached it (see docs/api.md, "Namespaces and clear()", for the bounds).
    * O(1): one INCR and one PUBLISH; the old entries expire by their TTL. Throws RedisUnavailableError.
    */
   clear(): Promise<void> {

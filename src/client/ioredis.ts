@@ -85,7 +85,7 @@ export class IoredisPort implements RedisPort {
    * 5 and 6 drop a generic command's name on its way into the pipeline (redis/ioredis#1923).
    * The first run through this port goes through defineCommand, which sends EVAL on a connection
    * that has not run the script: a cache's first hit stays one round trip.
-   * Cost (README, ioredis bullet): a read on a server that lost the script (a restart, a failover)
+   * Cost (docs/operations.md, "Your client"): a read on a server that lost the script (a restart, a failover)
    * or on a Cluster master other than the first one read is answered NOSCRIPT, once per read in
    * flight until the fallback's EVAL lands. After SCRIPT FLUSH the fallback's registered command
    * first retries EVALSHA (its connection is marked as having run the script): two NOSCRIPTs. A
