@@ -19,7 +19,7 @@ import { parseArgs } from 'node:util';
 import { cachified, createBatch, totalTtl, type Cache as CachifiedCache, type CacheEntry } from '@epic-web/cachified';
 import { Redis } from 'ioredis';
 import { createCache } from '../src/index.js';
-import { provideRedis } from '../test/support/redis-server.js';
+import { redisToFlush } from './lib/server.js';
 
 const { values: args } = parseArgs({
   options: {
@@ -30,6 +30,8 @@ const { values: args } = parseArgs({
     'loader-ms': { type: 'string', default: '20' },
     'clear-keys': { type: 'string', default: '100000' },
     'clear-only': { type: 'boolean', default: false },
+    /** Allow FLUSHALL on the server of REDIS_URL (refused without it: see lib/server.ts). */
+    flush: { type: 'boolean', default: false },
   },
 });
 
@@ -249,7 +251,7 @@ async function clearScenario(url: string, admin: Redis, variant: 'namespace' | '
 if (args.role === 'worker') {
   await worker();
 } else {
-  const store = await provideRedis();
+  const store = await redisToFlush('npm run bench:batch', args.flush);
   const admin = new Redis(store.adminUrl);
   if (!args['clear-only']) await batchScenario(store.url, admin);
   await clearScenario(store.url, admin, 'namespace');

@@ -8,13 +8,13 @@
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
-import { provideRedis } from '../test/support/redis-server.js';
+import { redisToFlush } from './lib/server.js';
 import { fleetBench, fleetMarkdown, type FleetSizes } from './lib/fleet.js';
 import { fleetChart } from './lib/report.js';
 import type { ContenderName } from './lib/contenders.js';
 
 const { values: args } = parseArgs({
-  options: { quick: { type: 'boolean' }, runs: { type: 'string' }, processes: { type: 'string' }, keys: { type: 'string' }, callers: { type: 'string' }, out: { type: 'string' }, 'cpu-prof': { type: 'string' }, 'warmup-ms': { type: 'string' }, contenders: { type: 'string' }, rate: { type: 'string' } },
+  options: { quick: { type: 'boolean' }, runs: { type: 'string' }, processes: { type: 'string' }, keys: { type: 'string' }, callers: { type: 'string' }, out: { type: 'string' }, 'cpu-prof': { type: 'string' }, 'warmup-ms': { type: 'string' }, contenders: { type: 'string' }, rate: { type: 'string' }, flush: { type: 'boolean' } },
 });
 const quick = args.quick ?? false;
 const sizes: FleetSizes = {
@@ -27,7 +27,7 @@ const sizes: FleetSizes = {
   ...(args['cpu-prof'] ? { cpuProfDir: args['cpu-prof'] } : {}),
   ...(args.rate ? { rate: Number(args.rate) } : {}),
 };
-const store = await provideRedis();
+const store = await redisToFlush('npm run bench:fleet', args.flush);
 let figures;
 try {
   figures = await fleetBench(store.url, sizes, (l) => console.log(l), args.contenders ? (args.contenders.split(',') as ContenderName[]) : undefined);

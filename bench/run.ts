@@ -24,7 +24,8 @@ import os from 'node:os';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { Redis } from 'ioredis';
-import { hasRedisBinary, provideRedis, startRedisServer, type RedisServer } from '../test/support/redis-server.js';
+import { hasRedisBinary, startRedisServer, type RedisServer } from '../test/support/redis-server.js';
+import { redisToFlush } from './lib/server.js';
 import { ALL_CONTENDERS, makeContender, refreshPoint, servesStale, type ContenderName } from './lib/contenders.js';
 import { httpRun, type HttpFigure } from './lib/http.js';
 import { DEFAULT_IN_FLIGHT, heapGrowth, heapNote, type HeapFigure } from './lib/heap.js';
@@ -59,6 +60,8 @@ const { values: args } = parseArgs({
     'no-hit': { type: 'boolean', default: false },
     'no-fleet': { type: 'boolean', default: false },
     'heap-runs': { type: 'string' },
+    /** Allow FLUSHALL on the server of REDIS_URL (refused without it: see lib/server.ts). */
+    flush: { type: 'boolean', default: false },
   },
 });
 const quick = args.quick ?? false;
@@ -83,7 +86,7 @@ const now = (): number => performance.timeOrigin + performance.now();
 
 // ------------------------------------------------------------------ servers and workers
 
-const store = await provideRedis();
+const store = await redisToFlush('npm run bench', args.flush);
 const nodes: RedisServer[] = [];
 let redlockNote = '';
 if (hasRedisBinary()) nodes.push(...(await Promise.all(Array.from({ length: 5 }, () => startRedisServer()))));

@@ -2,7 +2,8 @@
  * getOrCompute in an Express 5 handler: a slow query cached for 60 s, rebuilt once per expiry across
  * every process, cancelled when every client waiting for it disconnected, and an orderly shutdown.
  *
- * Run: REDIS_URL=redis://127.0.0.1:6379 PORT=3000 node --import tsx examples/express.ts
+ * Run: npm run example -- express    (a throwaway redis-server unless REDIS_URL is set; PORT, default 3000)
+ *   or: REDIS_URL=redis://127.0.0.1:6379 PORT=3000 node --import tsx examples/express.ts
  *   curl localhost:3000/reports/42      # the report (the first call takes SLOW_QUERY_MS, 500 by default)
  *   curl localhost:3000/stats           # cache.stats() and what the origin saw
  */

@@ -3,7 +3,8 @@
  * every process, cancelled when every client waiting for it disconnected (`request.signal`), and an
  * orderly shutdown.
  *
- * Run: REDIS_URL=redis://127.0.0.1:6379 PORT=3000 node --import tsx examples/fastify.ts
+ * Run: npm run example -- fastify    (a throwaway redis-server unless REDIS_URL is set; PORT, default 3000)
+ *   or: REDIS_URL=redis://127.0.0.1:6379 PORT=3000 node --import tsx examples/fastify.ts
  *   curl localhost:3000/reports/42      # the report (the first call takes SLOW_QUERY_MS, 500 by default)
  *   curl localhost:3000/stats           # cache.stats() and what the origin saw
  */

@@ -7,7 +7,8 @@
  *
  * and zero updated rows means "a newer rebuild already wrote: drop this result".
  *
- * Run: REDIS_URL=redis://127.0.0.1:6379 node --import tsx examples/fenced-resource.ts
+ * Run: npm run example -- fenced-resource    (a throwaway redis-server unless REDIS_URL is set)
+ *   or: REDIS_URL=redis://127.0.0.1:6379 node --import tsx examples/fenced-resource.ts
  */
 import { Redis } from 'ioredis';
 import { createCache } from 'stampede-guard';

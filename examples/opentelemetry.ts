@@ -11,7 +11,8 @@
  * Keys go on spans (one trace, one key) but never on metrics: a label per key would make a series
  * per key. Drop the span attribute if your keys carry personal data.
  *
- * Run (spans and metrics printed to the console):
+ * Run (spans and metrics printed to the console): npm run example -- opentelemetry
+ * (a throwaway redis-server unless REDIS_URL is set), or
  *   REDIS_URL=redis://127.0.0.1:6379 node --import tsx examples/opentelemetry.ts
  */
 import { tracingChannel } from 'node:diagnostics_channel';

@@ -9,7 +9,8 @@
  *   sum(rate(stampede_guard_loader_runs_total[5m]))      rebuilds that hit your origin
  *   histogram_quantile(0.99, sum by (le) (rate(stampede_guard_lock_wait_seconds_bucket[5m])))
  *
- * Run (prints one scrape after a small cold stampede):
+ * Run (prints one scrape after a small cold stampede): npm run example -- prometheus
+ * (a throwaway redis-server unless REDIS_URL is set), or
  *   REDIS_URL=redis://127.0.0.1:6379 node --import tsx examples/prometheus.ts
  */
 import { pathToFileURL } from 'node:url';

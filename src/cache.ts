@@ -10,6 +10,7 @@ import type { CacheEvents } from './events.js';
 import { Calls } from './call.js';
 import { portFor } from './client/detect.js';
 import { Io } from './io.js';
+import { ready } from './readiness.js';
 import { entryKeys, slotTag, validateKey } from './keys.js';
 import type { LoaderContext } from './loader.js';
 import { LruTier, NO_LOCAL_TIER, type LocalTier } from './local-tier.js';
@@ -44,7 +45,7 @@ export function createCache(options: CacheOptions): Cache {
 
 /**
  * A cache whose `getOrCompute` runs one rebuild per key per expiry across every process sharing the
- * Redis. See README "Guarantees": the lock is an efficiency lock; the cache write is fenced.
+ * Redis. See docs/guarantees.md: the lock is an efficiency lock; the cache write is fenced.
  * This class is the composition root and the public face; one call's protocol lives in rebuild.ts.
  */
 export class Cache extends EventEmitter<CacheEvents> {
@@ -102,7 +103,7 @@ export class Cache extends EventEmitter<CacheEvents> {
     // the releases it did not answer again (lock/grant.ts); one breaker per node.
     // A plain client is one node: its breaker needs no slot tag per call (a Cluster's does).
     const nodeOfKey = port.cluster ? (key: string | undefined) => (key === undefined ? '' : port.nodeOf(`{${slotTag(key)}}`)) : (key: string | undefined) => (key === undefined ? '' : STANDALONE);
-    // UNSAFE sharedBreaker (negative control only): every key charged to one breaker, as before #13 §2.
+    // UNSAFE sharedBreaker (negative control only): every key charged to one breaker, so one dead master degrades every key (what the per-node breakers prevent).
     const shared = o.unsafe.sharedBreaker;
     this.io = new Io(o.redisTimeout, o.breakerThreshold, o.breakerCooldown, o.clock, this.onAnswer, shared ? () => STANDALONE : nodeOfKey, shared ? () => STANDALONE : (redisKey) => port.nodeOf(redisKey));
     const scripts = withReplicaAck(defineScripts(port), port, o.replicaAck);
@@ -222,7 +223,7 @@ export class Cache extends EventEmitter<CacheEvents> {
     return getOrComputeChannel.tracePromise(() => this.compute(key, loader, ttlOrOptions, context), context);
   }
 
-  /** Counters since creation (a copy): see CacheStats for what each counts, and README "Observability". */
+  /** Counters since creation (a copy): see CacheStats for what each counts, and docs/observability.md. */
   stats(): CacheStats {
     return this.telemetry.stats();
   }
@@ -536,13 +537,16 @@ export class Cache extends EventEmitter<CacheEvents> {
   }
 
   /**
-   * Resolves `true` once this cache's pub/sub subscription is active, or `false` after at most
-   * `redisTimeout` ms without it (the subscription keeps retrying in the background; failures are
-   * `degraded` events with operation `'subscribe'`). Never rejects. Optional: until subscribed, waiters
-   * progress by polling and L1 is not used.
+   * Resolves `true` once calls can reach Redis: this cache's pub/sub subscription is active and every
+   * master of the caller's client answered a PING. Resolves `false` after at most `redisTimeout` ms
+   * otherwise (or once closed), with a `degraded` event (operation `'ready'`) per part that did not
+   * hold, whose error says which (`'subscribe'` or `'ping'`) and why; the subscription keeps retrying
+   * in the background. Never rejects. Optional: until subscribed, waiters progress by polling and L1 is
+   * not used.
    */
   ready(): Promise<boolean> {
-    return this.bus.ready(this.options.redisTimeout);
+    if (this.closed) return Promise.resolve(false);
+    return ready(this.port, this.bus, this.options.redisTimeout, (error) => this.safeEmit('degraded', { key: undefined, operation: 'ready', error }));
   }
 
   /** Stops timers, background refreshes and the subscription. Never quits the caller's client. Idempotent. */

@@ -70,7 +70,7 @@ export function encodeEntry(e: Envelope): Buffer {
  * The write side of the codec: the entry's bytes, or UnstorableValueError when they could never be
  * read back as the value (every read would be a miss and every process would rebuild on every call).
  * Invariant: whatever this returns passes decodeEntry — it is decoded once here to prove it, which
- * costs about one extra decode per loader run (a loader run is far slower; see README).
+ * costs about one extra decode per loader run (a loader run is far slower; measured in docs/operations.md, "What a value becomes").
  *   1. a walk refuses what msgpackr would silently drop or turn into `undefined` (a function, a symbol
  *      value) and cycles (msgpackr would overflow the stack on them);
  *   2. the encoder's own exceptions (RangeError from deep nesting, …) are caught;

@@ -16,7 +16,8 @@ export type ErrorCode =
   | 'ERR_LOADER_TIMEOUT'
   | 'ERR_BACKOFF'
   | 'ERR_REDIS_NOPERM'
-  | 'ERR_UNSTORABLE_VALUE';
+  | 'ERR_UNSTORABLE_VALUE'
+  | 'ERR_CLIENT_NOT_CONNECTED';
 
 export class StampedeGuardError extends Error {
   readonly code: ErrorCode;
@@ -159,8 +160,20 @@ function isErrorReply(cause: unknown): boolean {
   return false;
 }
 
-function unavailableMessage(operation: string, failure: RedisFailure, cause: unknown, key: string | undefined): string {
-  const what = `Redis ${operation}${key === undefined ? '' : ` for "${key}"`}`;
+/**
+ * What a Redis operation was about: a user key, or a namespace (its path, `users` or `users/admins`),
+ * whose generation counter is a Redis key of its own. Messages must not present a namespace as a key.
+ */
+export type Subject = string | { readonly namespace: string } | undefined;
+
+/** ` for "key"`, ` for namespace "users"`, or nothing. */
+function forSubject(subject: Subject): string {
+  if (subject === undefined) return '';
+  return typeof subject === 'string' ? ` for "${subject}"` : ` for namespace "${subject.namespace}"`;
+}
+
+function unavailableMessage(operation: string, failure: RedisFailure, cause: unknown, subject: Subject): string {
+  const what = `Redis ${operation}${forSubject(subject)}`;
   switch (failure) {
     case 'timeout':
       return `${what} timed out: ${redisText(cause)}; raise "redisTimeout" or check the server and the client's connection options.`;
@@ -180,26 +193,30 @@ export class RedisUnavailableError extends StampedeGuardError {
   readonly operation: string;
   /** A timeout, an error reply (Redis's text is in the message and in `cause`), no connection, or the open breaker. */
   readonly failure: RedisFailure;
-  constructor(operation: string, cause: unknown, key?: string, code: ErrorCode = 'ERR_REDIS_UNAVAILABLE', message?: string) {
+  /** The namespace (its path) whose own Redis key the operation was on (its `clear()`), when it was about one; `key` is then undefined. */
+  readonly namespace: string | undefined;
+  constructor(operation: string, cause: unknown, subject?: Subject, code: ErrorCode = 'ERR_REDIS_UNAVAILABLE', message?: string) {
     const failure = failureOf(cause);
-    super(code, message ?? unavailableMessage(operation, failure, cause, key), { key, cause });
+    const key = typeof subject === 'string' ? subject : undefined;
+    super(code, message ?? unavailableMessage(operation, failure, cause, subject), { key, cause });
     this.operation = operation;
     this.failure = failure;
+    this.namespace = typeof subject === 'object' ? subject.namespace : undefined;
   }
 }
 
 /**
  * Redis refused a command for lack of permission (an ACL `NOPERM` reply): a configuration error.
- * It is never retried; the call degrades like any unavailability. The README lists the commands to grant.
+ * It is never retried; the call degrades like any unavailability. The README and docs/operations.md list the commands to grant.
  */
 export class RedisPermissionError extends RedisUnavailableError {
-  constructor(operation: string, cause: unknown, key?: string) {
+  constructor(operation: string, cause: unknown, subject?: Subject) {
     super(
       operation,
       cause,
-      key,
+      subject,
       'ERR_REDIS_NOPERM',
-      `Redis refused ${operation}${key === undefined ? '' : ` for "${key}"`} for lack of permission: Redis replied "${redisText(cause)}"; grant the ACL user the commands, keys "<prefix>:*" and channel "<prefix>:events" listed in the README.`,
+      `Redis refused ${operation}${forSubject(subject)} for lack of permission: Redis replied "${redisText(cause)}"; grant the ACL user the commands, keys "<prefix>:*" and channel "<prefix>:events" listed in the README.`,
     );
   }
 }
@@ -207,6 +224,23 @@ export class RedisPermissionError extends RedisUnavailableError {
 export class CacheClosedError extends StampedeGuardError {
   constructor(key?: string) {
     super('ERR_CLOSED', 'The cache was closed with close(); create a new one with createCache().', { key });
+  }
+}
+
+/**
+ * `createCache` was given a node-redis client that is neither open nor opening (`connect()` was never
+ * called, or the client was closed): every call would degrade with "The client is closed" and the
+ * cache would never reach Redis. node-redis, unlike ioredis, does not connect on its own.
+ */
+export class ClientNotConnectedError extends StampedeGuardError {
+  /** Where the client was given: `redis`, or `redlock.nodes[i]`. */
+  readonly option: string;
+  constructor(option: string, family: string) {
+    super(
+      'ERR_CLIENT_NOT_CONNECTED',
+      `The ${family} client given as "${option}" is not open: call its connect() before createCache() (no need to await it; with Redis down at start-up, see docs/operations.md), or pass a client that is connecting.`,
+    );
+    this.option = option;
   }
 }
 

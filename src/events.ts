@@ -20,7 +20,7 @@ export interface CacheEvents {
   waited: [{ key: string; ms: number; outcome: 'value' | 'stale' | 'took-over' | 'timeout' }];
   /** A rebuild's lock was lost while its loader ran; `ctx.signal` aborted with `error`. */
   lockLost: [{ key: string; error: Error }];
-  /** A write was refused by the fence: a newer write, set, delete or re-seed of the key's fence exists (see README "Guarantees"). */
+  /** A write was refused by the fence: a newer write, set, delete or re-seed of the key's fence exists (see docs/guarantees.md). */
   writeRejected: [{ key: string; fence: number }];
   /** Redis failed or timed out; the call ran degraded (local single-flight, no store). */
   degraded: [{ key: string | undefined; operation: string; error: unknown }];

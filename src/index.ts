@@ -26,6 +26,7 @@ export {
 export {
   AbortedError,
   CacheClosedError,
+  ClientNotConnectedError,
   InvalidKeyError,
   InvalidOptionError,
   LoaderTimeoutError,

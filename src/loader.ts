@@ -1,4 +1,4 @@
-import { LoaderTimeoutError } from './errors.js';
+import { CacheClosedError, LoaderTimeoutError } from './errors.js';
 import { validateEntryOptions, type Clock, type EntryOptions, type EntryOverrides } from './options.js';
 
 /** What a loader receives. */
@@ -82,8 +82,15 @@ export interface LoadRequest {
   readonly key: string;
   readonly fencingToken: number | undefined;
   readonly staleValue: unknown;
-  /** Every signal that should stop this loader; combined without AbortSignal.any (see `linkSignals`). */
+  /** Every signal that should stop this loader besides `lifetime`; combined without AbortSignal.any (see `linkSignals`). */
   readonly signals: readonly AbortSignal[];
+  /**
+   * The cache's lifetime (aborts at close()); always stops the loader. Once it aborted, a run that did
+   * not return a value is cancelled with CacheClosedError, whatever the loader rejected with: a loader
+   * honouring `ctx.signal` rejects with its own AbortError, and a shutdown must not read as an origin
+   * failure (no `loaderError`, no `refreshError`, no `failBackoff`) on any path.
+   */
+  readonly lifetime: AbortSignal;
   /** 0 = none. */
   readonly hardTimeout: number;
   readonly clock: Clock;
@@ -92,13 +99,15 @@ export interface LoadRequest {
 /** Runs a loader once; never throws (the outcome is the result). */
 export async function runLoader(loader: Loader<unknown>, req: LoadRequest): Promise<LoadResult> {
   const timeout = req.hardTimeout > 0 ? new AbortController() : undefined;
-  const linked = linkSignals(timeout ? [...req.signals, timeout.signal] : req.signals);
+  const inputs = [...req.signals, req.lifetime];
+  if (timeout) inputs.push(timeout.signal);
+  const linked = linkSignals(inputs);
   let timer: NodeJS.Timeout | undefined;
   const started = req.clock.now();
   // Stopped before it started (the caller left or the cache closed during the last await): run nothing.
   if (linked.signal.aborted) {
     linked.dispose();
-    return { kind: 'cancelled', error: linked.signal.reason };
+    return { kind: 'cancelled', error: req.lifetime.aborted ? new CacheClosedError(req.key) : linked.signal.reason };
   }
   const entry = new EntryRecorder(req.key);
   try {
@@ -123,6 +132,7 @@ export async function runLoader(loader: Loader<unknown>, req: LoadRequest): Prom
     return { kind: 'value', value, loadMs: req.clock.now() - started, entry };
   } catch (error) {
     if (entry.invalid !== undefined) return { kind: 'invalid', error: entry.invalid };
+    if (req.lifetime.aborted) return { kind: 'cancelled', error: new CacheClosedError(req.key) };
     const cancelled = linked.signal.aborted && !(linked.signal.reason instanceof LoaderTimeoutError);
     return { kind: cancelled ? 'cancelled' : 'failed', error };
   } finally {

@@ -248,7 +248,8 @@ async function loadOnce(d: RebuildDeps, loadMany: BatchLoader<unknown>, keys: st
       key: keys[0] as string,
       fencingToken: undefined,
       staleValue: undefined,
-      signals: [d.lifetime, everyStopped.signal],
+      signals: [everyStopped.signal],
+      lifetime: d.lifetime,
       hardTimeout: call.hardTimeout,
       clock: d.clock,
     });

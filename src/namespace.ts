@@ -194,7 +194,7 @@ export class Generations {
     if (known !== undefined) return known;
     const ticket = this.seq;
     const key = this.redisKey(path);
-    const generation = Number(await this.io.run('read', () => this.port.run(GENERATION, [key], []), { key: path, redisKey: key }));
+    const generation = Number(await this.io.run('read', () => this.port.run(GENERATION, [key], []), { namespace: path, redisKey: key }));
     if (this.trusted && ticket >= this.floor && (this.droppedAt.get(path) ?? -1) <= ticket) this.known.set(path, generation);
     return generation;
   }
@@ -210,7 +210,7 @@ export class Generations {
   async clear(path: PathId, id: string, channel: string, message: string, ackWaitMs: number, clock: { now(): number }): Promise<void> {
     this.drop(path);
     const acks = this.ackKey(path, id);
-    const counter = { key: path, redisKey: this.redisKey(path) }; // the breaker of the counter's node
+    const counter = { namespace: path, redisKey: this.redisKey(path) }; // the breaker of the counter's node
     // On a Cluster PUBLISH counts only the subscribers of the node that ran it: count every node's first.
     const everywhere = await clusterReceivers(this.port, this.io, channel);
     const published = Number(await this.io.run('clear', () => this.port.run(CLEAR, [this.redisKey(path), acks], [ACK_TTL_MS, channel, message]), counter));
@@ -228,7 +228,7 @@ export class Generations {
   ack(path: PathId, id: string): void {
     this.drop(path);
     const acks = this.ackKey(path, id);
-    this.io.run('clear', () => this.port.run(ACK, [acks], [ACK_TTL_MS]), { key: path, redisKey: acks }).catch(() => undefined);
+    this.io.run('clear', () => this.port.run(ACK, [acks], [ACK_TTL_MS]), { namespace: path, redisKey: acks }).catch(() => undefined);
   }
 
   private ackKey(path: PathId, id: string): string {
@@ -486,7 +486,7 @@ export class Namespace {
   /**
    * Every entry of this namespace and of the namespaces nested in it, in every process: once this
    * resolves, no call of this process sees an entry written before it, nor does any process whose
-   * subscription holds once the clear's note reached it (see README "Namespaces" for the bounds).
+   * subscription holds once the clear's note reached it (see docs/api.md, "Namespaces and clear()", for the bounds).
    * O(1): one INCR and one PUBLISH; the old entries expire by their TTL. Throws RedisUnavailableError.
    */
   clear(): Promise<void> {

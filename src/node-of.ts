@@ -5,10 +5,11 @@
 export type NodeOf = (key: string | undefined) => string;
 
 /**
- * A command on a Redis key that is not one of an entry's (a namespace's generation counter): `key`
- * names it in errors, `redisKey` is routed — the breaker charged is that of the node owning it.
+ * A command on a Redis key that is not one of an entry's (a namespace's generation counter): errors
+ * name the `namespace` (its path), never as a key; `redisKey` is routed — the breaker charged is that
+ * of the node owning it.
  */
 export interface OwnKey {
-  readonly key: string;
+  readonly namespace: string;
   readonly redisKey: string;
 }

@@ -360,12 +360,15 @@ export class Rebuild implements Answered {
         key: this.key,
         fencingToken: grant.fence,
         staleValue,
-        signals: [this.signal, grant.signal, this.d.lifetime],
+        signals: [this.signal, grant.signal],
+        lifetime: this.d.lifetime,
         hardTimeout: this.call.hardTimeout,
         clock: this.d.clock,
       });
       if (result.kind === 'cancelled') {
         outcome = 'cancelled';
+        // close(): no fail-safe answer either; a background refresh's tracker drops CacheClosedError.
+        if (result.error instanceof CacheClosedError) throw result.error;
         return this.failSafe(result.error, 'cancelled');
       }
       if (result.kind === 'failed') {
@@ -463,7 +466,8 @@ export class Rebuild implements Answered {
         key,
         fencingToken: undefined,
         staleValue: undefined,
-        signals: [this.signal, d.lifetime],
+        signals: [this.signal],
+        lifetime: d.lifetime,
         hardTimeout: this.call.hardTimeout,
         clock: d.clock,
       });

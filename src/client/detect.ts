@@ -1,5 +1,6 @@
 import { IoredisPort, isIoredis, type IoredisClient } from './ioredis.js';
-import { isNodeRedis, NodeRedisPort, type NodeRedisClient } from './node-redis.js';
+import { ClientNotConnectedError } from '../errors.js';
+import { isClosedNodeRedis, isNodeRedis, NodeRedisPort, type NodeRedisClient } from './node-redis.js';
 import type { RedisPort } from './port.js';
 
 /** A client the cache accepts: ioredis `Redis`/`Cluster` (5, 6) or node-redis `createClient()`/`createCluster()` (5, 6). */
@@ -20,4 +21,13 @@ export function portFor(client: AnyRedisClient): RedisPort {
   const adapter = ADAPTERS.find((a) => a.is(client));
   if (!adapter) throw new TypeError('not a supported Redis client');
   return adapter.port(client as never);
+}
+
+/**
+ * Refuses, at createCache, a client that cannot reach Redis as given: a node-redis client neither open
+ * nor opening (connect() never called, or closed). Every call would otherwise degrade for good.
+ * `option` names where it was given (`redis`, `redlock.nodes[1]`).
+ */
+export function assertOpening(client: AnyRedisClient, option: string): void {
+  if (isNodeRedis(client) && isClosedNodeRedis(client)) throw new ClientNotConnectedError(option, portFor(client).family);
 }

@@ -85,7 +85,7 @@ export class IoredisPort implements RedisPort {
    * 5 and 6 drop a generic command's name on its way into the pipeline (redis/ioredis#1923).
    * The first run through this port goes through defineCommand, which sends EVAL on a connection
    * that has not run the script: a cache's first hit stays one round trip.
-   * Cost (README, ioredis bullet): a read on a server that lost the script (a restart, a failover)
+   * Cost (docs/operations.md, "Your client"): a read on a server that lost the script (a restart, a failover)
    * or on a Cluster master other than the first one read is answered NOSCRIPT, once per read in
    * flight until the fallback's EVAL lands. After SCRIPT FLUSH the fallback's registered command
    * first retries EVALSHA (its connection is marked as having run the script): two NOSCRIPTs. A
@@ -230,6 +230,40 @@ export class IoredisPort implements RedisPort {
 }
 
 /**
+ * "Drop the connection and reconnect" on an ioredis connection (a subscriber duplicate, standalone or
+ * Cluster), at most once until that drop is seen through: each disconnect(true) ends the socket again
+ * and arms another destroy timer with a 'close' listener on it, and a socket whose server hangs (no
+ * FIN back) stays open for ioredis' `disconnectTimeout` (2 s by default), so a heartbeat asking every
+ * period would stack listeners (MaxListenersExceededWarning) and bounce nothing more. Invariant:
+ * `dropping` is true from a disconnect(true) until the connection's next 'close'.
+ * Only from a state with a connection to drop: not while ioredis reconnects already, not before a
+ * lazy connection is made ('wait'), not once it ended. A Cluster only when 'ready': its disconnect()
+ * while it is still connecting may leave it in 'disconnecting' with nothing to reconnect it (its
+ * connect() then aborts).
+ */
+class Redial {
+  private dropping = false;
+
+  constructor(private readonly conn: { readonly isCluster?: boolean; readonly status?: string; on(event: 'close', listener: () => void): unknown; disconnect(reconnect?: boolean): void }) {
+    conn.on('close', () => (this.dropping = false));
+  }
+
+  now(): void {
+    if (this.dropping) return;
+    const status = this.conn.status;
+    const live = this.conn.isCluster ? status === 'ready' : status === 'ready' || status === 'connect' || status === 'connecting';
+    if (!live) return;
+    this.dropping = true;
+    try {
+      this.conn.disconnect(true);
+    } catch {
+      // Never thrown by ioredis 5 or 6; a reconnect must not throw into the caller's timer.
+      this.dropping = false;
+    }
+  }
+}
+
+/**
  * ioredis's event contract, which the Bus relies on: 'ready' after every (re)connection's ready check,
  * 'close' after every closed or failed connection, both on nextTick after the status change.
  *
@@ -247,9 +281,11 @@ class IoredisSubscriberPort implements SubscriberPort {
   private readonly closes: (() => void)[] = [];
   /** The ClusterSubscriber connection holding the subscription (Cluster only): its loss bounces. */
   private readonly watch: ClusterSubscriberWatch;
+  private readonly redial: Redial;
   private closed = false;
 
   constructor(private readonly sub: IoredisSubscriber) {
+    this.redial = new Redial(sub);
     this.watch = new ClusterSubscriberWatch(sub, () => {
       if (!this.closed) this.bounce();
     });
@@ -316,7 +352,7 @@ class IoredisSubscriberPort implements SubscriberPort {
   }
 
   reconnect(): void {
-    this.sub.disconnect(true);
+    if (!this.closed) this.redial.now();
   }
 
   close(): void {
@@ -429,8 +465,10 @@ class IoredisShardSubscriberPort implements ShardSubscriberPort {
   private readonly unsubscribing = new Pending();
   /** Cluster in classic mode: the ClusterSubscriber connection holding the subscriptions. */
   private readonly watch: ClusterSubscriberWatch;
+  private readonly redial: Redial;
 
   constructor(private readonly sub: IoredisShardSubscriber) {
+    this.redial = new Redial(sub);
     this.watch = new ClusterSubscriberWatch(sub, () => this.lost());
     const deliver = (channel: unknown, message: unknown) => {
       if (!this.closed && typeof channel === 'string' && typeof message === 'string') this.listener?.(channel, message);
@@ -510,28 +548,16 @@ class IoredisShardSubscriberPort implements ShardSubscriberPort {
   }
 
   /**
-   * disconnect(true): ioredis closes the connection(s) and reconnects by the caller's retry strategy
-   * (`retryStrategy`, a Cluster's `clusterRetryStrategy`), as when a socket drops; its 'close' then
-   * 'ready' report the loss (IOREDIS_LOST_EVENTS). A socket that does not answer its FIN is destroyed
-   * after ioredis' `disconnectTimeout` (2 s by default). A Cluster drops every connection, its sharded
-   * subscriber group's too; the group makes new ones after the reconnection and re-subscribes what it
-   * held ('subscribersReady', also reported). Commands in flight are sent again after the reconnection
-   * (autoResendUnfulfilledCommands) or rejected by ioredis, into handlers of ours.
-   * Only from a state with a connection to drop: not while ioredis reconnects already, not before a
-   * lazy connection is made ('wait'), not once it ended. A Cluster only when 'ready': its
-   * disconnect() while it is still connecting may leave it in 'disconnecting' with nothing to
-   * reconnect it (its connect() then aborts).
+   * disconnect(true) (Redial): ioredis closes the connection(s) and reconnects by the caller's retry
+   * strategy (`retryStrategy`, a Cluster's `clusterRetryStrategy`), as when a socket drops; its 'close'
+   * then 'ready' report the loss (IOREDIS_LOST_EVENTS). A socket that does not answer its FIN is
+   * destroyed after ioredis' `disconnectTimeout` (2 s by default). A Cluster drops every connection,
+   * its sharded subscriber group's too; the group makes new ones after the reconnection and
+   * re-subscribes what it held ('subscribersReady', also reported). Commands in flight are sent again
+   * after the reconnection (autoResendUnfulfilledCommands) or rejected by ioredis, into handlers of ours.
    */
   reconnect(): void {
-    if (this.closed) return;
-    const status = this.sub.status;
-    const live = this.sub.isCluster ? status === 'ready' : status === 'ready' || status === 'connect' || status === 'connecting';
-    if (!live) return;
-    try {
-      this.sub.disconnect(true);
-    } catch {
-      // Never thrown by ioredis 5 or 6; a reconnect must not throw into the caller's timer.
-    }
+    if (!this.closed) this.redial.now();
   }
 
   close(): void {

@@ -75,6 +75,15 @@ function forgetOnReconnect(client: object, ran: Map<string, Set<string>>, cluste
   emitter.on('node-ready', forgetNode);
 }
 
+/**
+ * node-redis sets `isOpen` from connect() on (while it connects and reconnects) until close, destroy
+ * or a reconnect strategy that gave up; unlike ioredis it never connects by itself. A client that is
+ * not open answers every command "The client is closed". (A wrapper without `isOpen` is trusted.)
+ */
+export function isClosedNodeRedis(client: NodeRedisClient): boolean {
+  return prop(client, 'isOpen') === false;
+}
+
 /** A node-redis Cluster (createCluster): it routes by key and knows each slot's master. */
 function isNodeRedisCluster(v: unknown): boolean {
   return typeof prop(v, 'getSlotMaster') === 'function';

@@ -7,7 +7,7 @@ import { script, type RedisPort, type ScriptArg } from '../client/port.js';
  */
 
 /**
- * THE FENCE RULE (the single source; README "Guarantees" and LockLostError quote it).
+ * THE FENCE RULE (the single source; docs/guarantees.md and LockLostError quote it).
  *
  * The fence of an entry is one hash, so its fields share one key and one TTL:
  *   n  the counter: every grant, set and delete takes the next value as its token;

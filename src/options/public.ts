@@ -175,7 +175,7 @@ export interface CacheOptions {
    * for its `ttl` and served to later degraded calls, so a process runs at most one loader per key per
    * ttl during an outage (with L1 on or off). This caps how many keys are kept (LRU); `0` turns it off.
    * A kept value is never served once this process deleted, set or rebuilt the key, heard of another
-   * process's write or delete, read a value for the key from the store, or an outage ended (see README
+   * process's write or delete, read a value for the key from the store, or an outage ended (see docs/guarantees.md
    * "Guarantees"). Default `10000`.
    */
   degradedMemo?: number;
@@ -191,7 +191,7 @@ export interface CacheOptions {
    * acknowledged in time is not trusted: a grant is released and the call runs its loader degraded (not
    * stored), a write's value reaches its callers but is not kept in L1, `set()`/`delete()` reject with
    * `RedisUnavailableError` (failure `'replicaAck'`). With it, the fence tokens served for a key never
-   * repeat or go backwards across a failover to a replica among those that acknowledged (see README
+   * repeat or go backwards across a failover to a replica among those that acknowledged (see docs/guarantees.md
    * "Guarantees"). `timeout` must be below `redisTimeout`. Default none (off: no `WAIT`, no cost).
    */
   replicaAck?: ReplicaAckOptions;
@@ -205,7 +205,7 @@ export interface CacheOptions {
    * the notes of every key. Clears stay on the broadcast channel. `'sharded'` requires `local: false`
    * (L1 needs every change) and must be the same in every process of a `prefix`: a process on
    * `'broadcast'` misses the notes of one on `'sharded'` (its waiters fall back to polling, its L1 and
-   * degraded copies are not dropped). See README "Sharded notes". Default `'broadcast'`.
+   * degraded copies are not dropped). See docs/operations.md, "Sharded notes". Default `'broadcast'`.
    */
   notes?: Notes;
 }

@@ -2,7 +2,7 @@
  * Resolution: createCache's options once (frozen), one call's options over the cache defaults on
  * every call. Both throw `InvalidOptionError` before any Redis traffic.
  */
-import { portFor } from '../client/detect.js';
+import { assertOpening, portFor } from '../client/detect.js';
 import { InvalidOptionError } from '../errors.js';
 import type { RedisClient } from '../redis-types.js';
 import { UNSAFE, type UnsafeSwitches } from '../unsafe.js';
@@ -19,14 +19,19 @@ import {
   type ResolvedDefaults,
 } from './schema.js';
 
-/** A client that does not verify the server's certificate is refused unless `allowInsecureTls`, and then warned about. */
-function checkTls(redis: RedisClient, nodes: readonly RedisClient[], allowInsecureTls: boolean): void {
+/**
+ * A node-redis client that is not open is refused (ClientNotConnectedError); a client that does not
+ * verify the server's certificate is refused unless `allowInsecureTls`, and then warned about.
+ */
+function checkClients(redis: RedisClient, nodes: readonly RedisClient[], allowInsecureTls: boolean): void {
   for (const [name, client] of [['redis', redis] as const, ...nodes.map((n, i) => [`redlock.nodes[${i}]`, n] as const)]) {
-    if (!portFor(client).skipsTlsVerification) continue;
-    if (!allowInsecureTls) {
-      throw new InvalidOptionError(name, 'tls.rejectUnauthorized: false', 'a client that verifies the server certificate, or allowInsecureTls: true');
+    if (portFor(client).skipsTlsVerification) {
+      if (!allowInsecureTls) {
+        throw new InvalidOptionError(name, 'tls.rejectUnauthorized: false', 'a client that verifies the server certificate, or allowInsecureTls: true');
+      }
+      process.emitWarning(`stampede-guard: ${name} does not verify the Redis server's TLS certificate (allowInsecureTls: true)`, { code: 'SG_INSECURE_TLS' });
     }
-    process.emitWarning(`stampede-guard: ${name} does not verify the Redis server's TLS certificate (allowInsecureTls: true)`, { code: 'SG_INSECURE_TLS' });
+    assertOpening(client, name);
   }
 }
 
@@ -44,7 +49,7 @@ function resolveUnsafe(input: object): Readonly<Required<UnsafeSwitches>> {
 export function resolveCacheOptions(input: CacheOptions): ResolvedCache {
   if (typeof input !== 'object' || input === null) throw new InvalidOptionError('options', input, 'an object with at least { redis }');
   const { defaults: given = {}, lock, clock, ...rest } = parseFields(CACHE_FIELDS, input, '', 'createCache ');
-  checkTls(rest.redis, rest.redlock?.nodes ?? [], rest.allowInsecureTls);
+  checkClients(rest.redis, rest.redlock?.nodes ?? [], rest.allowInsecureTls);
   // WAIT runs inside the operation it confirms, which redisTimeout bounds.
   if (rest.replicaAck && rest.replicaAck.timeout >= rest.redisTimeout) {
     throw new InvalidOptionError('replicaAck.timeout', rest.replicaAck.timeout, `a number of ms below redisTimeout (${rest.redisTimeout})`);

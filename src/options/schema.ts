@@ -252,8 +252,8 @@ function defaultsOf(schemas: readonly Readonly<Record<string, Field<unknown>>>[]
 }
 
 /**
- * The one place defaults live, read off the schema (every level in one flat object). The README's
- * options table lists exactly these (test/unit/readme.test.ts). `ttl` has none on purpose.
+ * The one place defaults live, read off the schema (every level in one flat object). The options
+ * table of docs/options.md lists exactly these (test/unit/options-doc.test.ts). `ttl` has none on purpose.
  */
 export const DEFAULTS = defaultsOf([CACHE_FIELDS, CALL_FIELDS, REDLOCK_FIELDS]) as AllDefaults;
 

@@ -186,7 +186,8 @@ describe('TLS', () => {
   });
 
   it('refuses a client that skips certificate verification unless allowInsecureTls is set', () => {
-    const insecure = cacheClient(url(), { tls: { rejectUnauthorized: false }, connect: false });
+    // Connecting: node-redis clients never connected are refused (ERR_CLIENT_NOT_CONNECTED).
+    const insecure = cacheClient(url(), { tls: { rejectUnauthorized: false } });
     expect(() => createCache({ redis: insecure, prefix: 'tls-insecure' })).toThrow(expect.objectContaining({ code: 'ERR_INVALID_OPTION', option: 'redis' }));
     const allowed = createCache({ redis: insecure, prefix: 'tls-insecure', allowInsecureTls: true });
     caches.push(allowed);

@@ -1,8 +1,8 @@
 /**
- * The commands the cache needs, as the README's least-privilege ACL lists them ("### Least
+ * The commands the cache needs, as the least-privilege ACL of docs/operations.md lists them ("## Least
  * privilege"). One list, used by the security test and by the ACL runs of the suite (`npm test` runs
  * both its passes as a user with exactly these commands); test/unit/acl-commands.test.ts checks that
- * the README's block says the same.
+ * that block says the same.
  */
 export const APP_COMMANDS = [
   '+evalsha', '+eval', '+script|load', '+subscribe', '+unsubscribe', '+ping', '+info',
@@ -17,7 +17,7 @@ export const APP_COMMANDS = [
 ];
 
 /**
- * What a Cluster client needs on top, per family (the README's "with an … Cluster client, also:"
+ * What a Cluster client needs on top, per family (the docs' "with an … Cluster client, also:"
  * lines): ioredis reads the slot map (CLUSTER SLOTS) and checks readiness (CLUSTER INFO); node-redis
  * reads the slot map only. Granted only on the nodes of a test Cluster, each family's clients as a
  * user of its own (redis-server.ts).

@@ -5,8 +5,8 @@ import { APP_COMMANDS, IOREDIS_CLUSTER_COMMANDS, NODE_REDIS_CLUSTER_COMMANDS } f
 
 /**
  * Scripts run with the caller's ACL permissions, so every command a script calls must be in the
- * README's least-privilege list (APP_COMMANDS). Read straight from the Lua source: a new command in a
- * script without a matching README/ACL entry fails here, not in production.
+ * least-privilege list of docs/operations.md (APP_COMMANDS). Read straight from the Lua source: a new command in a
+ * script without a matching docs/ACL entry fails here, not in production.
  */
 describe('least-privilege ACL list', () => {
   const lua = Object.entries(scripts).filter((e): e is [string, string] => typeof e[1] === 'string');
@@ -23,13 +23,16 @@ describe('least-privilege ACL list', () => {
 });
 
 /**
- * The README's "### Least privilege" block is what the ACL runs grant: its ACL SETUSER line lists
+ * The "## Least privilege" block of docs/operations.md (and its copy in the README) is what the ACL runs grant: its ACL SETUSER line lists
  * exactly APP_COMMANDS (the standalone user), and its "with an … Cluster client, also:" lines exactly
  * the extras the test Cluster's users get.
  */
-describe("the README's least-privilege block", () => {
-  const readme = readFileSync(new URL('../../README.md', import.meta.url), 'utf8');
-  const section = readme.slice(readme.indexOf('### Least privilege'));
+describe.each([
+  ['docs/operations.md', '## Least privilege'],
+  ['README.md', '### Redis permissions'],
+])("%s's least-privilege block", (file, heading) => {
+  const page = readFileSync(new URL(`../../${file}`, import.meta.url), 'utf8');
+  const section = page.slice(page.indexOf(heading));
   const block = section.slice(section.indexOf('```') + 3, section.indexOf('```', section.indexOf('```') + 3));
   const lines = block.split('\n');
   const grants = (text: string) => text.split(/\s+/).filter((w) => w.startsWith('+'));

@@ -1,12 +1,26 @@
 import { getEventListeners } from 'node:events';
 import { describe, expect, it } from 'vitest';
-import { LoaderTimeoutError } from '../../src/errors.js';
+import { CacheClosedError, LoaderTimeoutError } from '../../src/errors.js';
 import { linkSignals, runLoader, type LoadRequest } from '../../src/loader.js';
 import { systemClock } from '../../src/options.js';
 
-const req = (over: Partial<LoadRequest> = {}): LoadRequest => ({ key: 'k', fencingToken: 7, staleValue: undefined, signals: [], hardTimeout: 0, clock: systemClock, ...over });
+const req = (over: Partial<LoadRequest> = {}): LoadRequest => ({ key: 'k', fencingToken: 7, staleValue: undefined, signals: [], lifetime: new AbortController().signal, hardTimeout: 0, clock: systemClock, ...over });
 
 describe('runLoader outcomes', () => {
+  it('once the lifetime aborted (close()), a rejection is a cancellation with CacheClosedError, whatever the loader rejected with', async () => {
+    const lifetime = new AbortController();
+    const running = runLoader(
+      (ctx) => new Promise((_, reject) => ctx.signal.addEventListener('abort', () => reject(Object.assign(new Error('The operation was aborted'), { name: 'AbortError' })))),
+      req({ lifetime: lifetime.signal }),
+    );
+    await new Promise((r) => setTimeout(r, 5));
+    lifetime.abort(new CacheClosedError());
+    const r = await running;
+    expect(r.kind).toBe('cancelled');
+    expect(r.kind === 'cancelled' && r.error).toBeInstanceOf(CacheClosedError);
+    expect(r.kind === 'cancelled' && (r.error as CacheClosedError).key).toBe('k');
+  });
+
   it('a value, with its load time and the fencing token handed to the loader', async () => {
     let token: number | undefined;
     const r = await runLoader((ctx) => ((token = ctx.fencingToken), 'v'), req());

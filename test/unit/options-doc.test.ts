@@ -4,18 +4,18 @@ import { DEFAULTS } from '../../src/options.js';
 import { CACHE_FIELDS, CALL_FIELDS, REDLOCK_FIELDS } from '../../src/options/schema.js';
 
 /**
- * The README's options table must say what the schema says: every option at its level, each default
+ * The options table of docs/options.md must say what the schema says: every option at its level, each default
  * as DEFAULTS has it, and no row for an option that does not exist. Stated twice, they drift otherwise.
  */
-describe('README options table', () => {
-  const readme = readFileSync(new URL('../../README.md', import.meta.url), 'utf8');
+describe('docs/options.md options table', () => {
+  const page = readFileSync(new URL('../../docs/options.md', import.meta.url), 'utf8');
   /** `name` → [level, default column] */
   const rows = new Map<string, [string, string]>();
-  for (const m of readme.matchAll(/^\| `(\w+)` \| (cache|call|redlock) \| ([^|]+) \|/gm)) rows.set(m[1] as string, [m[2] as string, (m[3] as string).trim()]);
+  for (const m of page.matchAll(/^\| `(\w+)` \| (cache|call|redlock) \| ([^|]+) \|/gm)) rows.set(m[1] as string, [m[2] as string, (m[3] as string).trim()]);
 
   it.each(Object.entries(DEFAULTS))('lists %s with its default %o', (name, value) => {
     const shown = rows.get(name);
-    expect(shown, `README has no row for ${name}`).toBeDefined();
+    expect(shown, `docs/options.md has no row for ${name}`).toBeDefined();
     expect(shown?.[1]).toBe(typeof value === 'string' ? `\`'${value}'\`` : `\`${String(value)}\``);
   });
 
@@ -26,7 +26,7 @@ describe('README options table', () => {
     ...Object.keys(REDLOCK_FIELDS).map((n) => [n, 'redlock'] as const),
   ];
   it.each(levels)('lists the schema option %s at level %s', (name, level) => {
-    expect(rows.get(name)?.[0], `README row for ${name}`).toBe(level);
+    expect(rows.get(name)?.[0], `docs/options.md row for ${name}`).toBe(level);
   });
 
   it('has no row for an option the schema does not have', () => {
