@@ -156,7 +156,9 @@ export class Cache extends EventEmitter<CacheEvents> {
       telemetry: this.telemetry,
     };
     this.calls = new Calls(this.deps, o.prefix, o.maxWaitersPerKey);
-    this.generations = new Generations(port, this.io, o.prefix);
+    // A subscriber that has not acknowledged a clear within 2 × redisTimeout is one the heartbeat counts as down by then.
+    const notes = { channel: this.bus.channel, note: (path: string, id: string) => this.bus.message('c', clearNoteKey(path, id)) };
+    this.generations = new Generations(port, this.io, o.prefix, notes, replicaConfirm(port, o.replicaAck), 2 * o.redisTimeout, o.clock);
     // L1 and cached namespace generations are trusted only while subscribed: notes sent while away are lost (see local-tier.ts).
     this.bus.start(port, {
       onNote: (note) => this.onNote(note),
@@ -310,8 +312,7 @@ export class Cache extends EventEmitter<CacheEvents> {
   /** A clear's note (`c`: a namespace path; `a`: the whole cache), then the wait for every subscriber's acknowledgement. */
   private announceClear(path: string, kind: 'c' | 'a'): Promise<void> {
     const id = randomBytes(9).toString('base64url');
-    // A subscriber that has not acknowledged within 2 × redisTimeout is one the heartbeat counts as down by then.
-    return this.generations.clear(path, id, this.bus.channel, this.bus.message(kind, clearNoteKey(path, id)), 2 * this.options.redisTimeout, this.options.clock);
+    return this.generations.clear(path, id, this.bus.message(kind, clearNoteKey(path, id)));
   }
 
   /** Everything was cleared (here, or a note from another process): nothing kept from before may answer a call. */

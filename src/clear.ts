@@ -102,20 +102,21 @@ export async function invalidateEverything(port: RedisPort, io: Io, batch: Batch
 /**
  * How many subscribers a note on `channel` reaches. PUBLISH's own reply counts only those connected to
  * the node that ran it; on a Cluster a note reaches every node's subscribers, so they are counted on
- * every node (masters and replicas) with PUBSUB NUMSUB. Undefined on a standalone Redis (PUBLISH's
- * reply is the count) and when a node could not be asked (then PUBLISH's reply is used: a lower bound).
+ * every node (masters and replicas) with PUBSUB NUMSUB, each on its own: the counts of the nodes that
+ * answered are kept, and a node that failed or did not answer within redisTimeout counts nothing (its
+ * subscribers may still acknowledge; the clear does not wait for them). Undefined on a standalone
+ * Redis (PUBLISH's reply is the count) and when no node answered (then PUBLISH's reply is used).
  */
 export async function clusterReceivers(port: RedisPort, io: Io, channel: string): Promise<number | undefined> {
   if (!port.cluster) return undefined;
-  try {
-    const counts = await Promise.all(
-      port.eachNode('all').map(async (node) => {
-        const reply = (await io.run('clear', () => node(['PUBSUB', 'NUMSUB', channel]))) as [string, number | string];
-        return Number(reply[1]);
-      }),
-    );
-    return counts.reduce((a, b) => a + b, 0);
-  } catch {
-    return undefined;
-  }
+  const counts = await Promise.allSettled(
+    port.eachNode('all').map(async (node) => {
+      const reply = (await io.run('clear', () => node(['PUBSUB', 'NUMSUB', channel]))) as [string, number | string];
+      const count = Number(reply[1]);
+      if (!Number.isSafeInteger(count) || count < 0) throw new Error(`unexpected PUBSUB NUMSUB reply ${String(reply[1])}`);
+      return count;
+    }),
+  );
+  const answered = counts.flatMap((c) => (c.status === 'fulfilled' ? [c.value] : []));
+  return answered.length === 0 ? undefined : answered.reduce((a, b) => a + b, 0);
 }

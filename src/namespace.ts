@@ -1,7 +1,10 @@
+import { randomBytes } from 'node:crypto';
 import { LRUCache } from 'lru-cache';
 import { clusterReceivers } from './clear.js';
 import { InvalidOptionError, RedisUnavailableError } from './errors.js';
 import type { Io } from './io.js';
+import type { OwnKey } from './node-of.js';
+import type { Clock } from './options.js';
 import type { LoaderContext } from './loader.js';
 import type { BatchLoader } from './many.js';
 import type { DegradedMemo } from './degraded-memo.js';
@@ -92,28 +95,39 @@ export function withDegradedKeys(memo: DegradedMemo, degradedKeyOf: (internal: s
 export const RESERVED_KEY_START = '\0';
 
 /**
- * A generation counter that is missing — never used, or lost: evicted (allkeys-*), a restart without
- * persistence — is (re-)created at the server's TIME in µs, never at 0. Were a lost counter to restart
- * at 0 (or at any small number), the generations it had already passed would come back, and with them
- * every entry written under them that has not expired yet: values from before a clear would be served.
- * A seed from TIME is above every generation handed out before it (the same argument, and the same
- * bounds, as the fence's re-seed in lock/scripts.ts), so the entries of every earlier generation stay
- * unreachable. Digits are concatenated as strings: Lua would print a large number in exponent form.
+ * A generation counter that is missing — never used, or lost: evicted (allkeys-*), deleted, a restart
+ * without persistence — is (re-)created at the server's TIME in µs, never at 0. Were a lost counter to
+ * restart at 0 (or at any small number), the generations it had already passed would come back, and
+ * with them every entry written under them that has not expired yet: values from before a clear would
+ * be served. A seed from TIME is above every generation handed out before it (the same argument, and
+ * the same bounds, as the fence's re-seed in lock/scripts.ts), so the entries of every earlier
+ * generation stay unreachable. Digits are concatenated as strings: Lua would print a large number in
+ * exponent form. Returns the generation and whether it was (re-)created just now.
  */
 const SEED_GENERATION = `
 local function generation(key)
   local g = redis.call('GET', key)
-  if g then return g end
+  if g then return g, false end
   local t = redis.call('TIME')
   g = t[1] .. string.format('%06d', tonumber(t[2]))
   redis.call('SET', key, g)
-  return g
+  return g, true
 end
 `;
 
-/** The path's generation, (re-)seeded if its counter is missing (SEED_GENERATION). */
-const GENERATION = script('sgNsGenV1', 1, `${SEED_GENERATION}
-return generation(KEYS[1])
+/**
+ * The path's generation, (re-)seeded if its counter is missing (SEED_GENERATION). A re-seed is a clear
+ * that everyone must see: processes still holding the lost generation cached would otherwise keep
+ * using internal keys nobody else uses (a delete or set made by one never reached the other). So a
+ * re-seed does what CLEAR does in the same step: the acknowledgement counter (KEYS[2]) starts at 0 and
+ * the path's clear note goes out (ARGV[2] the channel, ARGV[3] the note); the reader then waits for
+ * the acknowledgements as clear() does. Returns { generation, subscribers reached, or -1: not seeded }.
+ */
+const GENERATION = script('sgNsGenV2', 2, `${SEED_GENERATION}
+local g, seeded = generation(KEYS[1])
+if not seeded then return {g, -1} end
+redis.call('SET', KEYS[2], '0', 'PX', ARGV[1])
+return {g, redis.call('PUBLISH', ARGV[2], ARGV[3])}
 `);
 
 /**
@@ -134,6 +148,13 @@ redis.call('PEXPIRE', KEYS[1], ARGV[1])
 return 1
 `);
 
+
+/** How a clear reaches every process: the cache's broadcast channel and its clear notes (kind 'c'). */
+export interface ClearNotes {
+  readonly channel: string;
+  /** The note saying that `path`'s generation moved (a clear, or a lost counter re-created), with a clear id. */
+  note(path: PathId, id: string): string;
+}
 
 /** How many namespace paths' generations a process keeps cached. */
 const MAX_KNOWN_PATHS = 10_000;
@@ -177,6 +198,16 @@ export class Generations {
     private readonly port: RedisPort,
     private readonly io: Io,
     private readonly prefix: string,
+    /** How a path's clear is announced: the broadcast channel, and the clear note of a path and clear id. */
+    private readonly notes: ClearNotes,
+    /** replicaAck's WAIT on the node that owns a Redis key (undefined: off); a clear is confirmed like a delete. */
+    private readonly confirm: ((redisKey: string) => Promise<void>) | undefined,
+    /**
+     * How long a clear (or a re-seed) waits for the subscribers' acknowledgements: a subscriber that
+     * has not acknowledged by then is one the heartbeat counts as down (2 × redisTimeout).
+     */
+    private readonly ackWaitMs: number,
+    private readonly clock: Clock,
   ) {}
 
   /** The generation counter. `{path}`: it and the clear's acknowledgement counter share a Cluster slot (one script). */
@@ -193,10 +224,32 @@ export class Generations {
     const known = this.trusted ? this.known.get(path) : undefined;
     if (known !== undefined) return known;
     const ticket = this.seq;
-    const key = this.redisKey(path);
-    const generation = Number(await this.io.run('read', () => this.port.run(GENERATION, [key], []), { namespace: path, redisKey: key }));
+    const counter = { namespace: path, redisKey: this.redisKey(path) };
+    // The note and acknowledgements of a re-seed (see GENERATION): made per read, used only if the counter is missing.
+    const id = randomBytes(9).toString('base64url');
+    const acks = this.ackKey(path, id);
+    const reply = (await this.io.run('read', () => this.port.run(GENERATION, [counter.redisKey, acks], [ACK_TTL_MS, this.notes.channel, this.notes.note(path, id)]), counter)) as [string | number, number | string];
+    const generation = Number(reply[0]);
+    const published = Number(reply[1]);
+    if (published >= 0) {
+      // A re-seed: a clear of the lost generation, announced; this read resolves once it was heard.
+      this.drop(path);
+      const everywhere = await clusterReceivers(this.port, this.io, this.notes.channel);
+      await this.acknowledged(acks, Math.max(published, everywhere ?? 0), counter);
+      return generation;
+    }
     if (this.trusted && ticket >= this.floor && (this.droppedAt.get(path) ?? -1) <= ticket) this.known.set(path, generation);
     return generation;
+  }
+
+  /** Waits until `receivers` subscribers acknowledged the clear note counted at `acks`, or `ackWaitMs` passed. */
+  private async acknowledged(acks: string, receivers: number, counter: OwnKey): Promise<void> {
+    const deadline = this.clock.now() + this.ackWaitMs;
+    while (this.clock.now() < deadline) {
+      const acked = Number((await this.io.run('clear', () => this.port.command(acks, ['GET', acks]), counter)) ?? 0);
+      if (acked >= receivers) return;
+      await new Promise((resolve) => setTimeout(resolve, ACK_POLL_MS));
+    }
   }
 
   /**
@@ -204,24 +257,28 @@ export class Generations {
    * clear `id`), in one script; then waits until every subscriber that received the note acknowledged
    * it (ack(): each dropped its cached generation first), or `ackWaitMs` passed. PUBLISH's reply says
    * how many received it on a single Redis; on a Cluster (where it counts only the subscribers of the
-   * node that ran it) every node's subscribers are counted first (PUBSUB NUMSUB).
+   * node that ran it) the subscribers of every node that answers are counted first (PUBSUB NUMSUB).
+   * With replicaAck, the bump is confirmed by WAIT like a delete (a failover to a replica that missed
+   * it would roll the generation back, and pre-clear entries would be reachable again): fewer
+   * acknowledgements reject with RedisUnavailableError (failure 'replicaAck'), as delete() does.
    * Throws RedisUnavailableError. This process's own cache is dropped for the path at once.
    */
-  async clear(path: PathId, id: string, channel: string, message: string, ackWaitMs: number, clock: { now(): number }): Promise<void> {
+  async clear(path: PathId, id: string, message: string): Promise<void> {
     this.drop(path);
     const acks = this.ackKey(path, id);
+    const { channel } = this.notes;
     const counter = { namespace: path, redisKey: this.redisKey(path) }; // the breaker of the counter's node
     // On a Cluster PUBLISH counts only the subscribers of the node that ran it: count every node's first.
     const everywhere = await clusterReceivers(this.port, this.io, channel);
-    const published = Number(await this.io.run('clear', () => this.port.run(CLEAR, [this.redisKey(path), acks], [ACK_TTL_MS, channel, message]), counter));
+    const bump = async (): Promise<unknown> => {
+      const reached = await this.port.run(CLEAR, [counter.redisKey, acks], [ACK_TTL_MS, channel, message]);
+      await this.confirm?.(counter.redisKey);
+      return reached;
+    };
+    const published = Number(await this.io.run('clear', bump, counter));
     const receivers = Math.max(published, everywhere ?? 0);
     this.drop(path); // a read that raced the INCR must not keep the old generation
-    const deadline = clock.now() + ackWaitMs;
-    while (clock.now() < deadline) {
-      const acked = Number((await this.io.run('clear', () => this.port.command(acks, ['GET', acks]), counter)) ?? 0);
-      if (acked >= receivers) return;
-      await new Promise((resolve) => setTimeout(resolve, ACK_POLL_MS));
-    }
+    await this.acknowledged(acks, receivers, counter);
   }
 
   /** Another process's (or this one's) clear note: forget the path's generation, then acknowledge. Never throws. */
