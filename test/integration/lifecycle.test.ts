@@ -253,3 +253,44 @@ describe('messages say "namespace" for a namespace', () => {
     }
   });
 });
+
+describe('the start-up and shutdown docs/operations.md recommends, with Redis down', () => {
+  const socket = { connectTimeout: 2_000, reconnectStrategy: (retries: number) => Math.min(100 * 2 ** retries, 2_000) };
+  it.each([
+    ['node-redis 6', (url: string) => createClient({ url, socket })],
+    ['node-redis 5', (url: string) => createClient5({ url, socket })],
+  ] as const)('%s: connect() not awaited to the end, calls answer degraded, close() then destroy() settles', async (_name, make) => {
+    const redis = make(await freePortUrl());
+    redis.on('error', () => undefined);
+    const connecting = redis.connect().catch(() => undefined);
+    await Promise.race([connecting, sleep(200)]);
+    const cache = createCache({ redis, prefix: `lc${process.pid}down`, redisTimeout: 200 });
+    expect(await cache.getOrCompute('k', () => 'computed', 1000)).toBe('computed');
+    expect(await cache.ready()).toBe(false);
+    await cache.close();
+    // close() waits for the commands node-redis still queues (the cache's timed-out reads): it does
+    // not settle while Redis is down. destroy() rejects them; node-redis 5 then throws "The client is
+    // closed" (close() already marked it closed) after it has done so.
+    const closed = redis.close().then(() => true, () => false);
+    if (!(await Promise.race([closed, sleep(300, false)]))) {
+      try {
+        redis.destroy();
+      } catch {
+        // node-redis 5 after close()
+      }
+    }
+    expect(redis.isOpen).toBe(false);
+  });
+
+  it('ioredis: calls answer degraded, close() then quit() raced with disconnect() settles', async () => {
+    const redis = new Redis(await freePortUrl(), { maxRetriesPerRequest: 1 });
+    redis.on('error', () => undefined);
+    const cache = createCache({ redis, prefix: `lc${process.pid}down`, redisTimeout: 200 });
+    expect(await cache.getOrCompute('k', () => 'computed', 1000)).toBe('computed');
+    await cache.close();
+    const quit = redis.quit().then(() => true, () => false);
+    // Resolves: ioredis answers a QUIT it cannot send (nothing queued) by disconnecting at once, and
+    // stops reconnecting (its status may still read 'reconnecting'). A hang would time the test out.
+    if (!(await Promise.race([quit, sleep(300, false)]))) redis.disconnect();
+  });
+});
