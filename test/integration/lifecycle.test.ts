@@ -148,6 +148,45 @@ describe('ready() is true only when calls can reach Redis', () => {
     expect(await cache.ready()).toBe(true);
   });
 
+  it('close() ends a pending ready() at once with false, and the closed cache reports nothing after', async () => {
+    const client = familyClient(await freePortUrl(), TEST_CLIENT, { retryDelay: 200 });
+    try {
+      // A redisTimeout longer than the test's own timeout: only close() can end this ready() in time.
+      const cache = s.keep(createCache({ redis: client.client, prefix: `lc${process.pid}rc`, redisTimeout: 120_000 }));
+      let closed = false;
+      const afterClose: string[] = [];
+      cache.on('degraded', (e) => {
+        if (closed) afterClose.push(e.operation);
+      });
+      const pending = cache.ready();
+      await sleep(100);
+      closed = true;
+      await cache.close();
+      expect(await pending).toBe(false);
+      expect(afterClose).toEqual([]);
+    } finally {
+      client.dispose();
+    }
+  });
+
+  it('false while a circuit breaker refuses operations, with a degraded event naming it', async () => {
+    const cache = cacheOn({ redisTimeout: 150, breakerThreshold: 2, breakerCooldown: 120_000 });
+    expect(await cache.ready()).toBe(true);
+    s.server.pause();
+    try {
+      // Two reads that time out open the breaker (their callers answer degraded).
+      for (const key of ['b1', 'b2']) expect(await cache.getOrCompute(key, () => 'v', 60_000)).toBe('v');
+    } finally {
+      s.server.resume();
+    }
+    const why: unknown[] = [];
+    cache.on('degraded', (e) => {
+      if (e.operation === 'ready') why.push(e.error);
+    });
+    expect(await cache.ready()).toBe(false);
+    expect(why).toMatchObject([{ operation: 'ready', failure: 'breaker' }]);
+  });
+
   it('false once closed', async () => {
     const cache = cacheOn();
     await cache.close();
