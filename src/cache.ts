@@ -7,7 +7,7 @@ import { LruDegradedMemo, NO_DEGRADED_MEMO, type DegradedMemo } from './degraded
 import { refreshPolicyFor } from './entry.js';
 import { AbortedError, CacheClosedError, InvalidKeyError, InvalidOptionError, type RedisUnavailableError } from './errors.js';
 import type { CacheEvents } from './events.js';
-import { NoFlight, SingleFlight, type Coalescer } from './flight.js';
+import { Calls } from './call.js';
 import { portFor } from './client/detect.js';
 import { Io } from './io.js';
 import { ready } from './readiness.js';
@@ -20,10 +20,10 @@ import { RedlockLock } from './lock/redlock.js';
 import { StoreLock, type LockDeps } from './lock/single.js';
 import type { Grant, Locker } from './lock/types.js';
 import { resolveCacheOptions, resolveCallOptions, writeTtl, type CacheOptions, type CallOptions, type LockMode, type ResolvedCache, type ResolvedCall } from './options.js';
-import { Background, entryRead, readEntry, Rebuild, refreshAheadOnHit, type Emit, type RebuildDeps } from './rebuild.js';
+import { Background, entryRead, readEntry, refreshAheadOnHit, type Emit, type RebuildDeps } from './rebuild.js';
 import { replicaConfirm, withReplicaAck } from './replica-ack.js';
-import { Store } from './store.js';
-import { getOrComputeChannel, Telemetry, traced, type Answered, type CacheStats, type GetOrComputeContext } from './telemetry.js';
+import { Store, type Found } from './store.js';
+import { getOrComputeChannel, Telemetry, traced, type CacheStats, type GetOrComputeContext } from './telemetry.js';
 import { computeMany, type BatchLoader } from './many.js';
 import { clearNoteKey, Generations, Namespace, parseClearNote, RESERVED_KEY_START, validateNamespace, withDegradedKeys, type NamespaceHost } from './namespace.js';
 import { Bus, Waiters, type Note } from './wait.js';
@@ -64,10 +64,8 @@ export class Cache extends EventEmitter<CacheEvents> {
   private readonly lockers: Record<LockMode, Locker>;
   /** Fence-only grants (no lock): set(). */
   private readonly fenceOnly: StoreLock;
-  private readonly coalescers: Record<LockMode, Coalescer>;
-  private readonly flight: SingleFlight;
-  /** The flights of `forceFresh` calls, apart from normal ones: they coalesce only with each other. */
-  private readonly freshFlight: SingleFlight;
+  /** Every key's call: flights, close guard, outcome (call.ts). */
+  private readonly calls: Calls;
   /** Grants held right now; close() releases them (and any acquired while it runs) without waiting for loaders. */
   private readonly grants = new GrantRegistry();
   /** Aborts every loader's ctx.signal on close(); after it, no loader starts and nothing is written. */
@@ -142,10 +140,6 @@ export class Cache extends EventEmitter<CacheEvents> {
         ? new RedlockLock(lockDeps, o.redlock, fallback[o.redlock.onNoQuorum], { threshold: o.breakerThreshold, cooldown: o.breakerCooldown })
         : single,
     };
-    const flight = new SingleFlight(o.maxWaitersPerKey, this.lifetime.signal);
-    this.coalescers = { none: new NoFlight(this.lifetime.signal), local: flight, single: flight, redlock: flight };
-    this.flight = flight;
-    this.freshFlight = new SingleFlight(o.maxWaitersPerKey, this.lifetime.signal);
     this.deps = {
       store,
       lockers: this.lockers,
@@ -161,6 +155,7 @@ export class Cache extends EventEmitter<CacheEvents> {
       emit,
       telemetry: this.telemetry,
     };
+    this.calls = new Calls(this.deps, o.prefix, o.maxWaitersPerKey);
     this.generations = new Generations(port, this.io, o.prefix);
     // L1 and cached namespace generations are trusted only while subscribed: notes sent while away are lost (see local-tier.ts).
     this.bus.start(port, {
@@ -245,7 +240,7 @@ export class Cache extends EventEmitter<CacheEvents> {
   private async compute<T, S>(key: string, loader: (ctx: LoaderContext<S>) => T | PromiseLike<T>, ttlOrOptions: number | CallOptions | undefined, trace: GetOrComputeContext | undefined): Promise<T> {
     const call = this.callOf(key, loader, ttlOrOptions, trace);
     const untyped = loader as (ctx: LoaderContext) => unknown;
-    if (call.forceFresh === true) return this.forced(key, untyped, call, trace) as Promise<T>;
+    if (call.forceFresh === true) return this.calls.run(key, untyped, call, trace) as Promise<T>;
     const l1 = this.local.get(key);
     if (l1?.stale) {
       this.telemetry.localStale();
@@ -260,7 +255,7 @@ export class Cache extends EventEmitter<CacheEvents> {
       if (l1.facts && refreshPolicyFor(call.refreshAhead, l1.facts) !== 0) refreshAheadOnHit(this.deps, key, () => entryKeys(this.options.prefix, key), untyped, call, { value: l1.value, freshUntil: l1.freshUntil, facts: l1.facts });
       return l1.value as T;
     }
-    return this.trip(this.coalescers[call.lock], key, untyped, call, trace) as Promise<T>;
+    return this.calls.run(key, untyped, call, trace) as Promise<T>;
   }
 
   /**
@@ -276,41 +271,17 @@ export class Cache extends EventEmitter<CacheEvents> {
 
   private async degradedTrip(key: string, loader: (ctx: LoaderContext) => unknown, ttlOrOptions: number | CallOptions | undefined, cause: RedisUnavailableError, trace: GetOrComputeContext | undefined): Promise<unknown> {
     const call = this.callOf(key, loader, ttlOrOptions, trace);
-    const coalescer = call.forceFresh === true ? this.forcedFlight(call) : this.coalescers[call.lock];
-    return this.trip(coalescer, key, loader, call, trace, (trip) => trip.answerDegraded(cause));
-  }
-
-  /** `forceFresh`: L1 is skipped, and the trip is coalesced only with other forceFresh calls (a normal trip may answer from the cache). */
-  private forced(key: string, loader: (ctx: LoaderContext) => unknown, call: ResolvedCall, trace: GetOrComputeContext | undefined): Promise<unknown> {
-    return this.trip(this.forcedFlight(call), key, loader, call, trace);
-  }
-
-  /** forceFresh: coalesced only with other forceFresh calls (a normal trip may answer from the cache). */
-  private forcedFlight(call: ResolvedCall): Coalescer {
-    return call.lock === 'none' ? this.coalescers.none : this.freshFlight;
-  }
-
-  /** Runs `answer` on this caller's Rebuild, or joins the flight already running it; counts and traces the outcome. */
-  private async trip(coalescer: Coalescer, key: string, untyped: (ctx: LoaderContext) => unknown, call: ResolvedCall, trace: GetOrComputeContext | undefined, answer: (trip: Rebuild) => Promise<Answered> = (trip) => trip.answer()): Promise<unknown> {
-    const keys = entryKeys(this.options.prefix, key);
-    let led = false; // this caller's work ran the trip (else it joined another caller's flight)
-    const answered = await coalescer.run(key, call.signal, (stop) => {
-      led = true;
-      return answer(new Rebuild(this.deps, key, keys, untyped, call, stop));
-    });
-    const outcome = this.telemetry.caller(answered, led);
-    if (trace) trace.outcome = outcome;
-    return answered.value;
+    return this.calls.run(key, loader, call, trace, (trip) => trip.answerDegraded(cause));
   }
 
   /** The fresh value, or `undefined`. Never runs a loader; a Redis failure is reported as `degraded` and reads as a miss. */
   async get<T = unknown>(key: string): Promise<T | undefined> {
     this.assertUsable(key);
     const l1 = this.local.get(key);
-    if (l1 && !l1.stale) return l1.value as T;
+    if (l1 && !l1.stale) return this.readHit(key, l1.value) as T;
     try {
       const found = await readEntry(this.deps, key, entryKeys(this.options.prefix, key));
-      return found.state === 'fresh' ? (found.value as T) : undefined;
+      return this.read(found) as T | undefined;
     } catch (error) {
       if (error instanceof CacheClosedError) throw error;
       this.safeEmit('degraded', { key, operation: 'read', error });
@@ -347,8 +318,7 @@ export class Cache extends EventEmitter<CacheEvents> {
   private clearedEverything(): void {
     this.local.flush();
     this.memo.clear();
-    this.flight.forgetAll();
-    this.freshFlight.forgetAll();
+    this.calls.forgetAll();
     this.deps.background.abandonAll();
   }
 
@@ -370,6 +340,7 @@ export class Cache extends EventEmitter<CacheEvents> {
       ops,
       generations: this.generations,
       validateKey: (key: unknown): asserts key is string => this.assertUsable(key),
+      checkCall: (key, loader, ttlOrOptions) => void this.callOf(key, loader, ttlOrOptions, undefined),
       degraded: (key, loader, ttlOrOptions, cause) => ops.computeDegraded(key, loader, ttlOrOptions, cause),
       degradedRead: (key, error) => this.safeEmit('degraded', { key, operation: 'read', error }),
       invalidateDegraded: (key) => {
@@ -402,6 +373,7 @@ export class Cache extends EventEmitter<CacheEvents> {
       batch: this.batch,
       prefix: this.options.prefix,
       maxValueBytes: this.options.maxValueBytes,
+      calls: this.calls,
       resolveCall: (key) => this.resolveCall(key, ttlOrOptions),
       one: (key, loader) => this.getOrCompute(key, loader, single),
     }, keys, loadMany, signal)) as (T | undefined)[];
@@ -426,7 +398,7 @@ export class Cache extends EventEmitter<CacheEvents> {
     const remote: number[] = [];
     keys.forEach((key, i) => {
       const l1 = this.local.get(key);
-      if (l1 && !l1.stale) values[i] = l1.value as T;
+      if (l1 && !l1.stale) values[i] = this.readHit(key, l1.value) as T;
       else remote.push(i);
     });
     if (remote.length === 0) return values;
@@ -443,9 +415,26 @@ export class Cache extends EventEmitter<CacheEvents> {
         return;
       }
       const found = entryRead(this.deps, key, tickets[j] as number, sent, this.deps.store.found(key, reply.value as [number, Buffer | number] | null));
-      if (found.state === 'fresh') values[remote[j] as number] = found.value as T;
+      values[remote[j] as number] = this.read(found) as T | undefined;
     });
     return values;
+  }
+
+  /** get()/getMany() found a fresh value in L1: a local hit, as for getOrCompute. */
+  private readHit(key: string, value: unknown): unknown {
+    this.telemetry.localHit();
+    this.safeEmit('hit', { key, tier: 'local' });
+    return value;
+  }
+
+  /** What get()/getMany() answer from a store read: its fresh value (a hit; entryRead emitted the event), else nothing (a miss). */
+  private read(found: Found): unknown {
+    if (found.state !== 'fresh') {
+      this.telemetry.readMiss();
+      return undefined;
+    }
+    this.telemetry.redisHit();
+    return found.value;
   }
 
   /**
@@ -504,7 +493,7 @@ export class Cache extends EventEmitter<CacheEvents> {
       const ticket = this.local.begin(key);
       const ttl = writeTtl(call);
       const sent = this.options.clock.now();
-      this.telemetry.ownWrite(key, grant.fence);
+      this.telemetry.ownWrite(key, grant.fence, 'set');
       const written = await this.deps.store.write(key, keys, grant, value, call, 0, 's', ttl);
       outcome = 'written';
       // Redis started the entry's ttl between `sent` and now: L1's copy counts from `sent`.
@@ -615,8 +604,7 @@ export class Cache extends EventEmitter<CacheEvents> {
    * and an early refresh begun before it is abandoned.
    */
   private forget(key: string): void {
-    this.flight.forget(key);
-    this.freshFlight.forget(key);
+    this.calls.forget(key);
     this.deps.background.abandon(key);
   }
 

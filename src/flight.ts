@@ -28,6 +28,8 @@ class LazyStop implements Stop {
 /** In-process coalescing of concurrent calls on one key. */
 export interface Coalescer {
   run<T>(key: string, callerSignal: AbortSignal | undefined, work: Work<T>): Promise<T>;
+  /** A flight runs for `key` that a call starting now would join (NoFlight: never). */
+  has(key: string): boolean;
   /**
    * The key's value changed (this process's set/delete completed, or another process's note): a call
    * starting from now must not join work begun before the change — it could only answer with a value
@@ -160,6 +162,10 @@ export class SingleFlight implements Coalescer {
     this.flights.delete(key);
   }
 
+  has(key: string): boolean {
+    return this.flights.has(key);
+  }
+
   /** Every key changed (the cache's clear()): calls starting now join no flight begun before. */
   forgetAll(): void {
     this.flights.clear();
@@ -199,6 +205,10 @@ export class NoFlight implements Coalescer {
 
   forget(): void {
     // Nothing is shared, nothing to detach.
+  }
+
+  has(): boolean {
+    return false;
   }
 
   run<T>(key: string, callerSignal: AbortSignal | undefined, work: Work<T>): Promise<T> {

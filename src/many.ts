@@ -1,12 +1,14 @@
 import type { Batch } from './batch.js';
 import { freshRemaining, refreshPolicyFor } from './entry.js';
+import type { Answer, Calls } from './call.js';
 import { AbortedError, CacheClosedError, InvalidOptionError } from './errors.js';
+import type { Stop } from './flight.js';
 import { entryKeys, type EntryKeys } from './keys.js';
 import { runLoader, type LoaderContext, type LoadResult } from './loader.js';
 import { StoreLock, type ManyItem } from './lock/single.js';
 import type { Grant, Locker } from './lock/types.js';
 import type { ResolvedCall } from './options.js';
-import { entryRead, Rebuild, refreshAheadOnHit, whileHeld, type RebuildDeps } from './rebuild.js';
+import { doneOnReread, entryRead, refreshAheadOnHit, type RebuildDeps } from './rebuild.js';
 import type { Found } from './store.js';
 
 /** What `loadMany` receives besides the keys. */
@@ -30,21 +32,38 @@ export interface ManyHost {
   readonly batch: Batch;
   readonly prefix: string;
   readonly maxValueBytes: number;
+  /** Every key's call: its flight, close guard and outcome. */
+  readonly calls: Calls;
   /** Resolves (and validates) the call's options for one key. */
   resolveCall(key: string): ResolvedCall;
-  /** One key through the ordinary getOrCompute path (stale, held by another process, Redis failing, backoff). */
+  /** One key through the ordinary getOrCompute path (stale, a failed read, due for refresh ahead). */
   one(key: string, loader: (ctx: LoaderContext) => unknown): Promise<unknown>;
 }
 
+/** A miss whose call this batch leads (no flight of this process had the key). */
+interface Led {
+  readonly key: string;
+  readonly keys: EntryKeys;
+  readonly call: ResolvedCall;
+  readonly found: Found;
+  /** Hands the call its way on: a grant won with the others' (and the re-read), or the single-key protocol. */
+  readonly answer: (how: Answer) => void;
+  /** The call's stop signal, once its flight started it (every caller gone, or close()). */
+  stop: Stop | undefined;
+}
+
 /**
- * getOrComputeMany, one story per batch:
- * 1. L1, then one pipelined read per hash slot for the rest; fresh values answer (refresh ahead per key);
- * 2. every miss tries its lock (all at once: one pipelined round trip per slot); a key whose lock another process holds, a stale key, a
- *    key whose read or acquire failed, goes the single-key way (waited for and woken like any waiter,
- *    served stale, degraded, backed off) with `loadMany([key])` as its loader if it must load after all;
+ * getOrComputeMany, one story per batch; every key is a call (call.ts) like a getOrCompute's:
+ * 1. L1, then one pipelined read per hash slot for the rest; fresh values answer (refresh ahead per
+ *    key); a stale key, a key whose read failed or one due for refresh goes the single-key way;
+ * 2. each miss joins the key's flight if this process already runs one (another getOrCompute, another
+ *    batch); the others' calls are led by this batch and their locks taken together (one pipelined
+ *    round trip per slot); a key not won goes the single-key protocol inside its own call (waited for,
+ *    backed off, degraded) with `loadMany([key])` as its loader if it must load after all;
  * 3. the keys won are re-read in one pipelined read per slot (someone may have written meanwhile);
- *    those still missing go to ONE `loadMany` call; each key is then written fenced and released on
- *    its own (its own outcome: written, not found, failed with its fail-safe value, …).
+ *    those still missing go to ONE `loadMany` call, whose signal aborts once every one of their calls
+ *    stopped; each key is then written fenced and released in its own call (soft and hard timeouts,
+ *    fail-safe, stats and events as a getOrCompute's).
  * Resolves the values aligned with `keys`, once every key settled; rejects with the first failed
  * key's error (the others were still cached).
  */
@@ -52,82 +71,126 @@ export async function computeMany(h: ManyHost, keys: readonly string[], loadMany
   const { deps: d } = h;
   const unique = [...new Set(keys)];
   const calls = new Map(unique.map((key) => [key, h.resolveCall(key)] as const));
+  // Checked after the options (a bad option is still refused) and before anything is read or locked.
+  if (signal?.aborted) throw new AbortedError(keys[0] ?? '', signal.reason);
   const callOf = (key: string): ResolvedCall => calls.get(key) as ResolvedCall;
+  // Each key's answer is observed as soon as it exists: close() may reject one while this batch still
+  // awaits Redis for the others (settleAll reads every outcome later; nothing is an unhandled rejection).
   const answers = new Map<string, Promise<unknown>>();
+  const setAnswer = answers.set.bind(answers);
+  answers.set = (key, p) => {
+    p.catch(() => undefined);
+    return setAnswer(key, p);
+  };
   const single = (key: string) => (ctx: LoaderContext) => pick(loadMany([key], { signal: ctx.signal, fencingTokens: new Map([[key, ctx.fencingToken]]) }), key);
 
   const remote: string[] = [];
   for (const key of unique) {
-    const l1 = d.local.get(key);
-    if (l1 && !l1.stale && refreshPolicyFor(callOf(key).refreshAhead, l1.facts) === 0) {
-      d.telemetry.localHit();
+    const call = callOf(key);
+    const l1 = call.forceFresh === true ? undefined : d.local.get(key);
+    if (l1 && !l1.stale && refreshPolicyFor(call.refreshAhead, l1.facts) === 0) {
+      d.emit('hit', { key, tier: 'local' });
+      h.calls.answered(key, call, 'localHit', l1.value);
       answers.set(key, Promise.resolve(l1.value));
     }
     else if (l1) answers.set(key, h.one(key, single(key))); // stale, or due for refresh ahead: the single-key path knows
     else remote.push(key);
   }
 
-  const misses: { key: string; keys: EntryKeys; found: Found }[] = [];
-  const found = await readAll(h, remote);
+  const found = await readAll(h, remote, (key) => callOf(key).forceFresh !== true); // forceFresh serves none of what it reads
+  const misses: { key: string; call: ResolvedCall; found: Found }[] = [];
   remote.forEach((key, i) => {
     const f = found[i];
     const call = callOf(key);
     if (f === undefined) answers.set(key, h.one(key, single(key))); // the read failed: degraded, per key
+    else if (call.forceFresh === true || f.state === 'miss' || f.state === 'kept') misses.push({ key, call, found: f });
     else if (f.state === 'fresh') {
       if (refreshPolicyFor(call.refreshAhead, f) !== 0) {
         const keysOf = () => entryKeys(h.prefix, key);
         refreshAheadOnHit(d, key, keysOf, single(key), call, { value: f.value, freshUntil: d.clock.now() + freshRemaining(f.pttl, f.graceMs), facts: f });
       }
-      d.telemetry.redisHit();
+      h.calls.answered(key, call, 'hit', f.value);
       answers.set(key, Promise.resolve(f.value));
-    } else if (f.state === 'stale') answers.set(key, h.one(key, single(key)));
-    else misses.push({ key, keys: entryKeys(h.prefix, key), found: f });
+    } else answers.set(key, h.one(key, single(key)));
   });
 
-  // Every miss's lock at once; a key not won (or whose acquire failed) goes the single-key way.
-  const acquired = await acquireAll(h, misses.map((m) => ({ key: m.key, keys: m.keys, call: callOf(m.key) })));
-  // Registered at once: a close() during the re-read below releases them while Redis is still
-  // reachable (each Rebuild registers and drops its grant again; hold() is idempotent).
-  // Once close() began, hold() still registers (close releases it) and Rebuild.rebuild refuses to load.
-  for (const grant of acquired) if (grant) d.grants.hold(grant);
-  const won: { key: string; keys: EntryKeys; found: Found; grant: Grant }[] = [];
-  misses.forEach((m, i) => {
-    const grant = acquired[i];
-    if (grant) {
-      d.telemetry.missed(); // the others go the single-key way, which counts them
-      won.push({ ...m, grant });
+  // Each miss is a call: it joins this process's flight of the key if one runs, else this batch leads it.
+  // Checked again here, synchronously before the calls start: a flight started for an aborted caller never runs its work.
+  if (signal?.aborted) throw new AbortedError(keys[0] ?? '', signal.reason);
+  const led: Led[] = [];
+  for (const m of misses) {
+    if (h.calls.joinable(m.key, m.call)) {
+      answers.set(m.key, h.calls.run(m.key, single(m.key), m.call, undefined));
+      continue;
     }
-    else answers.set(m.key, h.one(m.key, single(m.key)));
-  });
-
-  if (won.length > 0) {
-    // The re-read under the grants, one pipeline per slot; an exclusive grant that finds a fresh value loads nothing.
-    let again: (Found | undefined)[];
+    const how = deferred<Answer>();
+    const entry: Led = { key: m.key, keys: entryKeys(h.prefix, m.key), call: m.call, found: m.found, answer: how.resolve, stop: undefined };
+    led.push(entry);
+    answers.set(m.key, h.calls.run(m.key, single(m.key), m.call, undefined, async (trip) => {
+      entry.stop = trip.stop;
+      return (await how.promise)(trip);
+    }));
+  }
+  if (led.length > 0) {
     try {
-      again = await readAll(h, won.map((w) => w.key));
+      await lockAndLoad(h, led, loadMany);
     } catch (error) {
-      // close() while the re-read was out: no rebuild will own these grants, so free them here, and
-      // leave none of the other keys' answers unobserved.
-      await Promise.all(won.map((w) => w.grant.release('cancelled').catch(() => undefined)));
-      for (const p of answers.values()) p.catch(() => undefined);
-      throw error;
+      for (const entry of led) entry.answer(() => Promise.reject(asError(error))); // a call already handed on keeps its way
     }
-    const toLoad = won.filter((w, i) => !(w.grant.exclusive && again[i]?.state === 'fresh')).map((w) => w.key);
-    const first = callOf(toLoad[0] ?? (won[0] as { key: string }).key);
-    const tokens = new Map(won.map((w) => [w.key, w.grant.fence as number | undefined]));
-    const loaded = toLoad.length === 0 ? undefined : loadOnce(d, loadMany, toLoad, tokens, first, signal);
-    // Observed here: if close() stops every rebuild before it picks its value, nobody else reads it.
-    loaded?.catch(() => undefined);
-    won.forEach((w, i) => {
-      const loader = (): Promise<unknown> => pick((loaded as Promise<Map<string, unknown>>), w.key);
-      const rebuild = new Rebuild(d, w.key, w.keys, loader, callOf(w.key), { signal: d.lifetime }).keep(w.found);
-      answers.set(w.key, whileHeld(d, w.key, w.keys, () => rebuild.rebuild(w.grant, undefined, undefined, () => again[i])));
-    });
   }
 
   const settled = await settleAll(unique.map((key) => answers.get(key) as Promise<unknown>), signal, keys[0] ?? '');
   const byKey = new Map(unique.map((key, i) => [key, settled[i]]));
   return keys.map((key) => byKey.get(key));
+}
+
+/**
+ * The led calls' locks, taken together; the keys won re-read together and loaded by one `loadMany`;
+ * every led call is handed its way on (never left waiting, whatever throws).
+ */
+async function lockAndLoad(h: ManyHost, led: readonly Led[], loadMany: BatchLoader<unknown>): Promise<void> {
+  const { deps: d } = h;
+  const acquired = await acquireAll(h, led);
+  // Registered at once: a close() during the re-read below releases them while Redis is still
+  // reachable (each Rebuild registers and drops its grant again; hold() is idempotent).
+  for (const grant of acquired) if (grant) d.grants.hold(grant);
+  const won: { entry: Led; grant: Grant }[] = [];
+  led.forEach((entry, i) => {
+    const grant = acquired[i];
+    if (grant) won.push({ entry, grant });
+    else entry.answer((trip) => trip.answer()); // lost or failed: the single-key protocol, inside this call
+  });
+  if (won.length === 0) return;
+  let again: (Found | undefined)[];
+  try {
+    again = await readAll(h, won.map((w) => w.entry.key), (key) => won.find((w) => w.entry.key === key)?.entry.call.forceFresh !== true);
+  } catch (error) {
+    // close() while the re-read was out: no rebuild will own these grants, so free them here.
+    await Promise.all(won.map((w) => w.grant.release('cancelled').catch(() => undefined)));
+    for (const w of won) w.entry.answer(() => Promise.reject(asError(error)));
+    return;
+  }
+  // An exclusive grant whose re-read finds the work done loads nothing (the rule of rebuild()).
+  const toLoad = won.filter((w, i) => !(w.grant.exclusive && doneOnReread(again[i], bypassedBy(w.entry))));
+  const tokens = new Map(won.map((w) => [w.entry.key, w.grant.fence as number | undefined]));
+  const loaded = toLoad.length === 0 ? undefined : loadOnce(d, loadMany, toLoad.map((w) => w.entry.key), tokens, (toLoad[0] as { entry: Led }).entry.call, toLoad.map((w) => w.entry.stop));
+  // Observed here: if close() stops every rebuild before it picks its value, nobody else reads it.
+  loaded?.catch(() => undefined);
+  won.forEach((w, i) => {
+    const loader = (): Promise<unknown> => pick(loaded as Promise<Map<string, unknown>>, w.entry.key);
+    w.entry.answer((trip) => trip.withLoader(loader).answerWon(w.entry.found, w.grant, () => again[i]));
+  });
+}
+
+/** forceFresh: the fence of the entry the call bypassed (only a newer one means the work is done). */
+const bypassedBy = (entry: Led): number | undefined => (entry.call.forceFresh === true && entry.found.state !== 'miss' ? entry.found.fence : undefined);
+
+const asError = (error: unknown): Error => (error instanceof Error ? error : new Error(String(error)));
+
+function deferred<T>(): { promise: Promise<T>; resolve: (value: T) => void } {
+  let resolve!: (value: T) => void;
+  const promise = new Promise<T>((r) => (resolve = r));
+  return { promise, resolve };
 }
 
 /**
@@ -165,7 +228,7 @@ async function acquireAll(h: ManyHost, items: readonly ManyItem[]): Promise<(Gra
 }
 
 /** Reads `keys` in one pipelined round trip per slot; undefined where the read failed. */
-async function readAll(h: ManyHost, keys: readonly string[]): Promise<(Found | undefined)[]> {
+async function readAll(h: ManyHost, keys: readonly string[], serves: (key: string) => boolean = () => true): Promise<(Found | undefined)[]> {
   const { deps: d } = h;
   const tickets = keys.map((key) => d.local.begin(key));
   const sent = d.clock.now();
@@ -176,24 +239,49 @@ async function readAll(h: ManyHost, keys: readonly string[]): Promise<(Found | u
       if (reply.error instanceof CacheClosedError) throw reply.error;
       return undefined;
     }
-    return entryRead(d, key, tickets[i] as number, sent, d.store.found(key, reply.value as [number, Buffer | number] | null));
+    return entryRead(d, key, tickets[i] as number, sent, d.store.found(key, reply.value as [number, Buffer | number] | null), serves(key));
   });
 }
 
-/** The one loadMany call of a batch, under the call's hardTimeout and signals; resolves its Map or rejects. */
-async function loadOnce(d: RebuildDeps, loadMany: BatchLoader<unknown>, keys: string[], fencingTokens: ReadonlyMap<string, number | undefined>, call: ResolvedCall, signal: AbortSignal | undefined): Promise<Map<string, unknown>> {
-  const result: LoadResult = await runLoader((ctx) => loadMany(keys, { signal: ctx.signal, fencingTokens }), {
-    key: keys[0] as string,
-    fencingToken: undefined,
-    staleValue: undefined,
-    signals: signal ? [signal] : [],
-    lifetime: d.lifetime,
-    hardTimeout: call.hardTimeout,
-    clock: d.clock,
-  });
-  if (result.kind !== 'value') throw result.error;
-  if (!(result.value instanceof Map)) throw new InvalidOptionError('loadMany', result.value, 'loadMany to return a Map<key, value>', keys[0]);
-  return result.value as Map<string, unknown>;
+/**
+ * The one loadMany call of a batch, under the call's hardTimeout; its signal aborts on close(), or once
+ * every call it loads for stopped (their callers all left): then it is a cancellation, not a failure.
+ * Resolves its Map or rejects.
+ */
+async function loadOnce(d: RebuildDeps, loadMany: BatchLoader<unknown>, keys: string[], fencingTokens: ReadonlyMap<string, number | undefined>, call: ResolvedCall, stops: readonly (Stop | undefined)[]): Promise<Map<string, unknown>> {
+  const everyStopped = allAborted(stops.map((s) => s?.signal));
+  try {
+    const result: LoadResult = await runLoader((ctx) => loadMany(keys, { signal: ctx.signal, fencingTokens }), {
+      key: keys[0] as string,
+      fencingToken: undefined,
+      staleValue: undefined,
+      signals: [everyStopped.signal],
+      lifetime: d.lifetime,
+      hardTimeout: call.hardTimeout,
+      clock: d.clock,
+    });
+    if (result.kind !== 'value') throw result.error;
+    if (!(result.value instanceof Map)) throw new InvalidOptionError('loadMany', result.value, 'loadMany to return a Map<key, value>', keys[0]);
+    return result.value as Map<string, unknown>;
+  } finally {
+    everyStopped.dispose();
+  }
+}
+
+/** A signal that aborts once every one of `signals` aborted (an undefined one counts as aborted); dispose() detaches it. */
+function allAborted(signals: readonly (AbortSignal | undefined)[]): { readonly signal: AbortSignal; dispose(): void } {
+  const controller = new AbortController();
+  let running = 0;
+  const onAbort = function (this: AbortSignal): void {
+    if (--running === 0) controller.abort(this.reason);
+  };
+  const live = signals.filter((s): s is AbortSignal => s !== undefined && !s.aborted);
+  if (live.length === 0) controller.abort(signals.find((s) => s?.aborted)?.reason);
+  for (const s of live) {
+    running++;
+    s.addEventListener('abort', onAbort, { once: true });
+  }
+  return { signal: controller.signal, dispose: () => live.forEach((s) => s.removeEventListener('abort', onAbort)) };
 }
 
 /** One key's value from a batch result: a missing key is `undefined` (not cached), an Error value fails the key. */

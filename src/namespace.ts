@@ -298,6 +298,8 @@ export interface NamespaceHost {
   readonly generations: Generations;
   /** Checks a user key as the cache would (type, length, well-formed); throws InvalidKeyError. */
   validateKey(key: unknown): asserts key is string;
+  /** A call's checks (its options, its loader, its signal), before any Redis traffic: the generation is read only after them. */
+  checkCall(key: string, loader: unknown, ttlOrOptions: number | CallOptions | undefined): void;
   /** Clears `path` everywhere: the generation bump and its note. */
   clear(path: PathId): Promise<void>;
   /** Runs `loader` for `key` on the degraded path (in-process flight, degraded memo, `degraded` event), sending nothing to Redis. */
@@ -386,6 +388,7 @@ export class Namespace {
   async getOrCompute<T, S = T>(key: string, loader: (ctx: LoaderContext<S>) => T | PromiseLike<T>, ttlOrOptions?: number | CallOptions): Promise<T> {
     // The loader sees the key it was asked for, not the internal one.
     const asked = (ctx: LoaderContext<S>) => loader({ ...ctx, key });
+    this.host.checkCall(key, loader, ttlOrOptions);
     const at = await this.locate(key);
     if (typeof at !== 'string') return (await this.host.degraded(this.degradedKey(key), asked as (ctx: LoaderContext) => unknown, ttlOrOptions, at.cause)) as T;
     return this.host.ops.getOrCompute(at, asked, ttlOrOptions);
@@ -442,6 +445,7 @@ export class Namespace {
 
   /** `cache.getOrComputeMany` in this namespace: `loadMany` sees and returns the caller's keys. */
   async getOrComputeMany<T>(keys: readonly string[], loadMany: BatchLoader<T>, ttlOrOptions?: number | CallOptions): Promise<(T | undefined)[]> {
+    if (Array.isArray(keys)) for (const key of keys as unknown[]) if (typeof key === 'string') this.host.checkCall(key, loadMany, ttlOrOptions);
     const at = await this.locateMany(keys);
     if (!Array.isArray(at)) return this.degradedMany(keys, loadMany, ttlOrOptions, at);
     const internal = at;

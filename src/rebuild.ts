@@ -49,13 +49,17 @@ const SOFT_TIMEOUT = Symbol('soft timeout');
  * reached this process while the read was in flight (the ticket is taken before the read is sent).
  * Throws RedisUnavailableError.
  */
-export async function readEntry(d: RebuildDeps, key: string, keys: EntryKeys, sent = d.clock.now()): Promise<Found> {
+export async function readEntry(d: RebuildDeps, key: string, keys: EntryKeys, sent = d.clock.now(), serves = true): Promise<Found> {
   const ticket = d.local.begin(key);
-  return entryRead(d, key, ticket, sent, await d.store.read(key, keys));
+  return entryRead(d, key, ticket, sent, await d.store.read(key, keys), serves);
 }
 
-/** What a read found, once it arrived: fills L1 (if `ticket`, taken before the read was sent, still holds) and reports a hit. */
-export function entryRead(d: RebuildDeps, key: string, ticket: Ticket, sent: number, found: Found): Found {
+/**
+ * What a read found, once it arrived: fills L1 (if `ticket`, taken before the read was sent, still
+ * holds) and reports a hit — unless the reader does not serve what it reads (`serves` false: a
+ * `forceFresh` call bypasses the entry it finds).
+ */
+export function entryRead(d: RebuildDeps, key: string, ticket: Ticket, sent: number, found: Found, serves = true): Found {
   // The store holds a value for this key again: it is the truth, the degraded copy goes. A miss says
   // nothing newer than the copy (this process's deletes and other processes' notes drop it anyway).
   if (found.state !== 'miss') d.memo.invalidate(key);
@@ -63,7 +67,7 @@ export function entryRead(d: RebuildDeps, key: string, ticket: Ticket, sent: num
     // Redis measured PTTL somewhere between `sent` and now: count L1's copy from `sent`, so a slow reply
     // never makes L1 outlive the entry in Redis.
     d.local.fill(ticket, key, found.value, freshRemaining(found.pttl, found.graceMs) - (d.clock.now() - sent), found);
-    d.emit('hit', { key, tier: 'redis' });
+    if (serves) d.emit('hit', { key, tier: 'redis' });
   } else if (found.state === 'stale') {
     // The stale window is served from L1 too, briefly: the winner's write note drops the copy in every
     // other process, this process's own write replaces it; STALE_L1_MS (and the window's end) bound it.
@@ -90,6 +94,11 @@ export class Rebuild implements Answered {
   missed = false;
   /** `forceFresh`: the fence of the entry this call bypassed; only a newer entry may answer its wait. */
   private bypassed: number | undefined;
+  /**
+   * When this call found no usable value (monotonic ms): its one `waitTimeout` counts from here,
+   * whatever it waits on first (this process's own background rebuild, then the lock).
+   */
+  private missedAt: number | undefined;
 
   constructor(
     private readonly d: RebuildDeps,
@@ -98,18 +107,17 @@ export class Rebuild implements Answered {
     private readonly loader: Loader<unknown>,
     readonly call: ResolvedCall,
     /** Its signal aborts when every caller sharing this trip left (or, for a background refresh, on close()). */
-    private readonly stop: Stop,
+    readonly stop: Stop,
   ) {}
+
+  /** The same call with another loader (a batch key won: its value comes from the batch's one loadMany). */
+  withLoader(loader: Loader<unknown>): Rebuild {
+    return new Rebuild(this.d, this.key, this.keys, loader, this.call, this.stop);
+  }
 
   /** Read only off the hit path: a flight makes its signal on first use. */
   private get signal(): AbortSignal {
     return this.stop.signal;
-  }
-
-  /** An expired value at hand (found by a batch read) becomes this trip's fail-safe fallback. */
-  keep(found: Found): this {
-    if (found.state === 'kept') this.fallback = found;
-    return this;
   }
 
   /** Runs the trip and resolves with itself: the value and how it was obtained, for every caller of the flight. */
@@ -117,6 +125,32 @@ export class Rebuild implements Answered {
     this.value = await this.run();
     this.outcome = this.current;
     return this;
+  }
+
+  /**
+   * A batch key this call's read found without a usable value (`found`) and whose lock the batch won
+   * (`grant`) with other keys': the same miss, re-read, soft and hard timeouts, fenced write and
+   * release as a single-key rebuild; `reread` is the re-read under the grant, sent with the others'.
+   */
+  async answerWon(found: Found, grant: Grant, reread: () => Found | undefined): Promise<Answered> {
+    this.missedWith(found);
+    this.value = await whileHeld(this.d, this.key, this.keys, () => this.loadWithin(grant, reread));
+    this.outcome = this.current;
+    return this;
+  }
+
+  /**
+   * The call found no usable value (`found`: a miss, or for `forceFresh` whatever was there): a
+   * `miss`, the start of its wait, an expired value kept as the fail-safe fallback, and for
+   * `forceFresh` the fence of the entry it bypassed.
+   */
+  private missedWith(found: Found): void {
+    this.d.emit('miss', { key: this.key });
+    this.missed = true;
+    this.missedAt ??= this.d.clock.now();
+    if (found.state === 'miss') return;
+    if (this.call.forceFresh === true) this.bypassed = found.fence;
+    if (found.state === 'kept' || (this.call.forceFresh === true && found.state === 'stale')) this.fallback = found;
   }
 
   /**
@@ -134,7 +168,7 @@ export class Rebuild implements Answered {
     let found: Found;
     const sent = this.d.clock.now();
     try {
-      found = await readEntry(this.d, this.key, this.keys, sent);
+      found = await readEntry(this.d, this.key, this.keys, sent, this.call.forceFresh !== true);
     } catch (error) {
       return this.degraded('read', error);
     }
@@ -153,8 +187,7 @@ export class Rebuild implements Answered {
     // This process is already rebuilding the key in the background (an early refresh, a rebuild past its
     // soft timeout): wait for it and read again, rather than start a second loader here (lock 'local'
     // would grant one at once).
-    this.d.emit('miss', { key: this.key });
-    this.missed = true;
+    this.missedWith(found);
     const running = this.d.background.pending(this.key);
     if (running) {
       // Bounded like any wait: at most waitTimeout, and a note on the key (a delete, a set, another
@@ -189,17 +222,9 @@ export class Rebuild implements Answered {
    * fence: written after this call's read). An expired value at hand is the fail-safe fallback.
    */
   private forced(found: Found): Promise<unknown> {
-    this.d.emit('miss', { key: this.key });
-    this.missed = true;
-    if (found.state !== 'miss') {
-      this.bypassed = found.fence;
-      if (found.state !== 'fresh') this.fallback = found;
-    }
+    this.missedWith(found);
     return this.lockOrWait();
   }
-
-  /** forceFresh's re-read under the grant: done only if another load wrote after this call's read. */
-  private readonly newerFresh = (again: Found | undefined): boolean => again?.state === 'fresh' && this.acceptable(again);
 
   /** A value a waiter may answer with: any, unless `forceFresh` bypassed an entry; then only a newer one. */
   private acceptable(found: Found): boolean {
@@ -214,7 +239,7 @@ export class Rebuild implements Answered {
     // (bounded by redisTimeout; without it the waiter polls). Held until this trip ends, so a change
     // of the key while this process rebuilds it is heard too (forget(): no later caller joins).
     const hold = this.d.wake.hold(this.key, this.keys);
-    const started = clock.now();
+    const started = this.missedAt ?? clock.now();
     const deadline = started + this.call.waitTimeout;
     try {
       // A fence-only grant is never refused: such a call never waits, so its subscription is not awaited.
@@ -254,7 +279,8 @@ export class Rebuild implements Answered {
         }
         if ((found.state === 'fresh' || found.state === 'stale') && this.acceptable(found)) {
           this.d.emit('waited', { key: this.key, ms: clock.now() - started, outcome: found.state === 'fresh' ? 'value' : 'stale' });
-          this.current = 'waited';
+          // Another process's load, or this process's own (a forceFresh call, a batch) that held the lock.
+          this.current = this.d.telemetry.answeredBy(this.key, found.fence);
           return found.state === 'fresh' ? found.value : this.serveStale(found.value, 'window');
         }
         if (found.state === 'kept' || (found.state === 'stale' && !this.acceptable(found))) this.fallback = found;
@@ -276,12 +302,12 @@ export class Rebuild implements Answered {
     return () => {
       const found = this.d.store.found(this.key, raw ?? null);
       raw = undefined; // the bytes are not kept for the loader's run
-      return entryRead(this.d, this.key, ticket, sent, found);
+      return entryRead(this.d, this.key, ticket, sent, found, doneOnReread(found, this.bypassed) || this.call.forceFresh !== true);
     };
   }
 
   /** Runs the rebuild; with a fail-safe value and a soft timeout, answers with that value once it passes (the rebuild goes on). */
-  private async loadWithin(grant: Grant, reread: (() => Found) | undefined): Promise<unknown> {
+  private async loadWithin(grant: Grant, reread: (() => Found | undefined) | undefined): Promise<unknown> {
     const rebuilding = this.rebuild(grant, undefined, undefined, reread);
     const fallback = this.fallback;
     const wait = loaderTimeout(fallback !== undefined, this.call.softTimeout, this.call.hardTimeout);
@@ -305,7 +331,7 @@ export class Rebuild implements Answered {
    * bypassed (another process's load that finished between this call's last read and its grant).
    */
   async rebuild(grant: Grant, staleValue: unknown, doneIf?: (again: Found | undefined) => boolean, reread?: () => Found | undefined): Promise<unknown> {
-    const done = doneIf ?? (grant.exclusive ? (this.call.forceFresh === true ? this.newerFresh : isFresh) : undefined);
+    const done = doneIf ?? (grant.exclusive ? (again: Found | undefined) => doneOnReread(again, this.bypassed) : undefined);
     let outcome: ReleaseOutcome = 'empty';
     try {
       if (!this.d.grants.hold(grant) || this.d.lifetime.aborted) {
@@ -318,8 +344,8 @@ export class Rebuild implements Answered {
         const again = reread ? reread() : await readEntry(this.d, this.key, this.keys).catch(() => undefined);
         if (done(again)) {
           // Someone wrote between our miss and our grant: another process's load answers us ('waited'),
-          // or this process's own set()/write (a plain hit).
-          this.current = again !== undefined && again.state !== 'miss' && this.d.telemetry.isOwnWrite(this.key, again.fence) ? 'hit' : 'waited';
+          // this process's own load ('coalesced'), or its own set() (a plain hit).
+          this.current = again !== undefined && again.state !== 'miss' ? this.d.telemetry.answeredBy(this.key, again.fence) : 'waited';
           return again?.state === 'miss' ? undefined : again?.value;
         }
       }
@@ -377,7 +403,7 @@ export class Rebuild implements Answered {
     // Redis counts the ttl from when it ran the write: L1's copy starts counting when it was sent.
     const sent = this.d.clock.now();
     try {
-      this.d.telemetry.ownWrite(key, grant.fence);
+      this.d.telemetry.ownWrite(key, grant.fence, 'load');
       written = (await this.d.store.write(key, this.keys, grant, value, call, loadMs, 'w', ttl, refreshAhead)) === 'accepted';
       const freshMs = ttl - (this.d.clock.now() - sent);
       this.d.local.written(ticket, key, value, freshMs, written, { fence: grant.fence, ttlMs: ttl, loadMs: Math.round(loadMs), refreshAhead });
@@ -521,7 +547,14 @@ export async function whileHeld<T>(d: RebuildDeps, key: string, keys: EntryKeys,
 /** How long a stale value may sit in L1 without the note that ends its window. */
 const STALE_L1_MS = 50;
 
-const isFresh = (again: Found | undefined): boolean => again?.state === 'fresh';
+/**
+ * Whether the re-read under an exclusive grant finds the work already done, so nothing is loaded: a
+ * fresh value — for `forceFresh` (`bypassed`: the fence of the entry it bypassed), only one newer
+ * than that entry (a load that finished between the call's read and its grant).
+ */
+export function doneOnReread(again: Found | undefined, bypassed: number | undefined): boolean {
+  return again?.state === 'fresh' && (bypassed === undefined || again.fence > bypassed);
+}
 
 /** What a hit saw: the value, the entry's facts, and when (monotonic ms) it stops being fresh. */
 export interface Seen {

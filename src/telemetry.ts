@@ -19,7 +19,7 @@ import type { LockMode } from './options.js';
  * answer counter (the tracing channel's `error` reports it).
  */
 export interface CacheStats {
-  /** Callers answered with a fresh value, from L1 or Redis (`localHits` included). */
+  /** Callers answered with a fresh value, from L1 or Redis (`localHits` included); each key of `get`, `getMany` and `has` that found one counts too. */
   hits: number;
   /** Callers answered with a fresh value from this process's L1 (a subset of `hits`). */
   localHits: number;
@@ -27,7 +27,8 @@ export interface CacheStats {
   staleServed: number;
   /**
    * Callers whose lookup found no usable value in L1 or Redis (joiners of such a flight included),
-   * answered afterwards by a load (here or elsewhere), a wait, or a fail-safe value.
+   * answered afterwards by a load (here or elsewhere), a wait, or a fail-safe value. Each key of
+   * `get`, `getMany` and `has` that found no fresh value counts too (they never load).
    */
   misses: number;
   /** Loaders started in this process: by a call, a background (stale or early) refresh, or the degraded path. Per loader run, not per caller. */
@@ -116,25 +117,32 @@ export interface Answered {
 
 const OWN_WRITES_KEPT = 1000;
 
+/** What wrote an entry this process wrote: a load (any call kind) or `set()`. */
+export type OwnWriter = 'load' | 'set';
+
 /** Owns the counters. Invariant: fields only ever increase; stats() copies them. */
 export class Telemetry {
   private readonly c: CacheStats = { hits: 0, localHits: 0, staleServed: 0, misses: 0, loaderRuns: 0, coalesced: 0, waited: 0, lockLost: 0, writeRejected: 0, degraded: 0, refreshStarted: 0, refreshWon: 0, refreshLost: 0 };
 
   /**
-   * The fence of this process's latest write per key, recorded when the write is sent (bounded: the
-   * oldest is forgotten first). A re-read that finds it was answered by this process, not by another
-   * process's load. Forgetting one can only count a `waited` as such; it never affects a value.
+   * The fence of this process's latest write per key and what wrote it (a load, or `set()`), recorded
+   * when the write is sent (bounded: the oldest is forgotten first). A read that finds it was answered
+   * by this process (a load: `coalesced`; a set: a plain hit), not by another process's load.
+   * Forgetting one can only count such a caller as `waited`; it never affects a value.
    */
-  private readonly own = new Map<string, number>();
+  private readonly own = new Map<string, { readonly fence: number; readonly by: OwnWriter }>();
 
-  ownWrite(key: string, fence: number): void {
+  ownWrite(key: string, fence: number, by: OwnWriter): void {
     this.own.delete(key);
     if (this.own.size >= OWN_WRITES_KEPT) this.own.delete(this.own.keys().next().value as string);
-    this.own.set(key, fence);
+    this.own.set(key, { fence, by });
   }
 
-  isOwnWrite(key: string, fence: number): boolean {
-    return this.own.get(key) === fence;
+  /** How a caller that read the entry `fence` of `key` written by someone else than itself was answered. */
+  answeredBy(key: string, fence: number): 'hit' | 'coalesced' | 'waited' {
+    const own = this.own.get(key);
+    if (own?.fence !== fence) return 'waited';
+    return own.by === 'set' ? 'hit' : 'coalesced';
   }
 
   loaderRun(): void {
@@ -158,13 +166,13 @@ export class Telemetry {
     this.c.localHits++;
   }
 
-  /** A key of a batch (getOrComputeMany) answered by a fresh value from Redis, outside any flight. */
+  /** A fresh value from Redis answered outside any flight: a key of a batch (getOrComputeMany), get(), getMany(). */
   redisHit(): void {
     this.c.hits++;
   }
 
-  /** A key of a batch whose lookup found no usable value and that the batch's own load answers. */
-  missed(): void {
+  /** get() / getMany() found no fresh value for a key (they never load: nothing else is counted). */
+  readMiss(): void {
     this.c.misses++;
   }
 

@@ -41,14 +41,39 @@ const BYTES: CommandOptions = Object.freeze({ typeMapping: Object.freeze({ 36: B
 const PLAIN: CommandOptions = Object.freeze({ typeMapping: Object.freeze({}) });
 
 /**
- * Per client and per node, the scripts run there: EVAL the first time, EVALSHA after. Sending EVALSHA
- * first would make the first run of a script two round trips (EVALSHA, NOSCRIPT, EVAL), and if the
- * NOSCRIPT reply is lost the script never runs at all: an undo that must land (a release by token
- * after a timeout) would then be lost with it. Scripts are cached per server, so on a Cluster the
- * node is the master of the first key's slot (`nodeOf`): a script run on one master is still sent
- * with EVAL on the next. Shared by every cache on the client (a WeakMap: nothing is kept alive).
+ * Per connection (a client's, or a Cluster node's), the scripts run there: EVAL the first time,
+ * EVALSHA after. Sending EVALSHA first would make the first run of a script two round trips (EVALSHA,
+ * NOSCRIPT, EVAL), and if the NOSCRIPT reply is lost the script never runs at all: an undo that must
+ * land (a release by token after a timeout) would then be lost with it. Scripts are cached per
+ * server, so on a Cluster the node is the master of the first key's slot (`nodeOf`): a script run on
+ * one master is still sent with EVAL on the next. A connection that drops may come back to a server
+ * that lost its scripts (a restart without persistence, a failover), so its record goes when it
+ * starts reconnecting and again when it is ready (see `forgetOnReconnect`). Shared by every cache on
+ * the client (a WeakMap: nothing is kept alive).
  */
 const RAN = new WeakMap<object, Map<string, Set<string>>>();
+
+/**
+ * A connection that drops forgets the scripts it ran: the standalone client's 'reconnecting' and
+ * 'ready', a Cluster's per-node 'node-reconnecting' and 'node-ready' (with the node's host and port,
+ * as `nodeOf` names it). Listened to once per client, for as long as the client lives.
+ */
+function forgetOnReconnect(client: object, ran: Map<string, Set<string>>, cluster: boolean): void {
+  const emitter = client as Emitter;
+  if (typeof emitter.on !== 'function') return;
+  if (!cluster) {
+    const forget = (): void => void ran.delete('standalone');
+    emitter.on('reconnecting', forget);
+    emitter.on('ready', forget);
+    return;
+  }
+  const forgetNode = (info: unknown): void => {
+    const host = prop(info, 'host');
+    if (typeof host === 'string') ran.delete(`${host}:${String(prop(info, 'port'))}`);
+  };
+  emitter.on('node-reconnecting', forgetNode);
+  emitter.on('node-ready', forgetNode);
+}
 
 /**
  * node-redis sets `isOpen` from connect() on (while it connects and reconnects) until close, destroy
@@ -88,15 +113,18 @@ export class NodeRedisPort implements RedisPort {
   readonly family: string;
   private readonly send: Send;
   readonly cluster: boolean;
-  /** Node → the shas of the scripts run on it (RAN's entry for this client). */
+  /** Node → the shas of the scripts run on its current connection (RAN's entry for this client). */
   private readonly ran: Map<string, Set<string>>;
 
   constructor(private readonly client: NodeRedisClient) {
     this.cluster = isNodeRedisCluster(client);
-    this.family = this.cluster ? 'node-redis cluster' : 'node-redis';
     let ran = RAN.get(client);
-    if (!ran) RAN.set(client, (ran = new Map<string, Set<string>>()));
+    if (!ran) {
+      RAN.set(client, (ran = new Map<string, Set<string>>()));
+      forgetOnReconnect(client, ran, this.cluster);
+    }
     this.ran = ran;
+    this.family = this.cluster ? 'node-redis cluster' : 'node-redis';
     const c = client as unknown as { sendCommand(...args: unknown[]): Promise<unknown> };
     // Looked up on every call (not bound once), so a wrapper the caller installs later still sees it.
     this.send = this.cluster

@@ -174,7 +174,9 @@ const prefix: Parse<string> = (v, name) => {
 const localTier: Parse<LocalTierOptions | false> = (v, name) => {
   if (v === false) return false;
   if (typeof v !== 'object' || v === null) throw new InvalidOptionError(name, v, '{ max: <positive integer> } or false');
-  const max = (v as { max?: unknown }).max;
+  const { max, ...extra } = v as { max?: unknown };
+  const unknown = Object.keys(extra)[0];
+  if (unknown !== undefined) throw new InvalidOptionError(`${name}.${unknown}`, (extra as Record<string, unknown>)[unknown], 'no such option (local takes max)');
   if (typeof max !== 'number' || !Number.isInteger(max) || max <= 0) throw new InvalidOptionError(`${name}.max`, max, 'a positive integer');
   return Object.freeze({ max });
 };

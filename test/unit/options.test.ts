@@ -185,6 +185,7 @@ describe('resolveCacheOptions', () => {
     ['prefix', { prefix: 42 }],
     ['local.max', { local: { max: 0 } }],
     ['local', { local: 'yes' }],
+    ['local.bogus', { local: { max: 10, bogus: 1 } }],
     ['redisTimeout', { redisTimeout: 0 }],
     ['maxValueBytes', { maxValueBytes: -1 }],
     ['defaults.bogus', { defaults: { bogus: 1 } }],
