@@ -44,6 +44,11 @@ export class Breaker {
     return true;
   }
 
+  /** Open and refusing every operation at `now` (not yet half-open). Pure: unlike admit(), it claims no probe. */
+  refusing(now: number): boolean {
+    return this.failures >= this.threshold && now < this.openUntil;
+  }
+
   /** True when this success closes the open breaker (the node answers again after an outage). */
   succeeded(now: number): boolean {
     const recovered = this.open;

@@ -538,16 +538,24 @@ export class Cache extends EventEmitter<CacheEvents> {
   }
 
   /**
-   * Resolves `true` once calls can reach Redis: this cache's pub/sub subscription is active and every
-   * master of the caller's client answered a PING. Resolves `false` after at most `redisTimeout` ms
-   * otherwise (or once closed), with a `degraded` event (operation `'ready'`) per part that did not
-   * hold, whose error says which (`'subscribe'` or `'ping'`) and why; the subscription keeps retrying
+   * Resolves `true` once calls can reach Redis: this cache's pub/sub subscription is active, every
+   * master of the caller's client answered a PING, and no circuit breaker refuses operations. Resolves
+   * `false` after at most `redisTimeout` ms otherwise (at once on close()), with a `degraded` event
+   * (operation `'ready'`) per part that did not hold, whose error says which (`'subscribe'`, `'ping'`,
+   * or `'ready'` with the breaker's cause) and why; the subscription keeps retrying
    * in the background. Never rejects. Optional: until subscribed, waiters progress by polling and L1 is
    * not used.
    */
   ready(): Promise<boolean> {
     if (this.closed) return Promise.resolve(false);
-    return ready(this.port, this.bus, this.options.redisTimeout, (error) => this.safeEmit('degraded', { key: undefined, operation: 'ready', error }));
+    return ready({
+      port: this.port,
+      bus: this.bus,
+      timeoutMs: this.options.redisTimeout,
+      lifetime: this.lifetime.signal,
+      refusal: () => this.io.refusal(),
+      why: (error) => this.safeEmit('degraded', { key: undefined, operation: 'ready', error }),
+    });
   }
 
   /** Stops timers, background refreshes and the subscription. Never quits the caller's client. Idempotent. */

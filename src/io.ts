@@ -130,6 +130,15 @@ export class Io {
     this.onAnswer(true);
   }
 
+  /** Why operations are refused now: the open breaker of the first node refusing (its cause), or undefined when none is. */
+  refusal(): RedisUnavailableError | undefined {
+    const now = this.clock.now();
+    for (const breaker of this.breakers.values()) {
+      if (breaker.refusing(now)) return new RedisUnavailableError('ready', new BreakerOpen(breaker.failures, breaker.lastFailure));
+    }
+    return undefined;
+  }
+
   /** The breaker of the node that owns `target`: a user key's entry, or a Redis key of its own. */
   private breakerOf(target: string | OwnKey | undefined): Breaker {
     const node = typeof target === 'object' ? this.nodeOfRedisKey(target.redisKey) : this.nodeOf(target);

@@ -74,7 +74,14 @@ export async function computeMany(h: ManyHost, keys: readonly string[], loadMany
   // Checked after the options (a bad option is still refused) and before anything is read or locked.
   if (signal?.aborted) throw new AbortedError(keys[0] ?? '', signal.reason);
   const callOf = (key: string): ResolvedCall => calls.get(key) as ResolvedCall;
+  // Each key's answer is observed as soon as it exists: close() may reject one while this batch still
+  // awaits Redis for the others (settleAll reads every outcome later; nothing is an unhandled rejection).
   const answers = new Map<string, Promise<unknown>>();
+  const setAnswer = answers.set.bind(answers);
+  answers.set = (key, p) => {
+    p.catch(() => undefined);
+    return setAnswer(key, p);
+  };
   const single = (key: string) => (ctx: LoaderContext) => pick(loadMany([key], { signal: ctx.signal, fencingTokens: new Map([[key, ctx.fencingToken]]) }), key);
 
   const remote: string[] = [];

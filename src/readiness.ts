@@ -2,20 +2,38 @@ import type { RedisPort } from './client/port.js';
 import { RedisTimeout, RedisUnavailableError } from './errors.js';
 import type { Bus } from './wait.js';
 
+/** What ready() asks of its cache. */
+export interface Readiness {
+  readonly port: RedisPort;
+  readonly bus: Bus;
+  readonly timeoutMs: number;
+  /** Aborts at close(): ready() then resolves false at once, and reports nothing. */
+  readonly lifetime: AbortSignal;
+  /** Why the cache refuses operations now (an open circuit breaker), or undefined. */
+  refusal(): RedisUnavailableError | undefined;
+  /** Where a part that did not hold is reported (the `degraded` event). */
+  why(error: RedisUnavailableError): void;
+}
+
 /**
  * `ready()`'s answer: true only when calls can reach Redis — the cache's pub/sub subscription holds
- * (waiters are woken, L1 is coherent) and every master of the caller's client answered a PING on the
+ * (waiters are woken, L1 is coherent), every master of the caller's client answered a PING on the
  * client's own connections (a subscriber duplicate can be up while the caller's client is not: a
- * node-redis client whose connect() failed, an ioredis client that gave up reconnecting). Both are
- * asked at once, so the answer comes within `timeoutMs`. Each part that did not hold is reported to
- * `why` as a RedisUnavailableError (operation `'subscribe'` or `'ping'`): the boolean stays the whole
- * answer, and the reason reaches the `degraded` event. Never rejects.
+ * node-redis client whose connect() failed, an ioredis client that gave up reconnecting), and no
+ * circuit breaker refuses operations. The subscription and the PINGs are asked at once, so the answer
+ * comes within `timeoutMs`; close() ends it at once with false. Each part that did not hold is
+ * reported to `why` as a RedisUnavailableError (operation `'subscribe'`, `'ping'` or `'ready'` for
+ * the breaker): the boolean stays the whole answer, the reason reaches the `degraded` event. Never rejects.
  */
-export async function ready(port: RedisPort, bus: Bus, timeoutMs: number, why: (error: RedisUnavailableError) => void): Promise<boolean> {
-  const [subscribed, answered] = await Promise.all([bus.ready(timeoutMs), pingEveryMaster(port, timeoutMs)]);
-  if (!subscribed) why(new RedisUnavailableError('subscribe', new Error(`the pub/sub subscription did not hold within ${timeoutMs} ms ("redisTimeout")`)));
-  if (answered !== true) why(answered);
-  return subscribed && answered === true;
+export async function ready(r: Readiness): Promise<boolean> {
+  if (r.lifetime.aborted) return false;
+  const [subscribed, answered] = await Promise.all([r.bus.ready(r.timeoutMs), pingEveryMaster(r)]);
+  if (r.lifetime.aborted) return false;
+  const refused = r.refusal();
+  if (!subscribed) r.why(new RedisUnavailableError('subscribe', new Error(`the pub/sub subscription did not hold within ${r.timeoutMs} ms ("redisTimeout")`)));
+  if (answered !== true) r.why(answered);
+  if (refused) r.why(refused);
+  return subscribed && answered === true && !refused;
 }
 
 /** How long a refused PING waits before it is sent again (a client still connecting, offline queue off). */
@@ -27,29 +45,38 @@ const RETRY_MS = 25;
  * until the deadline: ready() waits for a connecting client as it waits for the subscription. Leaves
  * no timer behind.
  */
-async function pingEveryMaster(port: RedisPort, timeoutMs: number): Promise<true | RedisUnavailableError> {
-  const deadline = Date.now() + timeoutMs;
-  let last = new RedisUnavailableError('ping', new RedisTimeout(timeoutMs));
+async function pingEveryMaster(r: Readiness): Promise<true | RedisUnavailableError> {
+  const deadline = Date.now() + r.timeoutMs;
+  let last = new RedisUnavailableError('ping', new RedisTimeout(r.timeoutMs));
   for (;;) {
     const left = deadline - Date.now();
-    if (left <= 0) return last;
-    const answer = await within(left, timeoutMs, async () => {
-      const nodes = port.eachNode('masters');
+    if (left <= 0 || r.lifetime.aborted) return last;
+    const answer = await within(left, r, async () => {
+      const nodes = r.port.eachNode('masters');
       if (nodes.length === 0) throw new Error('the client knows no master yet');
       await Promise.all(nodes.map((send) => send(['PING'])));
     });
     if (answer === true) return true;
-    last = answer;
-    if (answer.failure === 'timeout') return answer;
-    await new Promise((resolve) => setTimeout(resolve, Math.min(RETRY_MS, Math.max(0, deadline - Date.now()))));
+    // A timeout of a PING queued behind a refusal says less than the refusal: keep the first reason that is not a timeout.
+    if (answer.failure !== 'timeout' || last.failure === 'timeout') last = answer;
+    if (answer.failure === 'timeout') return last;
+    await within(Math.min(RETRY_MS, Math.max(0, deadline - Date.now())), r, () => new Promise<void>(() => undefined));
   }
 }
 
-/** `work`'s outcome within `ms`: true, or the failure (a timeout names `timeoutMs`, the whole budget). */
-async function within(ms: number, timeoutMs: number, work: () => Promise<void>): Promise<true | RedisUnavailableError> {
+/**
+ * `work`'s outcome within `ms`, or sooner once close() ran: true, or the failure (a timeout names the
+ * whole budget, `timeoutMs`). Its timer is unref'd and cleared: it never holds the process open.
+ */
+async function within(ms: number, r: Readiness, work: () => Promise<void>): Promise<true | RedisUnavailableError> {
   let timer: NodeJS.Timeout | undefined;
+  let onClose: (() => void) | undefined;
   const expired = new Promise<RedisUnavailableError>((resolve) => {
-    timer = setTimeout(() => resolve(new RedisUnavailableError('ping', new RedisTimeout(timeoutMs))), ms);
+    const timeout = (): void => resolve(new RedisUnavailableError('ping', new RedisTimeout(r.timeoutMs)));
+    timer = setTimeout(timeout, ms);
+    timer.unref();
+    onClose = timeout;
+    r.lifetime.addEventListener('abort', onClose, { once: true });
   });
   const done = work().then(
     () => true as const,
@@ -59,5 +86,6 @@ async function within(ms: number, timeoutMs: number, work: () => Promise<void>):
     return await Promise.race([done, expired]);
   } finally {
     clearTimeout(timer);
+    if (onClose) r.lifetime.removeEventListener('abort', onClose);
   }
 }

@@ -102,8 +102,8 @@ describe('a won miss', () => {
     const a = createCache({ redis: client, prefix: `acqread${++prefixes}` });
     const b = createCache({ redis: h.cacheClient(), prefix: prefixOf(a) });
     await a.ready();
-    // a's own connection ready too (ready() is its subscriber's): a command queued offline would pass
-    // through sendCommand twice, once queued and once flushed, and be counted twice below.
+    // a's own connection ready too (a command queued offline would pass
+    // through sendCommand twice, once queued and once flushed, and be counted twice below).
     await client.ping();
     const original = client.sendCommand.bind(client);
     let reads = 0;
@@ -131,8 +131,8 @@ describe('a won miss', () => {
     const a = createCache({ redis: client, prefix: `acqread${++prefixes}`, local: { max: 100 } });
     const b = createCache({ redis: h.cacheClient(), prefix: prefixOf(a) });
     await a.ready();
-    // a's own connection ready too (ready() is its subscriber's): a command queued offline would pass
-    // through sendCommand twice, once queued and once flushed, and be counted twice below.
+    // a's own connection ready too (a command queued offline would pass
+    // through sendCommand twice, once queued and once flushed, and be counted twice below).
     await client.ping();
     const reply = deferred<void>();
     const original = client.sendCommand.bind(client);

@@ -2,7 +2,7 @@ import { Redis, type Cluster } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createCache, type Cache, type RedisClient } from '../../src/index.js';
 import { entryKeys } from '../../src/keys.js';
-import { clusterClient, nodeRedisClusterClient, subscriptionDowns } from '../support/harness.js';
+import { clusterClient, nodeRedisClusterClient, subscribed, subscriptionDowns } from '../support/harness.js';
 import { startRedisCluster, type RedisClusterHandle } from '../support/redis-server.js';
 
 /**
@@ -144,8 +144,8 @@ describe.each<Family>(['ioredis', 'node-redis', 'node-redis5'])('the subscriber 
     const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
     try {
       // ready() waits redisTimeout at most: ask again until the Cluster's pub/sub node is connected.
-      for (let i = 0; i < 20 && !(await a.ready()); i++);
-      expect(await a.ready()).toBe(true);
+      for (let i = 0; i < 20 && !(await subscribed(a)); i++);
+      expect(await subscribed(a)).toBe(true);
       // The node a subscribed on: the one with pub/sub connections that were not there before a.
       const fresh = new Set([...(await pubsubIds())].flatMap(([port, ids]) => [...ids].filter((id) => !before.get(port)?.has(id)).map(() => port)));
       expect(fresh.size).toBe(1);
@@ -185,8 +185,8 @@ describe.each<Family>(['ioredis', 'node-redis', 'node-redis5'])('the subscriber 
       expect(downs.count).toBeGreaterThan(0);
       expect(l1.get(key)).toBeUndefined();
       // It subscribes again once the node answers.
-      for (let i = 0; i < 40 && !(await a.ready()); i++);
-      expect(await a.ready()).toBe(true);
+      for (let i = 0; i < 40 && !(await subscribed(a)); i++);
+      expect(await subscribed(a)).toBe(true);
     } finally {
       await a.close();
     }

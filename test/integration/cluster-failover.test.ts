@@ -3,7 +3,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { createCache, type Cache, type CacheOptions, type RedisClient } from '../../src/index.js';
 import { portFor } from '../../src/client/detect.js';
 import { entryKeys } from '../../src/keys.js';
-import { clusterClient, deferred, heldRebuild, missedCall, nodeRedisClusterClient, type NodeRedisClusterExtras } from '../support/harness.js';
+import { clusterClient, deferred, heldRebuild, missedCall, nodeRedisClusterClient, subscribed, type NodeRedisClusterExtras } from '../support/harness.js';
 import { ACL_USER, AS_ACL_USER, NODE_REDIS_CLUSTER_ACL_USER, startRedisCluster, type RedisClusterHandle, type RedisServer } from '../support/redis-server.js';
 import { sleep, until } from '../support/schedule.js';
 import { TEST_CLIENT } from '../support/family.js';
@@ -292,8 +292,8 @@ describe.each(FAMILIES)('a lock abandoned across an automatic Cluster failover i
       retries.add = () => undefined;
     }
     // ready() waits redisTimeout at most: ask again until each Cluster's pub/sub node is connected.
-    await until('holder subscribed', async () => holder.ready());
-    await until('waiter subscribed', async () => waiter.ready());
+    await until('holder subscribed', async () => subscribed(holder));
+    await until('waiter subscribed', async () => subscribed(waiter));
     const options = { ttl: 60_000, lockTtl: 60_000, waitTimeout: 60_000, pollInterval: 60_000 };
 
     const held = await heldRebuild<string>(holder, 'k', options);
@@ -320,7 +320,7 @@ describe.each(FAMILIES)('a lock abandoned across an automatic Cluster failover i
     expect(leaseLeft).toBeGreaterThan(30_000);
 
     // The waiter: its subscription back after the failover, then a call that finds the lock held.
-    await until('waiter subscribed', async () => waiter.ready());
+    await until('waiter subscribed', async () => subscribed(waiter));
     const refused = deferred<void>();
     const single = (waiter as unknown as { lockers: { single: { acquire: (...args: unknown[]) => Promise<unknown> } } }).lockers.single;
     const acquire = single.acquire.bind(single);

@@ -4,7 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { portFor } from '../../src/client/detect.js';
 import { createCache, type Cache, type CacheOptions, type RedisClient } from '../../src/index.js';
 import { entryKeys, hashSlot } from '../../src/keys.js';
-import { clusterClient as sharedClusterClient, deferred, heldRebuild, missedCall, nextEvent, nodeRedisClusterClient, subscriptionDowns } from '../support/harness.js';
+import { clusterClient as sharedClusterClient, deferred, heldRebuild, missedCall, nextEvent, nodeRedisClusterClient, subscribed, subscriptionDowns } from '../support/harness.js';
 import { ACL_USER, AS_ACL_USER, startRedisCluster, type RedisClusterHandle } from '../support/redis-server.js';
 
 let cluster: RedisClusterHandle;
@@ -235,7 +235,7 @@ describe.each<Family>(['ioredis', 'ioredis6', 'node-redis', 'node-redis5'])('Red
     } finally {
       for (const n of masters) await n.config('SET', 'maxclients', '10000');
     }
-    expect(await b.ready()).toBe(true); // re-subscribed within redisTimeout
+    expect(await subscribed(b)).toBe(true); // re-subscribed within redisTimeout
     expect(await b.get('{k}')).toBeUndefined(); // L1 was flushed: the copy the delete dropped elsewhere is gone here too
     expect(downs.count).toBeGreaterThan(0);
     // And coherent again: a later delete reaches b's L1 over the new subscription.

@@ -9,7 +9,7 @@ import { createClient } from 'redis';
 import { afterAll, describe, expect, it, vi } from 'vitest';
 import { createCache, type Cache, type CacheOptions, type RedisClient } from '../../src/index.js';
 import { dropConnection, familyClient, type TestClient } from '../support/clients.js';
-import { deferred, nextEvent, useRedis } from '../support/harness.js';
+import { deferred, nextEvent, subscribed, useRedis } from '../support/harness.js';
 import { APP_COMMANDS } from '../support/acl.js';
 import { startProxy, type Proxy } from '../support/proxy.js';
 import { freePort, startRedisServer, type RedisServer } from '../support/redis-server.js';
@@ -240,7 +240,7 @@ describe.each<'ioredis' | 'node-redis'>(['ioredis', 'node-redis'])('L1 coherence
     await b.delete('k'); // a is not subscribed: this note is lost for a
     expect(await a.get('k')).toBeUndefined(); // while away
     away.back();
-    await until(async () => (await a.ready()) === true);
+    await until(async () => (await subscribed(a)) === true);
     expect(await a.get('k')).toBeUndefined(); // and once back
 
     // Re-subscribed: another process's change reaches a's L1 again.
@@ -264,7 +264,7 @@ describe.each<'ioredis' | 'node-redis'>(['ioredis', 'node-redis'])('L1 coherence
     await readExecuted(`coh-d2-${family}`);
     await b.delete('k'); // lost for a
     away.back();
-    await until(async () => (await a.ready()) === true);
+    await until(async () => (await subscribed(a)) === true);
     commands.hold('down', false);
     expect(await read).toBe('old');
     expect(await a.get('k')).toBeUndefined();
@@ -283,7 +283,7 @@ describe.each<'ioredis' | 'node-redis'>(['ioredis', 'node-redis'])('L1 coherence
     subscriberProxy.blackhole('down', false);
     subscriberProxy.blackhole('up', false);
     subscriberProxy.reset(); // the reconnect attempt made while blackholed is stuck in its handshake
-    await until(async () => (await a.ready()) === true);
+    await until(async () => (await subscribed(a)) === true);
     expect(await a.get('k')).toBeUndefined();
   });
 });
@@ -304,7 +304,7 @@ describe('the subscription when Redis is down at boot', () => {
     const server = await startRedisServer([], { port });
     servers.push(server);
     const b = ownCache({ redis: ownClient(server.url, { maxRetriesPerRequest: 1 }), prefix: `coh-e${port}` });
-    await until(async () => (await a.ready()) === true);
+    await until(async () => (await subscribed(a)) === true);
 
     await setAndHeard(b, a, 'k', 'old');
     expect(await a.get('k')).toBe('old'); // now in a's L1
@@ -357,7 +357,7 @@ describe('the subscription when Redis is down at boot', () => {
     await refused.promise;
     expect(await a.ready()).toBe(false);
     await h.admin.acl('SETUSER', user, `&${prefix}:*`);
-    await until(async () => (await a.ready()) === true);
+    await until(async () => (await subscribed(a)) === true);
     expect(closes).toBe(0);
     await a.close();
   });
@@ -366,7 +366,7 @@ describe('the subscription when Redis is down at boot', () => {
     const client = ownClient(h.url, { lazyConnect: true, enableOfflineQueue: false, maxRetriesPerRequest: 1 });
     await client.connect(); // the caller connects its own client
     const a = ownCache({ redis: client, prefix: `coh-lazy${process.pid}`, redisTimeout: 300 });
-    await until(async () => (await a.ready()) === true);
+    await until(async () => (await subscribed(a)) === true);
     await a.close();
   });
 

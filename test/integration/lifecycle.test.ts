@@ -148,6 +148,45 @@ describe('ready() is true only when calls can reach Redis', () => {
     expect(await cache.ready()).toBe(true);
   });
 
+  it('close() ends a pending ready() at once with false, and the closed cache reports nothing after', async () => {
+    const client = familyClient(await freePortUrl(), TEST_CLIENT, { retryDelay: 200 });
+    try {
+      // A redisTimeout longer than the test's own timeout: only close() can end this ready() in time.
+      const cache = s.keep(createCache({ redis: client.client, prefix: `lc${process.pid}rc`, redisTimeout: 120_000 }));
+      let closed = false;
+      const afterClose: string[] = [];
+      cache.on('degraded', (e) => {
+        if (closed) afterClose.push(e.operation);
+      });
+      const pending = cache.ready();
+      await sleep(100);
+      closed = true;
+      await cache.close();
+      expect(await pending).toBe(false);
+      expect(afterClose).toEqual([]);
+    } finally {
+      client.dispose();
+    }
+  });
+
+  it('false while a circuit breaker refuses operations, with a degraded event naming it', async () => {
+    const cache = cacheOn({ redisTimeout: 150, breakerThreshold: 2, breakerCooldown: 120_000 });
+    expect(await cache.ready()).toBe(true);
+    s.server.pause();
+    try {
+      // Two reads that time out open the breaker (their callers answer degraded).
+      for (const key of ['b1', 'b2']) expect(await cache.getOrCompute(key, () => 'v', 60_000)).toBe('v');
+    } finally {
+      s.server.resume();
+    }
+    const why: unknown[] = [];
+    cache.on('degraded', (e) => {
+      if (e.operation === 'ready') why.push(e.error);
+    });
+    expect(await cache.ready()).toBe(false);
+    expect(why).toMatchObject([{ operation: 'ready', failure: 'breaker' }]);
+  });
+
   it('false once closed', async () => {
     const cache = cacheOn();
     await cache.close();
@@ -251,5 +290,46 @@ describe('messages say "namespace" for a namespace', () => {
     } finally {
       client.dispose();
     }
+  });
+});
+
+describe('the start-up and shutdown docs/operations.md recommends, with Redis down', () => {
+  const socket = { connectTimeout: 2_000, reconnectStrategy: (retries: number) => Math.min(100 * 2 ** retries, 2_000) };
+  it.each([
+    ['node-redis 6', (url: string) => createClient({ url, socket })],
+    ['node-redis 5', (url: string) => createClient5({ url, socket })],
+  ] as const)('%s: connect() not awaited to the end, calls answer degraded, close() then destroy() settles', async (_name, make) => {
+    const redis = make(await freePortUrl());
+    redis.on('error', () => undefined);
+    const connecting = redis.connect().catch(() => undefined);
+    await Promise.race([connecting, sleep(200)]);
+    const cache = createCache({ redis, prefix: `lc${process.pid}down`, redisTimeout: 200 });
+    expect(await cache.getOrCompute('k', () => 'computed', 1000)).toBe('computed');
+    expect(await cache.ready()).toBe(false);
+    await cache.close();
+    // close() waits for the commands node-redis still queues (the cache's timed-out reads): it does
+    // not settle while Redis is down. destroy() rejects them; node-redis 5 then throws "The client is
+    // closed" (close() already marked it closed) after it has done so.
+    const closed = redis.close().then(() => true, () => false);
+    if (!(await Promise.race([closed, sleep(300, false)]))) {
+      try {
+        redis.destroy();
+      } catch {
+        // node-redis 5 after close()
+      }
+    }
+    expect(redis.isOpen).toBe(false);
+  });
+
+  it('ioredis: calls answer degraded, close() then quit() raced with disconnect() settles', async () => {
+    const redis = new Redis(await freePortUrl(), { maxRetriesPerRequest: 1 });
+    redis.on('error', () => undefined);
+    const cache = createCache({ redis, prefix: `lc${process.pid}down`, redisTimeout: 200 });
+    expect(await cache.getOrCompute('k', () => 'computed', 1000)).toBe('computed');
+    await cache.close();
+    const quit = redis.quit().then(() => true, () => false);
+    // Resolves: ioredis answers a QUIT it cannot send (nothing queued) by disconnecting at once, and
+    // stops reconnecting (its status may still read 'reconnecting'). A hang would time the test out.
+    if (!(await Promise.race([quit, sleep(300, false)]))) redis.disconnect();
   });
 });

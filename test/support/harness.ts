@@ -155,6 +155,13 @@ export async function lockTakenOver(cache: Cache, key: string, lockKey: string, 
 }
 
 /** The prefix a cache was created with (tests address its Redis keys directly). */
+/**
+ * True once the cache's pub/sub subscription holds (within `ms`), false after: what a test waits for
+ * after a subscriber fault. `ready()` also needs every master to answer the cache's own client, which
+ * a test holding or killing that traffic (or a node) does not give.
+ */
+export const subscribed = (cache: Cache, ms = 1000): Promise<boolean> => (cache as unknown as { bus: { ready(ms: number): Promise<boolean> } }).bus.ready(ms);
+
 export const prefixOf = (cache: Cache): string => (cache as unknown as { options: { prefix: string } }).options.prefix;
 
 /** The Redis keys of one entry of `cache`. */
