@@ -587,7 +587,7 @@ export class Cache extends EventEmitter<CacheEvents> {
     if (note.kind === 'c' || note.kind === 'a') {
       const clear = parseClearNote(note.key);
       if (clear && note.kind === 'a') this.clearedEverything();
-      if (clear) this.generations.ack(clear.path, clear.id);
+      if (clear) this.generations.ack(clear.path, clear.id, note.origin === this.bus.origin);
       return;
     }
     const change = REMOTE_CHANGES[note.kind];

@@ -1,4 +1,3 @@
-import { randomBytes } from 'node:crypto';
 import { LRUCache } from 'lru-cache';
 import { clusterReceivers } from './clear.js';
 import { InvalidOptionError, RedisUnavailableError } from './errors.js';
@@ -119,16 +118,19 @@ end
  * The path's generation, (re-)seeded if its counter is missing (SEED_GENERATION). A re-seed is a clear
  * that everyone must see: processes still holding the lost generation cached would otherwise keep
  * using internal keys nobody else uses (a delete or set made by one never reached the other). So a
- * re-seed does what CLEAR does in the same step: the acknowledgement counter (KEYS[2]) starts at 0 and
- * the path's clear note goes out (ARGV[2] the channel, ARGV[3] the note); the reader then waits for
- * the acknowledgements as clear() does. Returns { generation, subscribers reached, or -1: not seeded }.
+ * re-seed publishes the path's clear note in the same step (ARGV[1] the channel, ARGV[2] the note),
+ * and every subscriber drops its cached generation, as for clear(). Nobody waits for it to be
+ * heard (no caller asked for a clear): it reaches the other processes as a delete's note does. The
+ * first use of a path publishes one too (the server cannot tell it from a loss): one PUBLISH per path.
  */
-const GENERATION = script('sgNsGenV2', 2, `${SEED_GENERATION}
+const GENERATION = script('sgNsGenV2', 1, `${SEED_GENERATION}
 local g, seeded = generation(KEYS[1])
-if not seeded then return {g, -1} end
-redis.call('SET', KEYS[2], '0', 'PX', ARGV[1])
-return {g, redis.call('PUBLISH', ARGV[2], ARGV[3])}
+if seeded then redis.call('PUBLISH', ARGV[1], ARGV[2]) end
+return g
 `);
+
+/** The clear id of a re-seed's note: nobody waits for its acknowledgements, so nobody sends them. */
+export const UNACKNOWLEDGED = '-';
 
 /**
  * A clear, atomically: the acknowledgement counter starts at 0, the generation goes up (from a seed if
@@ -225,19 +227,9 @@ export class Generations {
     if (known !== undefined) return known;
     const ticket = this.seq;
     const counter = { namespace: path, redisKey: this.redisKey(path) };
-    // The note and acknowledgements of a re-seed (see GENERATION): made per read, used only if the counter is missing.
-    const id = randomBytes(9).toString('base64url');
-    const acks = this.ackKey(path, id);
-    const reply = (await this.io.run('read', () => this.port.run(GENERATION, [counter.redisKey, acks], [ACK_TTL_MS, this.notes.channel, this.notes.note(path, id)]), counter)) as [string | number, number | string];
-    const generation = Number(reply[0]);
-    const published = Number(reply[1]);
-    if (published >= 0) {
-      // A re-seed: a clear of the lost generation, announced; this read resolves once it was heard.
-      this.drop(path);
-      const everywhere = await clusterReceivers(this.port, this.io, this.notes.channel);
-      await this.acknowledged(acks, Math.max(published, everywhere ?? 0), counter);
-      return generation;
-    }
+    // The note a re-seed publishes (see GENERATION); sent only if the counter is missing.
+    const note = this.notes.note(path, UNACKNOWLEDGED);
+    const generation = Number(await this.io.run('read', () => this.port.run(GENERATION, [counter.redisKey], [this.notes.channel, note]), counter));
     if (this.trusted && ticket >= this.floor && (this.droppedAt.get(path) ?? -1) <= ticket) this.known.set(path, generation);
     return generation;
   }
@@ -281,8 +273,16 @@ export class Generations {
     await this.acknowledged(acks, receivers, counter);
   }
 
-  /** Another process's (or this one's) clear note: forget the path's generation, then acknowledge. Never throws. */
-  ack(path: PathId, id: string): void {
+  /**
+   * A clear note, another process's or this one's (`own`): forget the path's generation, then
+   * acknowledge. A re-seed's note (UNACKNOWLEDGED) is not acknowledged, and this process's own is
+   * skipped: the generation it read is the re-seeded one. Never throws.
+   */
+  ack(path: PathId, id: string, own: boolean): void {
+    if (id === UNACKNOWLEDGED) {
+      if (!own) this.drop(path);
+      return;
+    }
     this.drop(path);
     const acks = this.ackKey(path, id);
     this.io.run('clear', () => this.port.run(ACK, [acks], [ACK_TTL_MS]), { namespace: path, redisKey: acks }).catch(() => undefined);

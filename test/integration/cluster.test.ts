@@ -2,6 +2,7 @@ import { Cluster, Redis } from 'ioredis';
 import { Cluster as Cluster6 } from 'ioredis6';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { portFor } from '../../src/client/detect.js';
+import { clusterReceivers } from '../../src/clear.js';
 import { createCache, type Cache, type CacheOptions, type RedisClient } from '../../src/index.js';
 import { entryKeys, hashSlot } from '../../src/keys.js';
 import { clusterClient as sharedClusterClient, deferred, heldRebuild, missedCall, nextEvent, nodeRedisClusterClient, subscribed, subscriptionDowns } from '../support/harness.js';
@@ -391,5 +392,34 @@ describe('batch API on a Redis Cluster (3 masters)', () => {
     for (const key of BATCH_KEYS.slice(0, 10)) await ns.set(key, 1, 60_000);
     await ns.clear();
     expect(await ns.getMany(BATCH_KEYS.slice(0, 10))).toEqual(BATCH_KEYS.slice(0, 10).map(() => undefined));
+  });
+});
+
+describe('clear() acknowledgements on a Cluster with one node not answering', () => {
+  it.each(['ioredis', 'node-redis'] as const)('%s: the subscribers of the nodes that answered are counted, not none', async (family) => {
+    const a = createCache({ redis: await cacheClient(family), prefix: `cnum${family}`, redisTimeout: 300 });
+    caches.push(a);
+    expect(await subscribed(a)).toBe(true);
+    const channel = (a as unknown as { bus: { channel: string } }).bus.channel;
+    // Which node holds a's subscription: count on each node as admin.
+    const admins = cluster.nodes.map((n) => {
+      const r = new Redis(n.adminUrl, { maxRetriesPerRequest: 1 });
+      r.on('error', () => undefined);
+      return r;
+    });
+    try {
+      const counts = await Promise.all(admins.map(async (r) => Number(((await r.call('PUBSUB', 'NUMSUB', channel)) as [string, number])[1])));
+      expect(counts.reduce((x, y) => x + y, 0)).toBe(1);
+      const quiet = cluster.nodes[counts.findIndex((n) => n === 0)] as (typeof cluster.nodes)[number];
+      const internals = a as unknown as { port: Parameters<typeof clusterReceivers>[0]; io: Parameters<typeof clusterReceivers>[1] };
+      quiet.pause();
+      try {
+        expect(await clusterReceivers(internals.port, internals.io, channel)).toBe(1);
+      } finally {
+        quiet.resume();
+      }
+    } finally {
+      for (const r of admins) r.disconnect();
+    }
   });
 });
