@@ -25,7 +25,7 @@ import { replicaConfirm, withReplicaAck } from './replica-ack.js';
 import { Store, type Found } from './store.js';
 import { getOrComputeChannel, Telemetry, traced, type CacheStats, type GetOrComputeContext } from './telemetry.js';
 import { computeMany, type BatchLoader } from './many.js';
-import { clearNoteKey, Generations, Namespace, parseClearNote, RESERVED_KEY_START, validateNamespace, withDegradedKeys, type NamespaceHost } from './namespace.js';
+import { clearNoteKey, Generations, Namespace, parseClearNote, RESERVED_KEY_START, shownKey, validateNamespace, withDegradedKeys, type NamespaceHost } from './namespace.js';
 import { Bus, Waiters, type Note } from './wait.js';
 import { broadcastNotes, ShardedWake, type WakeChannels } from './wake.js';
 
@@ -193,8 +193,11 @@ export class Cache extends EventEmitter<CacheEvents> {
    * call (a throw between acquiring a grant and releasing it must not leak the grant) nor the other
    * listeners of the event. With no listener, an emit costs one count.
    */
-  private readonly safeEmit: Emit = (name, ...payload) => {
+  private readonly safeEmit: Emit = (name, ...args) => {
     if (this.listenerCount(name) === 0) return;
+    // A namespace's internal key is shown as the caller's key and its namespace (namespace.ts).
+    const first = args[0] as { key?: unknown } | undefined;
+    const payload = typeof first?.key === 'string' && first.key.startsWith(RESERVED_KEY_START) ? [{ ...first, ...shownKey(first.key) }] : args;
     const report = (error: unknown): void =>
       process.emitWarning(`stampede-guard: a "${String(name)}" listener threw: ${error instanceof Error ? error.message : String(error)}`, { code: 'SG_LISTENER_THREW' });
     for (const listener of this.rawListeners(name) as ((...args: unknown[]) => unknown)[]) {
@@ -221,7 +224,7 @@ export class Cache extends EventEmitter<CacheEvents> {
   getOrCompute<T, S = T>(key: string, loader: (ctx: LoaderContext<S>) => T | PromiseLike<T>, ttlOrOptions?: number | CallOptions): Promise<T> {
     // The tracing context exists only while someone subscribes: without, a call costs this one check.
     if (!traced()) return this.compute(key, loader, ttlOrOptions, undefined);
-    const context: GetOrComputeContext = { key, lock: undefined };
+    const context: GetOrComputeContext = { ...shownKey(key), lock: undefined };
     return getOrComputeChannel.tracePromise(() => this.compute(key, loader, ttlOrOptions, context), context);
   }
 
@@ -267,7 +270,7 @@ export class Cache extends EventEmitter<CacheEvents> {
    */
   private computeDegraded(key: string, loader: (ctx: LoaderContext) => unknown, ttlOrOptions: number | CallOptions | undefined, cause: RedisUnavailableError): Promise<unknown> {
     if (!traced()) return this.degradedTrip(key, loader, ttlOrOptions, cause, undefined);
-    const context: GetOrComputeContext = { key, lock: undefined };
+    const context: GetOrComputeContext = { ...shownKey(key), lock: undefined };
     return getOrComputeChannel.tracePromise(() => this.degradedTrip(key, loader, ttlOrOptions, cause, context), context);
   }
 

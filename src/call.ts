@@ -10,6 +10,7 @@ import { entryKeys } from './keys.js';
 import type { Loader } from './loader.js';
 import { NoFlight, SingleFlight, type Coalescer, type Stop } from './flight.js';
 import type { LockMode, ResolvedCall } from './options.js';
+import { shownKey } from './namespace.js';
 import { Rebuild, type RebuildDeps } from './rebuild.js';
 import { getOrComputeChannel, traced, type Answered, type GetOrComputeContext, type Outcome } from './telemetry.js';
 
@@ -50,7 +51,7 @@ export class Calls {
    */
   run(key: string, loader: Loader<unknown>, call: ResolvedCall, trace: GetOrComputeContext | undefined, answer: Answer = (trip) => trip.answer()): Promise<unknown> {
     if (trace === undefined && traced()) {
-      const context: GetOrComputeContext = { key, lock: call.lock };
+      const context: GetOrComputeContext = { ...shownKey(key), lock: call.lock };
       return getOrComputeChannel.tracePromise(() => this.trip(key, loader, call, context, answer), context);
     }
     return this.trip(key, loader, call, trace, answer);
@@ -73,7 +74,7 @@ export class Calls {
     if (outcome === 'localHit') this.d.telemetry.localHit();
     else this.d.telemetry.redisHit();
     if (!traced()) return;
-    const context: GetOrComputeContext = { key, lock: call.lock, outcome: outcome satisfies Outcome };
+    const context: GetOrComputeContext = { ...shownKey(key), lock: call.lock, outcome: outcome satisfies Outcome };
     void getOrComputeChannel.tracePromise(() => Promise.resolve(value), context);
   }
 

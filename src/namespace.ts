@@ -161,6 +161,15 @@ export interface ClearNotes {
 /** How many namespace paths' generations a process keeps cached. */
 const MAX_KNOWN_PATHS = 10_000;
 
+/**
+ * What events and traces show of a key: the caller's key and, for a namespace's internal key, the
+ * namespace's path. The internal key (NUL bytes, generations) never reaches a user's logs or spans.
+ */
+export function shownKey(key: string): { readonly key: string; readonly namespace?: string } {
+  const parsed = key.startsWith(RESERVED_KEY_START) ? parseNamespacedKey(key) : undefined;
+  return parsed ? { key: parsed.key, namespace: parsed.segments.join('/') } : { key };
+}
+
 /** How long a clear's acknowledgement counter lives in Redis. */
 const ACK_TTL_MS = 60_000;
 /** How often clear() looks at the acknowledgement counter. */

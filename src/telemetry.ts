@@ -77,7 +77,10 @@ export type Outcome = 'hit' | 'localHit' | 'stale' | 'computed' | 'coalesced' | 
 
 /** The context object of the `stampede-guard:getOrCompute` tracing channel (one per call, only while subscribed). */
 export interface GetOrComputeContext {
+  /** The key as the caller gave it (for a namespaced call, without the namespace). */
   readonly key: string;
+  /** The namespace's path (`users`, `users/admins`) of a namespaced call; absent for a plain key. */
+  readonly namespace?: string;
   /** The call's lock mode; `undefined` when the call's options were invalid (it then ends in `error`). */
   lock: LockMode | undefined;
   /** Set before `asyncStart`/`asyncEnd` on success; absent on `error`. */

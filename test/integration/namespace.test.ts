@@ -2,6 +2,7 @@
  * Namespaces and clear() (issue #11, part 3) on a real Redis. Two caches on two clients with one prefix
  * stand for two processes.
  */
+import { tracingChannel } from 'node:diagnostics_channel';
 import { describe, expect, it } from 'vitest';
 import { createCache, InvalidKeyError, InvalidOptionError, type Cache } from '../../src/index.js';
 import { asAppUser } from '../support/redis-server.js';
@@ -323,5 +324,39 @@ describe('namespaces while Redis cannot give the generation (issue #11 review: c
       expect(await users.getOrCompute('k', () => 'v4', 60_000)).toBe('v4');
       heal();
     });
+  });
+});
+
+describe('what events and traces show of a namespaced key', () => {
+  it('the caller\'s key and the namespace, in separate fields, never the internal key', async () => {
+    const cache = h.cache();
+    const seen: Record<string, unknown>[] = [];
+    for (const name of ['miss', 'computed', 'hit'] as const) cache.on(name, (e: { key: string; namespace?: string }) => seen.push({ event: name, ...e }));
+    const traced: { key: string; namespace?: string }[] = [];
+    const channel = tracingChannel<unknown, { key: string; namespace?: string }>('stampede-guard:getOrCompute');
+    const handlers = { start: (ctx: { key: string; namespace?: string }) => void traced.push({ key: ctx.key, namespace: ctx.namespace }), end: () => undefined, asyncStart: () => undefined, asyncEnd: () => undefined, error: () => undefined };
+    channel.subscribe(handlers);
+    try {
+      const admins = cache.namespace('users').namespace('admins');
+      expect(await admins.getOrCompute('user:1', () => 'v', 60_000)).toBe('v');
+      expect(await admins.getOrCompute('user:1', () => 'other', 60_000)).toBe('v');
+      expect(await cache.getOrCompute('plain', () => 'p', 60_000)).toBe('p');
+    } finally {
+      channel.unsubscribe(handlers);
+    }
+    expect(seen.map(({ event, key, namespace }) => ({ event, key, namespace }))).toEqual([
+      { event: 'miss', key: 'user:1', namespace: 'users/admins' },
+      { event: 'computed', key: 'user:1', namespace: 'users/admins' },
+      { event: 'hit', key: 'user:1', namespace: 'users/admins' },
+      { event: 'miss', key: 'plain', namespace: undefined },
+      { event: 'computed', key: 'plain', namespace: undefined },
+    ]);
+    expect(seen.filter((e) => e.key === 'plain').every((e) => !('namespace' in e))).toBe(true);
+    expect(traced).toEqual([
+      { key: 'user:1', namespace: 'users/admins' },
+      { key: 'user:1', namespace: 'users/admins' },
+      { key: 'plain', namespace: undefined },
+    ]);
+    expect(JSON.stringify([seen, traced])).not.toContain('\\u0000');
   });
 });

@@ -5,10 +5,10 @@ import type { Cache, CacheEvents, LockMode } from '../../src/index.js';
 declare const cache: Cache;
 
 describe('cache.on: event payload types', () => {
-  it('hit carries the key and the tier', () => {
+  it('hit carries the key, the namespace of a namespaced key, and the tier', () => {
     expectTypeOf(() =>
       cache.on('hit', (e) => {
-        expectTypeOf(e).toEqualTypeOf<{ key: string; tier: 'local' | 'redis' }>();
+        expectTypeOf(e).toEqualTypeOf<{ key: string; namespace?: string; tier: 'local' | 'redis' }>();
       }),
     ).returns.toEqualTypeOf<Cache>();
   });

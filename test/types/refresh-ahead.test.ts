@@ -20,6 +20,6 @@ describe('refreshAhead, ttlJitter and the refresh event', () => {
   it('exports RefreshAhead and types the refresh event', () => {
     expectTypeOf<api.RefreshAhead>().toEqualTypeOf<number | { beta: number }>();
     expectTypeOf<api.CallOptions['refreshAhead']>().toEqualTypeOf<api.RefreshAhead | undefined>();
-    expectTypeOf<api.CacheEvents['refresh'][0]>().toEqualTypeOf<{ key: string; outcome: 'started' | 'won' | 'lost' | 'already-refreshed' | 'abandoned' }>();
+    expectTypeOf<api.CacheEvents['refresh'][0]>().toEqualTypeOf<{ key: string; namespace?: string; outcome: 'started' | 'won' | 'lost' | 'already-refreshed' | 'abandoned' }>();
   });
 });
