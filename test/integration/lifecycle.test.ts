@@ -12,7 +12,7 @@ import { createClient as createClient5 } from 'redis5';
 import { describe, expect, it } from 'vitest';
 import { createCache, type Cache, type CacheEvents, type CallOptions, type LoaderContext } from '../../src/index.js';
 import { familyClient, subscribeVia, TEST_CLIENT, useFamilyServer } from '../support/clients.js';
-import { deferred } from '../support/harness.js';
+import { deferred, subscribed } from '../support/harness.js';
 import { freePort } from '../support/redis-server.js';
 
 /** A URL where nothing listens: connections are refused. */
@@ -171,7 +171,7 @@ describe('ready() is true only when calls can reach Redis', () => {
 
   it('false while a circuit breaker refuses operations, with a degraded event naming it', async () => {
     const cache = cacheOn({ redisTimeout: 150, breakerThreshold: 2, breakerCooldown: 120_000 });
-    expect(await cache.ready()).toBe(true);
+    expect(await subscribed(cache, 10_000)).toBe(true);
     s.server.pause();
     try {
       // Two reads that time out open the breaker (their callers answer degraded).
@@ -179,12 +179,13 @@ describe('ready() is true only when calls can reach Redis', () => {
     } finally {
       s.server.resume();
     }
-    const why: unknown[] = [];
+    const why: string[] = [];
     cache.on('degraded', (e) => {
-      if (e.operation === 'ready') why.push(e.error);
+      const error = e.error as { operation?: string; failure?: string };
+      if (e.operation === 'ready') why.push(`${error.operation}:${error.failure}`);
     });
     expect(await cache.ready()).toBe(false);
-    expect(why).toMatchObject([{ operation: 'ready', failure: 'breaker' }]);
+    expect(why).toContain('ready:breaker');
   });
 
   it('false once closed', async () => {
@@ -257,7 +258,8 @@ describe('the subscriber heartbeat while Redis hangs', () => {
     // disconnectTimeout (2 s) needs to destroy the socket that a FIN could not close.
     const cache = createCache({ redis: client, prefix: `lc${process.pid}hb`, redisTimeout: 60 });
     try {
-      expect(await cache.ready()).toBe(true);
+      // Subscribed (ready() would also want a PING answered within the 60 ms redisTimeout: not the point here).
+      expect(await subscribed(cache, 10_000)).toBe(true);
       s.server.pause();
       await sleep(3000);
       s.server.resume();
