@@ -199,7 +199,14 @@ export class Generations {
    * forgotten path costs one read, never a wrong answer.
    */
   private readonly known = new LRUCache<PathId, number>({ max: MAX_KNOWN_PATHS });
-  /** Per path, the seq of its latest drop; and the seq of the latest flush. */
+  /**
+   * The tickets (the L1 rule, for generations). `seq` only grows: every drop and flush takes the next
+   * value. `droppedAt`: per path, the seq of its latest drop (a clear note heard, or this process's
+   * clear); `floor`: the seq of the latest flush (a (re)subscription, or too many drops to remember).
+   * Invariant: a read sent at ticket t (the seq when it was sent) fills `known` only if
+   * `floor ≤ t` and `droppedAt[path] ≤ t`, i.e. nothing that could have moved the generation was heard
+   * while it was in flight, so a late reply never brings an older generation back.
+   */
   private readonly droppedAt = new Map<PathId, number>();
   private seq = 0;
   private floor = 0;
