@@ -315,7 +315,8 @@ export class Cache extends EventEmitter<CacheEvents> {
   /** A clear's note (`c`: a namespace path; `a`: the whole cache), then the wait for every subscriber's acknowledgement. */
   private announceClear(path: string, kind: 'c' | 'a'): Promise<void> {
     const id = randomBytes(9).toString('base64url');
-    return this.generations.clear(path, id, this.bus.message(kind, clearNoteKey(path, id)));
+    // The cache's own clear (kind 'a') confirmed its deletes already; its counter names no key space.
+    return this.generations.clear(path, id, this.bus.message(kind, clearNoteKey(path, id)), kind === 'c');
   }
 
   /** Everything was cleared (here, or a note from another process): nothing kept from before may answer a call. */

@@ -208,6 +208,8 @@ export class Generations {
    * while it was in flight, so a late reply never brings an older generation back.
    */
   private readonly droppedAt = new Map<PathId, number>();
+  /** Per path, the reads of its generation in flight (absent: none). */
+  private readonly reading = new Map<PathId, number>();
   private seq = 0;
   private floor = 0;
   private trusted = false;
@@ -245,7 +247,15 @@ export class Generations {
     const counter = { namespace: path, redisKey: this.redisKey(path) };
     // The note a re-seed publishes (see GENERATION); sent only if the counter is missing.
     const note = this.notes.note(path, UNACKNOWLEDGED);
-    const generation = Number(await this.io.run('read', () => this.port.run(GENERATION, [counter.redisKey], [this.notes.channel, note]), counter));
+    this.reading.set(path, (this.reading.get(path) ?? 0) + 1);
+    let generation: number;
+    try {
+      generation = Number(await this.io.run('read', () => this.port.run(GENERATION, [counter.redisKey], [this.notes.channel, note]), counter));
+    } finally {
+      const left = (this.reading.get(path) ?? 1) - 1;
+      if (left > 0) this.reading.set(path, left);
+      else this.reading.delete(path);
+    }
     if (this.trusted && ticket >= this.floor && (this.droppedAt.get(path) ?? -1) <= ticket) this.known.set(path, generation);
     return generation;
   }
@@ -269,9 +279,10 @@ export class Generations {
    * With replicaAck, the bump is confirmed by WAIT like a delete (a failover to a replica that missed
    * it would roll the generation back, and pre-clear entries would be reachable again): fewer
    * acknowledgements reject with RedisUnavailableError (failure 'replicaAck'), as delete() does.
+   * `confirmed` false: the cache's own clear, whose counter no call reads (its deletes were confirmed).
    * Throws RedisUnavailableError. This process's own cache is dropped for the path at once.
    */
-  async clear(path: PathId, id: string, message: string): Promise<void> {
+  async clear(path: PathId, id: string, message: string, confirmed = true): Promise<void> {
     this.drop(path);
     const acks = this.ackKey(path, id);
     const { channel } = this.notes;
@@ -280,7 +291,7 @@ export class Generations {
     const everywhere = await clusterReceivers(this.port, this.io, channel);
     const bump = async (): Promise<unknown> => {
       const reached = await this.port.run(CLEAR, [counter.redisKey, acks], [ACK_TTL_MS, channel, message]);
-      await this.confirm?.(counter.redisKey);
+      if (confirmed) await this.confirm?.(counter.redisKey);
       return reached;
     };
     const published = Number(await this.io.run('clear', bump, counter));
@@ -296,7 +307,10 @@ export class Generations {
    */
   ack(path: PathId, id: string, own: boolean): void {
     if (id === UNACKNOWLEDGED) {
-      if (!own) this.drop(path);
+      // Only where there is something to protect: a cached generation, or a read that could cache
+      // one. A note for a path this process never used (a first use elsewhere, per-tenant namespaces)
+      // records nothing: recording it would count towards the flush that empties every path's cache.
+      if (!own && (this.known.has(path) || this.reading.has(path))) this.drop(path);
       return;
     }
     this.drop(path);

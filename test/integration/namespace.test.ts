@@ -153,6 +153,25 @@ describe('clear()', () => {
     expect(known.size).toBe(10_000);
   });
 
+  it('first uses of many other namespaces in another process do not empty this process\'s cached generations', async () => {
+    const a = h.cache();
+    const b = twin(a);
+    try {
+      expect(await a.ready()).toBe(true);
+      expect(await b.ready()).toBe(true);
+      await a.namespace('hot').get('k');
+      const known = (a as unknown as { generations: { known: { has(path: string): boolean } } }).generations.known;
+      expect(known.has('hot')).toBe(true);
+      // 4,200 first uses in b: each publishes its path's note (more than the 4,096 drops a process remembers).
+      for (let i = 0; i < 4_200; i += 600) await Promise.all(Array.from({ length: 600 }, (_, j) => b.namespace(`tenant-${i + j}`).get('k')));
+      // A clear acknowledged by a: every note published before it reached a first (one channel, in order).
+      await b.namespace('last').clear();
+      expect(known.has('hot')).toBe(true);
+    } finally {
+      await b.close();
+    }
+  });
+
   it('costs O(1) in Redis: the old entries are not touched (they expire by their TTL), one generation counter moves', async () => {
     const cache = h.cache();
     const ns = cache.namespace('big');
