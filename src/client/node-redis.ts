@@ -48,7 +48,8 @@ const PLAIN: CommandOptions = Object.freeze({ typeMapping: Object.freeze({}) });
  * server, so on a Cluster the node is the master of the first key's slot (`nodeOf`): a script run on
  * one master is still sent with EVAL on the next. A connection that drops may come back to a server
  * that lost its scripts (a restart without persistence, a failover), so its record goes when it
- * starts reconnecting and again when it is ready (see `forgetOnReconnect`). Shared by every cache on
+ * starts reconnecting and again when it is ready (see `forgetOnReconnect`, attached while a cache
+ * listens to the client's reconnections: `onReady`). Shared by every cache on
  * the client (a WeakMap: nothing is kept alive).
  */
 const RAN = new WeakMap<object, Map<string, Set<string>>>();
@@ -56,23 +57,23 @@ const RAN = new WeakMap<object, Map<string, Set<string>>>();
 /**
  * A connection that drops forgets the scripts it ran: the standalone client's 'reconnecting' and
  * 'ready', a Cluster's per-node 'node-reconnecting' and 'node-ready' (with the node's host and port,
- * as `nodeOf` names it). Listened to once per client, for as long as the client lives.
+ * as `nodeOf` names it). Returns the way to stop: the caller's client keeps no listener of ours once
+ * the cache closed (NodeRedisPort.onReady attaches and detaches these with its own).
  */
-function forgetOnReconnect(client: object, ran: Map<string, Set<string>>, cluster: boolean): void {
+function forgetOnReconnect(client: object, ran: Map<string, Set<string>>, cluster: boolean): () => void {
   const emitter = client as Emitter;
-  if (typeof emitter.on !== 'function') return;
-  if (!cluster) {
-    const forget = (): void => void ran.delete('standalone');
-    emitter.on('reconnecting', forget);
-    emitter.on('ready', forget);
-    return;
-  }
-  const forgetNode = (info: unknown): void => {
-    const host = prop(info, 'host');
-    if (typeof host === 'string') ran.delete(`${host}:${String(prop(info, 'port'))}`);
+  if (typeof emitter.on !== 'function') return () => undefined;
+  const forget = cluster
+    ? (info: unknown): void => {
+      const host = prop(info, 'host');
+      if (typeof host === 'string') ran.delete(`${host}:${String(prop(info, 'port'))}`);
+    }
+    : (): void => void ran.delete('standalone');
+  const events = cluster ? ['node-reconnecting', 'node-ready'] : ['reconnecting', 'ready'];
+  for (const event of events) emitter.on(event, forget);
+  return () => {
+    for (const event of events) emitter.off(event, forget);
   };
-  emitter.on('node-reconnecting', forgetNode);
-  emitter.on('node-ready', forgetNode);
 }
 
 /**
@@ -119,10 +120,7 @@ export class NodeRedisPort implements RedisPort {
   constructor(private readonly client: NodeRedisClient) {
     this.cluster = isNodeRedisCluster(client);
     let ran = RAN.get(client);
-    if (!ran) {
-      RAN.set(client, (ran = new Map<string, Set<string>>()));
-      forgetOnReconnect(client, ran, this.cluster);
-    }
+    if (!ran) RAN.set(client, (ran = new Map<string, Set<string>>()));
     this.ran = ran;
     this.family = this.cluster ? 'node-redis cluster' : 'node-redis';
     const c = client as unknown as { sendCommand(...args: unknown[]): Promise<unknown> };
@@ -215,8 +213,13 @@ export class NodeRedisPort implements RedisPort {
     // A standalone client emits 'ready' on every (re)connection; a Cluster emits 'node-ready' per node.
     const event = this.cluster ? 'node-ready' : 'ready';
     const emitter = this.client as unknown as Emitter;
+    // Registered first: a reconnection's scripts are forgotten before `listener` runs.
+    const stopForgetting = forgetOnReconnect(this.client, this.ran, this.cluster);
     emitter.on(event, listener);
-    return () => void emitter.off(event, listener);
+    return () => {
+      emitter.off(event, listener);
+      stopForgetting();
+    };
   }
 
   nodeOf(key: string): string {
