@@ -26,8 +26,12 @@ export const HIT_VARIANTS = ['bare', 'ours', 'lru', 'ours-l1'] as const;
  * `evalsha` is the same script sent as a plain command (no defineCommand wrapper), `getrange-pttl` a
  * read without Lua (GETRANGE up to the cap, PTTL, sent together). `ours-base` is ours from another
  * build (SG_BENCH_BASE: its dist/index.js), for an A/B of a change in one run.
+ * `ours-options` is ours with the options as a new object literal per call (`{ ttl, lock: 'single' }`,
+ * the README's second form) instead of a bare ttl number; `ours-options-signal` adds a `signal` (one
+ * never-aborted signal, so the figure is the library's cost of a signal, not AbortController's);
+ * `ours-options-base` is `ours-options` from the SG_BENCH_BASE build.
  */
-export const EXTRA_HIT_VARIANTS = ['script', 'evalsha', 'getrange-pttl', 'ours-base'] as const;
+export const EXTRA_HIT_VARIANTS = ['script', 'evalsha', 'getrange-pttl', 'ours-base', 'ours-options', 'ours-options-signal', 'ours-options-base'] as const;
 export type HitVariant = (typeof HIT_VARIANTS)[number] | (typeof EXTRA_HIT_VARIANTS)[number];
 
 export interface HitRequest {
