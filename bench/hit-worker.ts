@@ -43,10 +43,14 @@ async function run(req: HitRequest, go: () => Promise<number>): Promise<HitRepor
     for (const k of names) lru.set(k, HIT_VALUE);
     answer = (key) => lru.get(key);
   } else {
-    const { createCache } = req.variant === 'ours-base' ? await baseLibrary() : (await library()).lib;
+    const { createCache } = req.variant === 'ours-base' || req.variant === 'ours-options-base' ? await baseLibrary() : (await library()).lib;
     const cache = createCache({ redis, prefix: req.prefix, ...(req.variant === 'ours-l1' ? { local: { max: req.keys * 2 } } : {}) });
     const loader = () => HIT_VALUE;
-    answer = (key) => cache.getOrCompute(key, loader, HIT_TTL);
+    const signal = new AbortController().signal;
+    // A new options object per call, as a handler writes it inline.
+    if (req.variant === 'ours-options' || req.variant === 'ours-options-base') answer = (key) => cache.getOrCompute(key, loader, { ttl: HIT_TTL, lock: 'single' });
+    else if (req.variant === 'ours-options-signal') answer = (key) => cache.getOrCompute(key, loader, { ttl: HIT_TTL, lock: 'single', signal });
+    else answer = (key) => cache.getOrCompute(key, loader, HIT_TTL);
     close = () => cache.close();
     await cache.ready(); // L1 serves only while the subscription holds
   }

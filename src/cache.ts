@@ -19,6 +19,7 @@ import { defineScripts } from './lock/scripts.js';
 import { RedlockLock } from './lock/redlock.js';
 import { StoreLock, type LockDeps } from './lock/single.js';
 import type { Grant, Locker } from './lock/types.js';
+import { CallShapes } from './options/shapes.js';
 import { resolveCacheOptions, resolveCallOptions, writeTtl, type CacheOptions, type CallOptions, type LockMode, type ResolvedCache, type ResolvedCall } from './options.js';
 import { Background, entryRead, readEntry, refreshAheadOnHit, type Emit, type RebuildDeps } from './rebuild.js';
 import { replicaConfirm, withReplicaAck } from './replica-ack.js';
@@ -76,6 +77,8 @@ export class Cache extends EventEmitter<CacheEvents> {
   private closing: Promise<void> | undefined;
   /** Resolved options per bare ttl; undefined when the lock policy is a function of the key. */
   private readonly byTtl: Map<number, ResolvedCall> | undefined;
+  /** Resolved options per options object's shape (its values less the signal), bounded. */
+  private readonly shapes: CallShapes;
   /** Many keys in one round trip per hash slot (getMany, deleteMany). */
   private readonly batch: Batch;
   /** Every namespace path's generation (cached while subscribed). */
@@ -92,6 +95,7 @@ export class Cache extends EventEmitter<CacheEvents> {
     const o = resolveCacheOptions(options);
     this.options = o;
     this.byTtl = typeof o.defaults.lock === 'function' ? undefined : new Map();
+    this.shapes = new CallShapes(o.defaults);
     // Every running loader listens to the lifetime signal (and detaches when done): not a leak.
     setMaxListeners(0, this.lifetime.signal);
     this.retries = new ReleaseRetries(o.clock);
@@ -622,7 +626,7 @@ export class Cache extends EventEmitter<CacheEvents> {
       const known = this.byTtl?.get(ttlOrOptions);
       if (known) return known;
     }
-    const call = resolveCallOptions(this.options.defaults, ttlOrOptions, key);
+    const call = typeof ttlOrOptions === 'object' && ttlOrOptions !== null ? this.shapes.resolve(ttlOrOptions, key) : resolveCallOptions(this.options.defaults, ttlOrOptions, key);
     if (call.lock === 'redlock' && !this.options.redlock) throw new InvalidOptionError('lock', 'redlock', 'redlock nodes configured: createCache({ redlock: { nodes } })', key);
     if (typeof ttlOrOptions === 'number' && this.byTtl && this.byTtl.size < 256) this.byTtl.set(ttlOrOptions, call);
     return call;

@@ -26,8 +26,12 @@ export const HIT_VARIANTS = ['bare', 'ours', 'lru', 'ours-l1'] as const;
  * `evalsha` is the same script sent as a plain command (no defineCommand wrapper), `getrange-pttl` a
  * read without Lua (GETRANGE up to the cap, PTTL, sent together). `ours-base` is ours from another
  * build (SG_BENCH_BASE: its dist/index.js), for an A/B of a change in one run.
+ * `ours-options` is ours with the options as a new object literal per call (`{ ttl, lock: 'single' }`,
+ * the README's second form) instead of a bare ttl number; `ours-options-signal` adds a `signal` (one
+ * never-aborted signal, so the figure is the library's cost of a signal, not AbortController's);
+ * `ours-options-base` is `ours-options` from the SG_BENCH_BASE build.
  */
-export const EXTRA_HIT_VARIANTS = ['script', 'evalsha', 'getrange-pttl', 'ours-base'] as const;
+export const EXTRA_HIT_VARIANTS = ['script', 'evalsha', 'getrange-pttl', 'ours-base', 'ours-options', 'ours-options-signal', 'ours-options-base'] as const;
 export type HitVariant = (typeof HIT_VARIANTS)[number] | (typeof EXTRA_HIT_VARIANTS)[number];
 
 export interface HitRequest {
@@ -215,10 +219,12 @@ export function hitMarkdown(figures: HitFigure[], sizes: HitSizes): string[] {
   // The experiments' variants (EXTRA_HIT_VARIANTS), each beside the bare client and ours of the same run.
   const extras = figures.filter((f) => (EXTRA_HIT_VARIANTS as readonly string[]).includes(f.variant));
   if (extras.length > 0) {
-    out.push('', '| P | K | variant | client µs/req | ÷ bare GET | ours ÷ variant | req/s | Redis µs/req |', '|---:|---:|---|---:|---:|---:|---:|---:|');
+    // An options variant is judged against the bare-ttl call of its own build (ours, or ours-base).
+    const bareTtlOf = (f: HitFigure, p: Partial<Record<HitVariant, HitFigure>>) => (f.variant === 'ours-options-base' ? p['ours-base'] : f.variant.startsWith('ours-options') ? p.ours : undefined);
+    out.push('', '| P | K | variant | client µs/req | ÷ bare GET | ours ÷ variant | options ÷ bare ttl (same build) | req/s | Redis µs/req |', '|---:|---:|---|---:|---:|---:|---:|---:|---:|');
     for (const f of extras) {
       const p = pairs.get(`${f.processes}/${f.keys}`) ?? {};
-      out.push(`| ${f.processes} | ${f.keys} | ${f.variant} | ${f2(f.cpuUsPerRequest)} | ${f2(f.cpuUsPerRequest / (p.bare?.cpuUsPerRequest ?? NaN))} | ${f2((p.ours?.cpuUsPerRequest ?? NaN) / f.cpuUsPerRequest)} | ${f.throughput.toFixed(0)} | ${f2(f.redisCpuUsPerRequest)} |`);
+      out.push(`| ${f.processes} | ${f.keys} | ${f.variant} | ${f2(f.cpuUsPerRequest)} | ${f2(f.cpuUsPerRequest / (p.bare?.cpuUsPerRequest ?? NaN))} | ${f2((p.ours?.cpuUsPerRequest ?? NaN) / f.cpuUsPerRequest)} | ${f2(f.cpuUsPerRequest / (bareTtlOf(f, p)?.cpuUsPerRequest ?? NaN))} | ${f.throughput.toFixed(0)} | ${f2(f.redisCpuUsPerRequest)} |`);
     }
   }
   return out;

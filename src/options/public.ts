@@ -33,7 +33,21 @@ export interface Clock {
 }
 export const systemClock: Clock = { now: () => performance.now() };
 
-/** Options accepted per call and, as cache-wide defaults, in `createCache({ defaults })`. */
+/**
+ * Options accepted per call and, as cache-wide defaults, in `createCache({ defaults })`.
+ *
+ * An options object is read afresh on every call, and resolved (validated, merged over the defaults,
+ * frozen) once per shape: its own enumerable options and their values, less the value of `signal`.
+ * So a new literal per call costs what a bare ttl does, and:
+ * - `signal` is per call: checked and attached to each call alone, never remembered;
+ * - a reused object mutated later is read with its new values on its next call: a new shape,
+ *   validated on first sight (a bad value is an `InvalidOptionError` before any Redis traffic); a call
+ *   already started keeps what it read;
+ * - a lock policy that is a function of the key (`createCache({ lock })` or `defaults.lock`) is called
+ *   on every call with its key; a function or object value given per call (`lock`, `refreshAhead`)
+ *   makes that call resolve in full instead;
+ * - a cache remembers at most 256 shapes (the oldest is forgotten first). See docs/options.md.
+ */
 export interface CallOptions {
   /** Fresh time in ms (a positive integer). No default: give it per call or in `defaults`. */
   ttl?: number;

@@ -61,11 +61,14 @@ export function resolveCacheOptions(input: CacheOptions): ResolvedCache {
   return Object.freeze({ ...rest, replicaAck: rest.replicaAck, defaults, clock: clock ?? systemClock, unsafe: resolveUnsafe(input) });
 }
 
+/** One call's options merged over the defaults, the lock policy not yet evaluated on a key. */
+export type MergedCall = Omit<ResolvedCall, 'lock'> & { readonly lock: ResolvedDefaults['lock'] };
+
 /**
- * Merges one call's options over the cache defaults. `input` is a ttl number or an options object.
- * Throws `InvalidOptionError` before any Redis traffic.
+ * Validates one call's options (a ttl number or an options object) and merges them over the cache
+ * defaults. Throws `InvalidOptionError` before any Redis traffic. `key` only names the call in errors.
  */
-export function resolveCallOptions(defaults: ResolvedDefaults, input: number | CallOptions | undefined, key: string): ResolvedCall {
+export function mergeCallOptions(defaults: ResolvedDefaults, input: number | CallOptions | undefined, key: string): MergedCall {
   let given: Partial<ResolvedCall>;
   if (typeof input === 'number') given = { ttl: positiveMs(input, 'ttl', key) };
   else if (input === undefined) given = {};
@@ -73,5 +76,18 @@ export function resolveCallOptions(defaults: ResolvedDefaults, input: number | C
   else throw new InvalidOptionError('ttl', input, 'a ttl in ms or an options object', key);
   const merged = { ...defaults, ...given };
   if (merged.ttl === undefined) throw new InvalidOptionError('ttl', undefined, 'a positive integer number of ms, per call or in defaults', key);
-  return Object.freeze({ ...merged, ttl: merged.ttl, lock: lockModeFor(merged.lock, key), signal: merged.signal, forceFresh: merged.forceFresh });
+  return { ...merged, ttl: merged.ttl, signal: merged.signal, forceFresh: merged.forceFresh };
+}
+
+/** Merged options with the lock policy evaluated on `key`; frozen. */
+export function withLockFor(merged: MergedCall, key: string): ResolvedCall {
+  return Object.freeze({ ...merged, lock: lockModeFor(merged.lock, key) });
+}
+
+/**
+ * Merges one call's options over the cache defaults. `input` is a ttl number or an options object.
+ * Throws `InvalidOptionError` before any Redis traffic.
+ */
+export function resolveCallOptions(defaults: ResolvedDefaults, input: number | CallOptions | undefined, key: string): ResolvedCall {
+  return withLockFor(mergeCallOptions(defaults, input, key), key);
 }

@@ -690,3 +690,34 @@ describe('client port', () => {
     }
   });
 });
+
+describe('call options resolved once per shape', () => {
+  it('on a remembered shape, a bad option (new or mutated in) sends no Redis command, and an aborted signal still aborts', async () => {
+    const client = h.cacheClient();
+    const cache = createCache({ redis: client, prefix: `shape${process.pid}` });
+    try {
+      await cache.set('k', 'v', 60_000);
+      const loader = vi.fn(() => 'loaded');
+      const reused: CallOptions = { ttl: 60_000, lock: 'single' };
+      // The shapes are remembered: with and without a signal.
+      expect(await cache.getOrCompute('k', loader, reused)).toBe('v');
+      expect(await cache.getOrCompute('k', loader, { ttl: 60_000, lock: 'single', signal: new AbortController().signal })).toBe('v');
+      const sent = countCommands(client);
+      await expect(cache.getOrCompute('k', loader, { ttl: 60_000, lock: 'bogus' as never })).rejects.toMatchObject({ code: 'ERR_INVALID_OPTION', option: 'lock', value: 'bogus' });
+      reused.ttl = 0;
+      await expect(cache.getOrCompute('k', loader, reused)).rejects.toMatchObject({ code: 'ERR_INVALID_OPTION', option: 'ttl', value: 0 });
+      await expect(cache.getOrCompute('k', loader, { ttl: 60_000, lock: 'single', signal: 'x' as never })).rejects.toMatchObject({ code: 'ERR_INVALID_OPTION', option: 'signal' });
+      // An already-aborted signal on the remembered shape: refused before any traffic.
+      await expect(cache.getOrCompute('k', loader, { ttl: 60_000, lock: 'single', signal: AbortSignal.abort(new Error('gone')) })).rejects.toMatchObject({ code: 'ERR_ABORTED' });
+      expect(sent.count).toBe(0);
+      // A signal aborting mid-call on the same shape: the caller leaves its hung load.
+      const ac = new AbortController();
+      const hung = cache.getOrCompute('cold', () => new Promise<string>(() => undefined), { ttl: 60_000, lock: 'single', signal: ac.signal });
+      setTimeout(() => ac.abort(new Error('client left')), 50);
+      await expect(hung).rejects.toMatchObject({ code: 'ERR_ABORTED' });
+      expect(loader).not.toHaveBeenCalled();
+    } finally {
+      await cache.close();
+    }
+  });
+});

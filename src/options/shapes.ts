@@ -1,0 +1,111 @@
+/**
+ * Call options resolved once per shape. A shape is what an options object says, read afresh on every
+ * call: its own enumerable names in order, with their values, less the signal's value (a web handler
+ * passes a new signal, and a new object literal, per request). Two calls whose objects say the same
+ * thing share one validated, merged, frozen resolution; the signal is checked and attached per call.
+ *
+ * Why not by object identity: handlers write the options inline, so every call brings a new object.
+ * Why not resolve per call: validating, merging over the defaults and freezing a ~16-field object per
+ * call, and the garbage it leaves while the call waits on Redis, cost more on a hit than the hit itself
+ * spends in this library (measured with bench:hit's `ours-options` variant).
+ */
+import { abortSignal } from './fields.js';
+import { lockModeFor } from './effective.js';
+import type { CallOptions, LockMode } from './public.js';
+import { mergeCallOptions, withLockFor, type MergedCall } from './resolve.js';
+import { CALL_FIELDS, type ResolvedCall, type ResolvedDefaults } from './schema.js';
+
+/** How many shapes one cache remembers: callers write a handful; one that makes shapes without end evicts its own. */
+export const MAX_SHAPES = 256;
+
+/**
+ * The shape's id: each own enumerable option name (all known ones) and its primitive value, strings
+ * length-prefixed so no value can spell another shape's id. `undefined` when the object cannot be
+ * remembered by its values: an unknown name (the full resolution refuses it), or a value that is not a
+ * primitive (a lock function or a `refreshAhead` object given per call: resolved per call instead,
+ * since equal-looking functions and objects can differ, and one may be mutated in place).
+ */
+function shapeId(input: object): string | undefined {
+  let id = '';
+  let signal = false;
+  for (const name of Object.keys(input)) {
+    if (!Object.hasOwn(CALL_FIELDS, name)) return undefined;
+    const value = (input as Record<string, unknown>)[name];
+    switch (typeof value) {
+      case 'undefined':
+        // Absent, as validation reads it.
+        break;
+      default:
+        // The signal is per call: its presence is in the shape (last, whatever its place), never its value.
+        if (name === 'signal') signal = true;
+        else if (typeof value === 'number' || typeof value === 'boolean') id += `${name}=${value};`;
+        else if (typeof value === 'string') id += `${name}"${value.length}:${value};`;
+        else return undefined;
+    }
+  }
+  return signal ? `${id}signal;` : id;
+}
+
+/** The options object as read now, without its signal: what a shape is resolved from. */
+function withoutSignal(input: object): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  for (const name of Object.keys(input)) if (name !== 'signal') out[name] = (input as Record<string, unknown>)[name];
+  return out;
+}
+
+class Shape {
+  /** One frozen resolution per lock mode the policy has picked (one, unless the policy is a function of the key). */
+  private readonly byMode: Partial<Record<LockMode, ResolvedCall>> = {};
+  private readonly fixed: ResolvedCall | undefined;
+
+  constructor(
+    private readonly merged: MergedCall,
+    readonly hasSignal: boolean,
+  ) {
+    this.fixed = typeof merged.lock === 'function' ? undefined : withLockFor(merged, '');
+  }
+
+  /** The resolution for `key`: a lock policy that is a function is asked on every call, never remembered per key. */
+  forKey(key: string): ResolvedCall {
+    if (this.fixed) return this.fixed;
+    const mode = lockModeFor(this.merged.lock, key);
+    return (this.byMode[mode] ??= Object.freeze({ ...this.merged, lock: mode }));
+  }
+}
+
+export class CallShapes {
+  /** Insertion order is eviction order: the oldest shape goes first once MAX_SHAPES are held. */
+  private readonly shapes = new Map<string, Shape>();
+
+  constructor(
+    private readonly defaults: ResolvedDefaults,
+    private readonly max = MAX_SHAPES,
+  ) {}
+
+  /** How many shapes are remembered (tests). */
+  get size(): number {
+    return this.shapes.size;
+  }
+
+  /** One call's options object, resolved: validated (`InvalidOptionError`) before any Redis traffic. */
+  resolve(input: CallOptions, key: string): ResolvedCall {
+    const id = shapeId(input);
+    let shape = id === undefined ? undefined : this.shapes.get(id);
+    if (shape === undefined) {
+      // Resolved from one reading of the object, and remembered under that reading's id (a getter
+      // that answers differently on a second read cannot file one shape under another's id).
+      const read = withoutSignal(input);
+      shape = new Shape(mergeCallOptions(this.defaults, read, key), Object.hasOwn(input, 'signal') && input.signal !== undefined);
+      const readId = id === undefined ? undefined : shapeId(read);
+      if (readId !== undefined) this.remember(shape.hasSignal ? `${readId}signal;` : readId, shape);
+    }
+    const call = shape.forKey(key);
+    if (!shape.hasSignal) return call;
+    return Object.freeze({ ...call, signal: abortSignal(input.signal, 'signal', key) });
+  }
+
+  private remember(id: string, shape: Shape): void {
+    if (this.shapes.size >= this.max) this.shapes.delete(this.shapes.keys().next().value as string);
+    this.shapes.set(id, shape);
+  }
+}
