@@ -15,20 +15,11 @@ import {
 } from '../../src/options.js';
 import { CACHE_FIELDS, CALL_FIELDS } from '../../src/options/schema.js';
 import { UNSAFE } from '../../src/unsafe.js';
+import { refusal as invalid } from '../support/refusal.js';
 
 /** A structural stand-in: option validation only checks the shape, and never sends a command. */
 const fakeClient = { defineCommand: () => undefined, duplicate: () => undefined } as unknown as CacheOptions['redis'];
 
-/** Runs `f`, returns what it threw as an InvalidOptionError (failing the test if it threw nothing else). */
-function invalid(f: () => unknown): InvalidOptionError {
-  try {
-    f();
-  } catch (e) {
-    expect(e).toBeInstanceOf(InvalidOptionError);
-    return e as InvalidOptionError;
-  }
-  throw new Error('expected an InvalidOptionError, nothing was thrown');
-}
 
 /** The message names the option, the value and its type (describe() prints `5 (number)`). */
 function expectNamed(err: InvalidOptionError, option: string, value: unknown): void {

@@ -1,21 +1,11 @@
 import { describe, expect, it, vi } from 'vitest';
-import { InvalidOptionError } from '../../src/errors.js';
 import type { CallOptions, LockMode } from '../../src/options.js';
 import { CallShapes, MAX_SHAPES } from '../../src/options/shapes.js';
 import { CALL_DEFAULTS, type ResolvedDefaults } from '../../src/options/schema.js';
+import { refusal } from '../support/refusal.js';
 
 const defaults = CALL_DEFAULTS as ResolvedDefaults;
 
-/** What `f` threw, as an InvalidOptionError. */
-function refusal(f: () => unknown): InvalidOptionError {
-  try {
-    f();
-  } catch (e) {
-    expect(e).toBeInstanceOf(InvalidOptionError);
-    return e as InvalidOptionError;
-  }
-  throw new Error('expected an InvalidOptionError, nothing was thrown');
-}
 
 describe('call options resolved once per shape', () => {
   it('two objects that say the same thing share one frozen resolution', () => {
