@@ -17,6 +17,8 @@ import { CALL_FIELDS, type ResolvedCall, type ResolvedDefaults } from './schema.
 
 /** How many shapes one cache remembers: callers write a handful; one that makes shapes without end evicts its own. */
 export const MAX_SHAPES = 256;
+/** How many shapes are matched by comparing values in place before an id is built (a handler's few literals). */
+const MAX_RECENT = 8;
 
 /**
  * The shape's id: each own enumerable option name (all known ones) and its primitive value, strings
@@ -76,6 +78,8 @@ class Shape {
 export class CallShapes {
   /** Insertion order is eviction order: the oldest shape goes first once MAX_SHAPES are held. */
   private readonly shapes = new Map<string, Shape>();
+  /** The newest shapes first, at most MAX_RECENT: each the exact names and values one object had. */
+  private readonly recent: { readonly names: readonly string[]; readonly values: readonly unknown[]; readonly shape: Shape }[] = [];
 
   constructor(
     private readonly defaults: ResolvedDefaults,
@@ -89,19 +93,48 @@ export class CallShapes {
 
   /** One call's options object, resolved: validated (`InvalidOptionError`) before any Redis traffic. */
   resolve(input: CallOptions, key: string): ResolvedCall {
-    const id = shapeId(input);
-    let shape = id === undefined ? undefined : this.shapes.get(id);
-    if (shape === undefined) {
-      // Resolved from one reading of the object, and remembered under that reading's id (a getter
-      // that answers differently on a second read cannot file one shape under another's id).
-      const read = withoutSignal(input);
-      shape = new Shape(mergeCallOptions(this.defaults, read, key), Object.hasOwn(input, 'signal') && input.signal !== undefined);
-      const readId = id === undefined ? undefined : shapeId(read);
-      if (readId !== undefined) this.remember(shape.hasSignal ? `${readId}signal;` : readId, shape);
-    }
+    const names = Object.keys(input);
+    const shape = this.recentMatch(input, names) ?? this.slowResolve(input, names, key);
     const call = shape.forKey(key);
     if (!shape.hasSignal) return call;
     return Object.freeze({ ...call, signal: abortSignal(input.signal, 'signal', key) });
+  }
+
+  /**
+   * The shape an object says exactly what a recently seen one said: the same names in the same order,
+   * each value `===` (the signal's presence only). Building an id costs a string and its hash per call,
+   * more than a hot key's coalesced hit spends elsewhere; this compare allocates only the names array.
+   */
+  private recentMatch(input: CallOptions, names: readonly string[]): Shape | undefined {
+    const values = input as Record<string, unknown>;
+    next: for (const seen of this.recent) {
+      if (seen.names.length !== names.length) continue;
+      for (let i = 0; i < names.length; i++) {
+        const name = names[i] as string;
+        if (seen.names[i] !== name) continue next;
+        const value = values[name];
+        if (name === 'signal' ? (value !== undefined) !== seen.values[i] : value !== seen.values[i]) continue next;
+      }
+      return seen.shape;
+    }
+    return undefined;
+  }
+
+  private slowResolve(input: CallOptions, names: readonly string[], key: string): Shape {
+    const id = shapeId(input);
+    const known = id === undefined ? undefined : this.shapes.get(id);
+    if (known !== undefined) return known;
+    // Resolved from one reading of the object, and remembered under that reading's id (a getter
+    // that answers differently on a second read cannot file one shape under another's id).
+    const read = withoutSignal(input);
+    const shape = new Shape(mergeCallOptions(this.defaults, read, key), Object.hasOwn(input, 'signal') && input.signal !== undefined);
+    const readId = id === undefined ? undefined : shapeId(read);
+    if (readId === undefined) return shape;
+    this.remember(shape.hasSignal ? `${readId}signal;` : readId, shape);
+    // The recent entry holds that same reading: its values, and for the signal whether it was given.
+    this.recent.unshift({ names, values: names.map((name) => (name === 'signal' ? shape.hasSignal : read[name])), shape });
+    if (this.recent.length > MAX_RECENT) this.recent.pop();
+    return shape;
   }
 
   private remember(id: string, shape: Shape): void {

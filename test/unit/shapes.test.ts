@@ -18,6 +18,20 @@ describe('call options resolved once per shape', () => {
     expect(shapes.size).toBe(1);
   });
 
+  it('many shapes interleaved (more than are matched in place) each resolve to their own values', () => {
+    const shapes = new CallShapes(defaults);
+    const locks: LockMode[] = ['none', 'local', 'single'];
+    for (let round = 0; round < 3; round++) {
+      for (let n = 0; n < 12; n++) {
+        const lock = locks[n % 3] as LockMode;
+        // Same names, another order every other shape: order is part of a shape, never a reason to mix two.
+        const options: CallOptions = n % 2 === 0 ? { ttl: 1000 + n, lock } : { lock, ttl: 1000 + n };
+        expect(shapes.resolve(options, 'k')).toMatchObject({ ttl: 1000 + n, lock });
+        expect(shapes.resolve({ ...options, signal: undefined }, 'k').signal).toBeUndefined();
+      }
+    }
+  });
+
   it('a reused options object mutated later is read afresh: a bad value is refused, a good one applies', () => {
     const shapes = new CallShapes(defaults);
     const options: CallOptions = { ttl: 1000, lock: 'single' };
