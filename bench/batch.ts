@@ -1,12 +1,12 @@
 /**
- * `npm run bench:batch [-- --processes P] [--callers C] [--duration-ms D] [--loader-ms L] [--clear-keys N] [--clear-only]`
+ * `npm run bench:batch [-- --processes P] [--callers C] [--runs R] [--duration-ms D] [--loader-ms L] [--clear-keys N] [--clear-only] [--batch-only]`
  *
- * Two scenarios of issue #11, on a local redis-server:
+ * Two scenarios, on a local redis-server:
  * 1. batch: P processes × C callers, each asking in a loop for 100 of 10,000 zipf-distributed keys
  *    (ttl 1 s), done three ways — `getOrComputeMany`, the same 100 keys as 100 parallel `getOrCompute`
  *    calls, and cachified's `createBatch`. Reported: origin key loads per expiry (ideal 1: a load of a
  *    key within one ttl of another load of it anywhere in the fleet is a duplicate), loader calls,
- *    p99 per call, Redis commands per call (server-side total_commands_processed; pipelined commands
+ *    p50 and p99 per call, Redis commands per call (server-side total_commands_processed; pipelined commands
  *    count one each, so this is an upper bound on round trips, not round trips).
  * 2. clear: a namespace of N keys (default 100,000), then a whole cache of N keys, is cleared while
  *    another cache reads: time to resolve, Redis CPU while it runs, p99 and max of the other traffic
@@ -28,8 +28,10 @@ const { values: args } = parseArgs({
     callers: { type: 'string', default: '20' },
     'duration-ms': { type: 'string', default: '6000' },
     'loader-ms': { type: 'string', default: '20' },
+    runs: { type: 'string', default: '6' },
     'clear-keys': { type: 'string', default: '100000' },
     'clear-only': { type: 'boolean', default: false },
+    'batch-only': { type: 'boolean', default: false },
     /** Allow FLUSHALL on the server of REDIS_URL (refused without it: see lib/server.ts). */
     flush: { type: 'boolean', default: false },
   },
@@ -172,31 +174,74 @@ async function cpuUsed(admin: Redis): Promise<number> {
   return Number(/used_cpu_sys:([\d.]+)/.exec(info)?.[1] ?? 0) + Number(/used_cpu_user:([\d.]+)/.exec(info)?.[1] ?? 0);
 }
 
-async function batchScenario(url: string, admin: Redis): Promise<void> {
+interface BatchFigures {
+  calls: number;
+  loads: number;
+  perExpiry: number;
+  loaderCalls: number;
+  p50: number;
+  p99: number;
+  commandsPerCall: number;
+  errors: number;
+}
+
+async function batchRun(url: string, admin: Redis, variant: Variant, prefix: string): Promise<BatchFigures> {
   const P = Number(args.processes);
-  const C = Number(args.callers);
-  const durationMs = Number(args['duration-ms']);
-  console.log(`batch: ${P} processes × ${C} callers × 100 of ${KEYS} zipf keys, ttl ${TTL_MS} ms, loader ${args['loader-ms']} ms, ${durationMs} ms per variant`);
-  console.log('| variant | calls | origin key loads | loads per expiry (ideal 1) | loader calls | p50 ms | p99 ms | Redis commands per call | errors |');
-  console.log('|---|---|---|---|---|---|---|---|---|');
-  for (const [i, variant] of VARIANTS.entries()) {
-    await admin.flushall();
-    const before = await commandsProcessed(admin);
-    const startAt = Date.now() + 1500;
-    const children: ChildProcess[] = Array.from({ length: P }, () =>
-      fork(fileURLToPath(import.meta.url), ['--role', 'worker'], {
-        execArgv: ['--import', 'tsx'],
-        env: { ...process.env, SG_BATCH: JSON.stringify({ url, prefix: `bb${i}`, variant, callers: C, durationMs, loaderMs: Number(args['loader-ms']), startAt }) },
-        stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
-      }),
-    );
-    const reports = await Promise.all(children.map((c) => new Promise<WorkerReport>((resolve) => c.once('message', (m: WorkerReport) => resolve(m)))));
-    const commands = (await commandsProcessed(admin)) - before;
-    const latencies = reports.flatMap((r) => r.latencies).sort((a, b) => a - b);
-    const { total, needed } = loadsPerExpiry(reports.flatMap((r) => r.loads));
-    const loaderCalls = reports.reduce((s, r) => s + r.loaderCalls, 0);
-    const errors = reports.reduce((s, r) => s + r.errors, 0);
-    console.log(`| ${variant} | ${latencies.length} | ${total} | ${(total / needed).toFixed(3)} | ${loaderCalls} | ${percentile(latencies, 0.5).toFixed(1)} | ${percentile(latencies, 0.99).toFixed(1)} | ${(commands / latencies.length).toFixed(1)} | ${errors} |`);
+  await admin.flushall();
+  const before = await commandsProcessed(admin);
+  const startAt = Date.now() + 1500;
+  const children: ChildProcess[] = Array.from({ length: P }, () =>
+    fork(fileURLToPath(import.meta.url), ['--role', 'worker'], {
+      execArgv: ['--import', 'tsx'],
+      env: { ...process.env, SG_BATCH: JSON.stringify({ url, prefix, variant, callers: Number(args.callers), durationMs: Number(args['duration-ms']), loaderMs: Number(args['loader-ms']), startAt }) },
+      stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+    }),
+  );
+  const reports = await Promise.all(children.map((c) => new Promise<WorkerReport>((resolve) => c.once('message', (m: WorkerReport) => resolve(m)))));
+  const commands = (await commandsProcessed(admin)) - before;
+  const latencies = reports.flatMap((r) => r.latencies).sort((a, b) => a - b);
+  const { total, needed } = loadsPerExpiry(reports.flatMap((r) => r.loads));
+  return {
+    calls: latencies.length,
+    loads: total,
+    perExpiry: total / needed,
+    loaderCalls: reports.reduce((s, r) => s + r.loaderCalls, 0),
+    p50: percentile(latencies, 0.5),
+    p99: percentile(latencies, 0.99),
+    commandsPerCall: commands / latencies.length,
+    errors: reports.reduce((s, r) => s + r.errors, 0),
+  };
+}
+
+function median(values: number[]): number {
+  const sorted = [...values].sort((a, b) => a - b);
+  const mid = sorted.length >> 1;
+  return sorted.length % 2 === 1 ? (sorted[mid] as number) : ((sorted[mid - 1] as number) + (sorted[mid] as number)) / 2;
+}
+
+function row(variant: string, f: BatchFigures): string {
+  return `| ${variant} | ${f.calls} | ${f.loads} | ${f.perExpiry.toFixed(3)} | ${f.loaderCalls} | ${f.p50.toFixed(1)} | ${f.p99.toFixed(1)} | ${f.commandsPerCall.toFixed(1)} | ${f.errors} |`;
+}
+
+/** Every variant in each run, interleaved run by run; one line per run, then the medians of every column. */
+async function batchScenario(url: string, admin: Redis): Promise<void> {
+  const runs = Number(args.runs);
+  console.log(`batch: ${args.processes} processes × ${args.callers} callers × 100 of ${KEYS} zipf keys, ttl ${TTL_MS} ms, loader ${args['loader-ms']} ms, ${args['duration-ms']} ms per variant, ${runs} runs interleaved`);
+  const header = ['| variant | calls | origin key loads | loads per expiry (ideal 1) | loader calls | p50 ms | p99 ms | Redis commands per call | errors |', '|---|---|---|---|---|---|---|---|---|'];
+  console.log(header.join('\n'));
+  const figures = new Map<Variant, BatchFigures[]>(VARIANTS.map((v) => [v, []]));
+  for (let run = 0; run < runs; run++) {
+    for (const [i, variant] of VARIANTS.entries()) {
+      const f = await batchRun(url, admin, variant, `bb${run}v${i}`);
+      figures.get(variant)?.push(f);
+      console.log(row(`${variant} (run ${run + 1})`, f));
+    }
+  }
+  console.log(`\nMedians of ${runs} runs:`);
+  console.log(header.join('\n'));
+  for (const [variant, list] of figures) {
+    const m = (pick: (f: BatchFigures) => number) => median(list.map(pick));
+    console.log(row(variant, { calls: m((f) => f.calls), loads: m((f) => f.loads), perExpiry: m((f) => f.perExpiry), loaderCalls: m((f) => f.loaderCalls), p50: m((f) => f.p50), p99: m((f) => f.p99), commandsPerCall: m((f) => f.commandsPerCall), errors: m((f) => f.errors) }));
   }
 }
 
@@ -254,8 +299,10 @@ if (args.role === 'worker') {
   const store = await redisToFlush('npm run bench:batch', args.flush);
   const admin = new Redis(store.adminUrl);
   if (!args['clear-only']) await batchScenario(store.url, admin);
-  await clearScenario(store.url, admin, 'namespace');
-  await clearScenario(store.url, admin, 'cache');
+  if (!args['batch-only']) {
+    await clearScenario(store.url, admin, 'namespace');
+    await clearScenario(store.url, admin, 'cache');
+  }
   console.log(`\ncommand: npm run bench:batch -- ${process.argv.slice(2).join(' ')}`);
   admin.disconnect();
   await store.stop();
