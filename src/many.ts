@@ -7,7 +7,10 @@ import { entryKeys, type EntryKeys } from './keys.js';
 import { runLoader, type LoaderContext, type LoadResult } from './loader.js';
 import { StoreLock, type ManyItem } from './lock/single.js';
 import type { Grant, Locker } from './lock/types.js';
-import type { ResolvedCall } from './options.js';
+import type { CallOptions, ResolvedCall } from './options.js';
+import type { Guard } from './guards.js';
+import { getOrCompute } from './compute.js';
+import type { Runtime } from './runtime.js';
 import { doneOnReread, entryRead, refreshAheadOnHit, type RebuildDeps } from './rebuild.js';
 import type { Found } from './store.js';
 
@@ -50,6 +53,22 @@ interface Led {
   readonly answer: (how: Answer) => void;
   /** The call's stop signal, once its flight started it (every caller gone, or close()). */
   stop: Stop | undefined;
+}
+
+/** getOrComputeMany's entry, after the keys' checks: each key's call options, resolved as getOrCompute resolves them. */
+export function getOrComputeMany(rt: Runtime, guard: Guard, keys: readonly string[], loadMany: BatchLoader<unknown>, ttlOrOptions: number | CallOptions | undefined): Promise<unknown[]> {
+  if (typeof loadMany !== 'function') throw new InvalidOptionError('loadMany', loadMany, 'a function (missing, ctx) => Map<key, value>');
+  const signal = typeof ttlOrOptions === 'object' ? ttlOrOptions.signal : undefined;
+  const host: ManyHost = {
+    deps: rt.deps,
+    batch: rt.batch,
+    prefix: rt.options.prefix,
+    maxValueBytes: rt.options.maxValueBytes,
+    calls: rt.calls,
+    resolveCall: (key) => guard.call(key, ttlOrOptions),
+    one: (key, loader) => getOrCompute(rt, guard, key, loader, ttlOrOptions),
+  };
+  return computeMany(host, keys, loadMany, signal);
 }
 
 /**

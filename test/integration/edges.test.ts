@@ -146,7 +146,7 @@ describe('signals', () => {
   // this asserts the mechanism: each run's combined signal detaches from the long-lived lifetime signal.
   it('every loader run detaches its signal from the cache lifetime signal (nothing accumulates per run)', async () => {
     const cache = h.cache({ defaults: { hardTimeout: 60_000 } });
-    const lifetime = (cache as unknown as { lifetime: AbortController }).lifetime.signal;
+    const lifetime = ((cache as unknown as { rt: unknown }).rt as { lifetime: AbortController }).lifetime.signal;
     const fixed = getEventListeners(lifetime, 'abort').length; // the cache's own, one per coalescer
     for (let i = 0; i < 50; i++) await cache.getOrCompute(`s${i}`, () => i, 60_000);
     await expect(cache.getOrCompute('s-fail', () => Promise.reject(new Error('x')), 60_000)).rejects.toThrow('x');
@@ -283,7 +283,7 @@ describe('getOrComputeMany keys are calls: the single-key edges hold per key', (
     const a = h.cache();
     const b = createCache({ redis: h.cacheClient(), prefix: prefixOf(a) });
     // b writes the key after a's read and before a's lock: a wins the lock and its re-read finds b's value.
-    const single = (a as unknown as { lockers: { single: { acquireMany: (...args: unknown[]) => Promise<unknown> } } }).lockers.single;
+    const single = ((a as unknown as { rt: unknown }).rt as { lockers: { single: { acquireMany: (...args: unknown[]) => Promise<unknown> } } }).lockers.single;
     const acquireMany = single.acquireMany.bind(single);
     single.acquireMany = async (...args: unknown[]) => {
       await b.set('w', 'from b', 60_000);
@@ -372,7 +372,7 @@ describe('getOrComputeMany keys are calls: the single-key edges hold per key', (
     await refreshing;
     await hung.promise;
     await h.admin.del(keysOf(cache, 'ra').value);
-    const single = (cache as unknown as { lockers: { single: { acquire: (...args: unknown[]) => Promise<unknown> } } }).lockers.single;
+    const single = ((cache as unknown as { rt: unknown }).rt as { lockers: { single: { acquire: (...args: unknown[]) => Promise<unknown> } } }).lockers.single;
     const acquire = single.acquire.bind(single);
     let attempts = 0;
     single.acquire = (...args: unknown[]) => (attempts++, acquire(...args));
@@ -574,7 +574,7 @@ describe('every entry point × every edge (table)', () => {
       expect(await cache.getOrCompute('k', () => (started.resolve(), late.promise), RA)).toBe('v1');
       await started.promise;
       await cache.close();
-      const background = (cache as unknown as { deps: { background: { pending(key: string): unknown } } }).deps.background;
+      const background = ((cache as unknown as { rt: unknown }).rt as { deps: { background: { pending(key: string): unknown } } }).deps.background;
       expect(background.pending('k')).toBeUndefined();
       late.resolve('too late');
       await new Promise((r) => setTimeout(r, 50));

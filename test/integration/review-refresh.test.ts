@@ -415,8 +415,8 @@ describe('failing refresh, older formats, leaks (held)', () => {
 
   it('many refreshes add no listener to the lifetime signal and leave no background work', async () => {
     const cache = await l1Cache();
-    const lifetime = (cache as unknown as { lifetime: AbortController }).lifetime.signal;
-    const background = (cache as unknown as { deps: { background: { byKey: Map<string, unknown> } } }).deps.background;
+    const lifetime = ((cache as unknown as { rt: unknown }).rt as { lifetime: AbortController }).lifetime.signal;
+    const background = ((cache as unknown as { rt: unknown }).rt as { deps: { background: { byKey: Map<string, unknown> } } }).deps.background;
     const base = getEventListeners(lifetime, 'abort').length;
     const opts: CallOptions = { ttl: 200, refreshAhead: 0.1 };
     let runs = 0;
