@@ -10,7 +10,6 @@ import { entryKeys } from './keys.js';
 import type { LoaderContext } from './loader.js';
 import { shownKey } from './namespace.js';
 import type { CallOptions, ResolvedCall } from './options.js';
-import { refreshAheadOnHit } from './rebuild.js';
 import type { Runtime } from './runtime.js';
 import { getOrComputeChannel, traced, type GetOrComputeContext } from './telemetry.js';
 
@@ -54,7 +53,7 @@ function fromLocal(rt: Runtime, key: string, loader: AnyLoader, call: ResolvedCa
   if (trace) trace.outcome = 'localHit';
   rt.emit('hit', { key, tier: 'local' });
   if (l1.facts && refreshPolicyFor(call.refreshAhead, l1.facts) !== 0) {
-    refreshAheadOnHit(rt.deps, key, () => entryKeys(rt.options.prefix, key), loader, call, { value: l1.value, freshUntil: l1.freshUntil, facts: l1.facts });
+    rt.calls.refreshAhead(key, () => entryKeys(rt.options.prefix, key), loader, call, { value: l1.value, freshUntil: l1.freshUntil, facts: l1.facts });
   }
   return l1;
 }

@@ -11,7 +11,9 @@ import type { CallOptions, ResolvedCall } from './options.js';
 import type { Guard } from './guards.js';
 import { getOrCompute } from './compute.js';
 import type { Runtime } from './runtime.js';
-import { doneOnReread, entryRead, refreshAheadOnHit, type RebuildDeps } from './rebuild.js';
+import type { RebuildDeps } from './protocol/deps.js';
+import { entryRead } from './protocol/read.js';
+import { doneOnReread } from './protocol/rebuild.js';
 import type { Found } from './store.js';
 
 /** What `loadMany` receives besides the keys. */
@@ -126,7 +128,7 @@ export async function computeMany(h: ManyHost, keys: readonly string[], loadMany
     else if (f.state === 'fresh') {
       if (refreshPolicyFor(call.refreshAhead, f) !== 0) {
         const keysOf = () => entryKeys(h.prefix, key);
-        refreshAheadOnHit(d, key, keysOf, single(key), call, { value: f.value, freshUntil: d.clock.now() + freshRemaining(f.pttl, f.graceMs), facts: f });
+        h.calls.refreshAhead(key, keysOf, single(key), call, { value: f.value, freshUntil: d.clock.now() + freshRemaining(f.pttl, f.graceMs), facts: f });
       }
       h.calls.answered(key, call, 'hit', f.value);
       answers.set(key, Promise.resolve(f.value));
@@ -190,7 +192,7 @@ async function lockAndLoad(h: ManyHost, led: readonly Led[], loadMany: BatchLoad
     return;
   }
   // An exclusive grant whose re-read finds the work done loads nothing (the rule of rebuild()).
-  const toLoad = won.filter((w, i) => !(w.grant.exclusive && doneOnReread(again[i], bypassedBy(w.entry))));
+  const toLoad = won.filter((w, i) => !(w.grant.exclusive && doneOnReread(again[i], { kind: 'fresh', bypassed: bypassedBy(w.entry) })));
   const tokens = new Map(won.map((w) => [w.entry.key, w.grant.fence as number | undefined]));
   const loaded = toLoad.length === 0 ? undefined : loadOnce(d, loadMany, toLoad.map((w) => w.entry.key), tokens, (toLoad[0] as { entry: Led }).entry.call, toLoad.map((w) => w.entry.stop));
   // Observed here: if close() stops every rebuild before it picks its value, nobody else reads it.

@@ -5,7 +5,7 @@
  */
 import { CacheClosedError } from './errors.js';
 import { entryKeys } from './keys.js';
-import { entryRead, readEntry } from './rebuild.js';
+import { entryRead, readEntry } from './protocol/read.js';
 import type { Runtime } from './runtime.js';
 import type { Found } from './store.js';
 

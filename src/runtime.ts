@@ -24,7 +24,7 @@ import type { Locker } from './lock/types.js';
 import { clearNoteKey, Generations, parseClearNote, withDegradedKeys } from './namespace.js';
 import type { LockMode, ResolvedCache } from './options.js';
 import { ready } from './readiness.js';
-import { Background, type RebuildDeps } from './rebuild.js';
+import type { RebuildDeps } from './protocol/deps.js';
 import { replicaConfirm, withReplicaAck } from './replica-ack.js';
 import { Store } from './store.js';
 import { Telemetry } from './telemetry.js';
@@ -93,8 +93,8 @@ export class Runtime {
     this.notes = this.newNotes();
     this.local = o.local ? new LruTier(o.local, o.clock, { incoherent: o.unsafe.incoherentL1 }) : NO_LOCAL_TIER;
     this.lockers = this.newLockers(scripts);
-    this.deps = this.newDeps(scripts);
-    this.calls = new Calls(this.deps, o.prefix, o.maxWaitersPerKey);
+    this.calls = new Calls(this.newParts(scripts), o.prefix, o.maxWaitersPerKey);
+    this.deps = this.calls.deps;
     // A subscriber that has not acknowledged a clear within 2 × redisTimeout is one the heartbeat counts as down by then.
     const clearNotes = { channel: this.bus.channel, note: (path: string, id: string) => this.bus.message('c', clearNoteKey(path, id)) };
     this.generations = new Generations(this.port, this.io, o.prefix, clearNotes, replicaConfirm(this.port, o.replicaAck), 2 * o.redisTimeout, o.clock);
@@ -144,7 +144,7 @@ export class Runtime {
     return { none: new StoreLock(lockDeps, 'none', false), local, single, redlock };
   }
 
-  private newDeps(scripts: Scripts): RebuildDeps {
+  private newParts(scripts: Scripts): Omit<RebuildDeps, 'loads'> {
     const o = this.options;
     const emit = this.emit;
     const store = new Store(this.io, scripts, this.notes, o.maxValueBytes, {
@@ -152,7 +152,7 @@ export class Runtime {
     }, o.unsafe.unfencedWrites);
     // Fence-only grants (no lock) are the 'local' locker's: set(), computing after waitTimeout.
     const { local: l1, memo, waiters, grants, telemetry } = this;
-    return { store, lockers: this.lockers, fenceOnly: this.lockers.local, local: l1, memo, waiters, wake: this.notes, grants, background: new Background(), lifetime: this.lifetime.signal, clock: o.clock, emit, telemetry };
+    return { store, lockers: this.lockers, fenceOnly: this.lockers.local, local: l1, memo, waiters, wake: this.notes, grants, lifetime: this.lifetime.signal, clock: o.clock, emit, telemetry };
   }
 
   /** L1 and cached namespace generations are trusted only while subscribed: notes sent while away are lost (see local-tier.ts). */
@@ -198,7 +198,6 @@ export class Runtime {
    */
   forget(key: string): void {
     this.calls.forget(key);
-    this.deps.background.abandon(key);
   }
 
   /** Everything was cleared (here, or a note from another process): nothing kept from before may answer a call. */
@@ -206,7 +205,6 @@ export class Runtime {
     this.local.flush();
     this.memo.clear();
     this.calls.forgetAll();
-    this.deps.background.abandonAll();
   }
 
   /** See Cache.ready(). */
@@ -234,7 +232,6 @@ export class Runtime {
     // Loaders may ignore their signal; close() never waits for them. Their grants are released now
     // (and any grant acquired meanwhile is refused by the registry); a loader that finishes later writes nothing.
     await this.grants.close();
-    this.deps.background.clear();
     this.stopReadyListener();
     this.io.close();
     if (this.lockers.redlock instanceof RedlockLock) this.lockers.redlock.close();

@@ -574,7 +574,7 @@ describe('every entry point × every edge (table)', () => {
       expect(await cache.getOrCompute('k', () => (started.resolve(), late.promise), RA)).toBe('v1');
       await started.promise;
       await cache.close();
-      const background = ((cache as unknown as { rt: unknown }).rt as { deps: { background: { pending(key: string): unknown } } }).deps.background;
+      const background = ((cache as unknown as { rt: unknown }).rt as { deps: { loads: { pending(key: string): unknown } } }).deps.loads;
       expect(background.pending('k')).toBeUndefined();
       late.resolve('too late');
       await new Promise((r) => setTimeout(r, 50));

@@ -6,7 +6,8 @@ import { createCache, type Cache, type CallOptions, type LoaderContext } from '.
 import { decodeEntry } from '../../src/codec.js';
 import { entryKeys } from '../../src/keys.js';
 import { resolveCallOptions } from '../../src/options.js';
-import { refreshAheadOnHit, type RebuildDeps } from '../../src/rebuild.js';
+import type { RebuildDeps } from '../../src/protocol/deps.js';
+import { refreshAheadOnHit } from '../../src/protocol/refresh.js';
 import { describe, expect, it, vi } from 'vitest';
 import { countCommands, deferred, nextEvent, useRedis, keysOf, prefixOf, refreshOutcomes, untilPttlAtMost as waitPttl } from '../support/harness.js';
 
@@ -180,7 +181,7 @@ describe('a hit past the refresh point', () => {
     const deps = ((a as unknown as { rt: unknown }).rt as { deps: RebuildDeps }).deps;
     const call = resolveCallOptions(((a as unknown as { rt: unknown }).rt as { options: { defaults: never } }).options.defaults, RA, 'k');
     refreshAheadOnHit(deps, 'k', () => entryKeys(prefixOf(a), 'k'), loader, call, { value: 'v1', freshUntil: performance.now() + 400, facts: { fence: fence as number, ttlMs: 1000, loadMs: 1 } });
-    await deps.background.pending('k'); // a's refresh, to its end
+    await deps.loads.pending('k'); // a's refresh, to its end
     expect(outcomes).toEqual(['started', 'won', 'already-refreshed']);
     expect(state.runs).toBe(2); // the first fill and b's refresh; none by a
     expect(await a.get('k')).toBe('v2');
