@@ -597,6 +597,25 @@ describe('every entry point × every edge (table)', () => {
       expect(loads).toBe(1);
     });
 
+    it("one load per key per process × early refresh: a due hit starts no refresh beside this process's own forceFresh load (lock 'local' grants a second one at once)", async () => {
+      const cache = h.cache();
+      await due(cache, 'k');
+      const local: CallOptions = { ...RA, lock: 'local' };
+      const outcomes = refreshOutcomes(cache);
+      let loads = 0;
+      const gate = deferred<void>();
+      const loading = deferred<void>();
+      const forced = cache.getOrCompute('k', async () => (loads++, loading.resolve(), await gate.promise, 'forced'), { ...local, forceFresh: true });
+      await loading.promise;
+      // A hit of the entry, past its refresh point, while the forceFresh load runs: served, and no refresh.
+      expect(await cache.getOrCompute('k', async () => (loads++, 'refreshed'), local)).toBe('v1');
+      await new Promise((r) => setTimeout(r, 50));
+      gate.resolve();
+      expect(await forced).toBe('forced');
+      expect(await cache.get('k')).toBe('forced');
+      expect({ loads, outcomes }).toEqual({ loads: 1, outcomes: [] });
+    });
+
     it('options × early refresh: a bad refreshAhead is refused with ERR_INVALID_OPTION before any Redis traffic', async () => {
       const client = h.cacheClient();
       const cache = createCache({ redis: client, prefix: `mx${process.pid}ro` });
