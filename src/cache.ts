@@ -25,7 +25,7 @@ export function createCache(options: CacheOptions): Cache {
  * Redis. See docs/guarantees.md: the lock is an efficiency lock; the cache write is fenced.
  * This class is the public face and the composition root (runtime.ts wires the parts); what each
  * operation does lives in the module named for it: compute.ts, many.ts, reads.ts, writes.ts,
- * clearing.ts, namespace-host.ts, and one call's protocol in call.ts and rebuild.ts.
+ * clearing.ts, namespace-host.ts, and one call's protocol in call.ts and protocol/.
  */
 export class Cache extends EventEmitter<CacheEvents> {
   private readonly rt: Runtime;
@@ -42,7 +42,7 @@ export class Cache extends EventEmitter<CacheEvents> {
   /**
    * Returns the cached value for `key`, or runs `loader` — once across all processes — to rebuild it.
    * The story: L1 → in-process flight → store → fresh/stale → lock → re-read → loader → fenced write →
-   * release → notify; losers wait to be woken (or poll) until `waitTimeout` (see rebuild.ts).
+   * release → notify; losers wait to be woken (or poll) until `waitTimeout` (see protocol/trip.ts).
    *
    * `T` is inferred from what the loader returns. `S` (the type of `ctx.staleValue`) is separate so that
    * an unannotated `(ctx) => …` loader does not pin `T` to `unknown`: TypeScript must type `ctx` before

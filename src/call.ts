@@ -13,7 +13,7 @@ import { entryKeys, type EntryKeys } from './keys.js';
 import type { Loader } from './loader.js';
 import { shownKey } from './namespace.js';
 import type { LockMode, ResolvedCall } from './options.js';
-import type { OwnLoads, RebuildDeps, RefreshPath } from './protocol/deps.js';
+import type { OwnLoads, ProtocolDeps, RefreshPath } from './protocol/deps.js';
 import { HoldOffs, refreshAheadOnFresh, refreshAheadOnHit, refreshStale, RefreshAbandoned, type Seen } from './protocol/refresh.js';
 import { Trip } from './protocol/trip.js';
 import type { Present } from './store.js';
@@ -26,7 +26,7 @@ const IGNORE = (): void => undefined;
 
 export class Calls implements OwnLoads {
   /** What every trip borrows: the cache's parts, and these calls as its own loads. */
-  readonly deps: RebuildDeps;
+  readonly deps: ProtocolDeps;
   private readonly coalescers: Readonly<Record<LockMode, Coalescer>>;
   /** Normal calls' flights (lock modes local, single, redlock). */
   private readonly flight: SingleFlight;
@@ -42,7 +42,7 @@ export class Calls implements OwnLoads {
   private readonly holdOffs = new HoldOffs();
 
   constructor(
-    parts: Omit<RebuildDeps, 'loads'>,
+    parts: Omit<ProtocolDeps, 'loads'>,
     private readonly prefix: string,
     maxCallers: number,
   ) {

@@ -1,6 +1,6 @@
 /**
  * getOrCompute's entry: the call's checks, L1, then the key's call (call.ts), which runs the protocol
- * (rebuild.ts) or joins this process's flight of the key. Traced on the getOrCompute channel while
+ * (protocol/) or joins this process's flight of the key. Traced on the getOrCompute channel while
  * someone subscribes; without a subscriber a call costs one check for it.
  */
 import { AbortedError, InvalidOptionError, type RedisUnavailableError } from './errors.js';

@@ -24,7 +24,7 @@ import type { Locker } from './lock/types.js';
 import { clearNoteKey, Generations, parseClearNote, withDegradedKeys } from './namespace.js';
 import type { LockMode, ResolvedCache } from './options.js';
 import { ready } from './readiness.js';
-import type { RebuildDeps } from './protocol/deps.js';
+import type { ProtocolDeps } from './protocol/deps.js';
 import { replicaConfirm, withReplicaAck } from './replica-ack.js';
 import { Store } from './store.js';
 import { Telemetry } from './telemetry.js';
@@ -55,7 +55,7 @@ export class Runtime {
   /** Aborts every loader's ctx.signal on close(); after it, no loader starts and nothing is written. */
   readonly lifetime = new AbortController();
   /** What every call's protocol borrows. */
-  readonly deps: RebuildDeps;
+  readonly deps: ProtocolDeps;
   /** Every key's call: flights, close guard, outcome (call.ts). */
   readonly calls: Calls;
   /** Many keys in one round trip per hash slot (getMany, deleteMany, getOrComputeMany, clear). */
@@ -144,7 +144,7 @@ export class Runtime {
     return { none: new StoreLock(lockDeps, 'none', false), local, single, redlock };
   }
 
-  private newParts(scripts: Scripts): Omit<RebuildDeps, 'loads'> {
+  private newParts(scripts: Scripts): Omit<ProtocolDeps, 'loads'> {
     const o = this.options;
     const emit = this.emit;
     const store = new Store(this.io, scripts, this.notes, o.maxValueBytes, {

@@ -38,7 +38,7 @@ export interface OwnLoads {
 }
 
 /** What one cache lends every call's protocol. */
-export interface RebuildDeps {
+export interface ProtocolDeps {
   readonly store: Store;
   readonly lockers: Readonly<Record<LockMode, Locker>>;
   /** Fence-only grants (no lock): computing after `waitTimeout`. */

@@ -7,7 +7,7 @@ import { freshRemaining, staleRemaining } from '../entry.js';
 import type { EntryKeys } from '../keys.js';
 import type { Ticket } from '../local-tier.js';
 import type { Found } from '../store.js';
-import type { RebuildDeps } from './deps.js';
+import type { ProtocolDeps } from './deps.js';
 
 /** How long a stale value may sit in L1 without the note that ends its window. */
 const STALE_L1_MS = 50;
@@ -17,7 +17,7 @@ const STALE_L1_MS = 50;
  * reached this process while the read was in flight (the ticket is taken before the read is sent).
  * Throws RedisUnavailableError.
  */
-export async function readEntry(d: RebuildDeps, key: string, keys: EntryKeys, sent = d.clock.now(), serves = true): Promise<Found> {
+export async function readEntry(d: ProtocolDeps, key: string, keys: EntryKeys, sent = d.clock.now(), serves = true): Promise<Found> {
   const ticket = d.local.begin(key);
   return entryRead(d, key, ticket, sent, await d.store.read(key, keys), serves);
 }
@@ -27,7 +27,7 @@ export async function readEntry(d: RebuildDeps, key: string, keys: EntryKeys, se
  * holds) and reports a hit — unless the reader does not serve what it reads (`serves` false: a
  * `forceFresh` call bypasses the entry it finds).
  */
-export function entryRead(d: RebuildDeps, key: string, ticket: Ticket, sent: number, found: Found, serves = true): Found {
+export function entryRead(d: ProtocolDeps, key: string, ticket: Ticket, sent: number, found: Found, serves = true): Found {
   // The store holds a value for this key again: it is the truth, the degraded copy goes. A miss says
   // nothing newer than the copy (this process's deletes and other processes' notes drop it anyway).
   if (found.state !== 'miss') d.memo.invalidate(key);

@@ -9,7 +9,7 @@ import { runLoader } from '../loader.js';
 import type { Grant, ReleaseOutcome } from '../lock/types.js';
 import { loaderTimeout } from '../options.js';
 import type { Found } from '../store.js';
-import type { RebuildDeps } from './deps.js';
+import type { ProtocolDeps } from './deps.js';
 import { readEntry } from './read.js';
 import type { Trip } from './trip.js';
 import { writeEntry } from './write.js';
@@ -144,7 +144,7 @@ export async function loadWithin(t: Trip, grant: Grant, reread: (() => Found | u
  * with broadcast notes (an early refresh is abandoned; later callers join no rebuild begun before it).
  * The subscription is not awaited: the grant is held, so no note this work waits for can be missed.
  */
-export async function whileHeld<T>(d: RebuildDeps, key: string, keys: EntryKeys, work: () => Promise<T>): Promise<T> {
+export async function whileHeld<T>(d: ProtocolDeps, key: string, keys: EntryKeys, work: () => Promise<T>): Promise<T> {
   const hold = d.wake.hold(key, keys);
   try {
     return await work();

@@ -16,7 +16,7 @@ import type { Grant } from '../lock/types.js';
 import type { ResolvedCall } from '../options.js';
 import type { Present } from '../store.js';
 import type { RefreshCounted } from '../telemetry.js';
-import type { RebuildDeps, RefreshPath } from './deps.js';
+import type { ProtocolDeps, RefreshPath } from './deps.js';
 import { rebuild, whileHeld } from './rebuild.js';
 import { Trip } from './trip.js';
 
@@ -51,7 +51,7 @@ export function refreshAheadOnFresh(t: Trip, found: Present, sent: number): void
  *   later (the winner may fail). With `failBackoff`, a failure stops every process's attempts for that
  *   long. These hold-offs are the early path's own: the stale window's refresh keeps its own.
  */
-export function refreshAheadOnHit(d: RebuildDeps, key: string, keysOf: () => EntryKeys, loader: Loader<unknown>, call: ResolvedCall, seen: Seen, own?: Stop): void {
+export function refreshAheadOnHit(d: ProtocolDeps, key: string, keysOf: () => EntryKeys, loader: Loader<unknown>, call: ResolvedCall, seen: Seen, own?: Stop): void {
   const now = d.clock.now();
   if (!refreshDue(refreshPolicyFor(call.refreshAhead, seen.facts), seen.facts, call.ttl, seen.freshUntil - now, unitInterval)) return;
   if (!d.loads.mayRefresh('early', key, seen.facts.fence, now, own) || d.lifetime.aborted) return;
@@ -63,7 +63,7 @@ export function refreshAheadOnHit(d: RebuildDeps, key: string, keysOf: () => Ent
   d.loads.background(key, (stop) => earlyRefresh(new Trip(d, key, keys, abandonable(loader, stop.signal), call, stop), seen));
 }
 
-function report(d: RebuildDeps, key: string, outcome: RefreshCounted): void {
+function report(d: ProtocolDeps, key: string, outcome: RefreshCounted): void {
   d.telemetry.refresh(outcome);
   d.emit('refresh', { key, outcome });
 }

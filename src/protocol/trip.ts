@@ -15,7 +15,7 @@ import type { ResolvedCall } from '../options.js';
 import type { Found } from '../store.js';
 import type { Answered, Outcome } from '../telemetry.js';
 import { degraded } from './degraded.js';
-import type { RebuildDeps } from './deps.js';
+import type { ProtocolDeps } from './deps.js';
 import { readEntry } from './read.js';
 import { loadWithin, whileHeld, type DoneWhen } from './rebuild.js';
 import { behindOwnLoad, lockOrWait } from './wait.js';
@@ -41,7 +41,7 @@ export class Trip implements Answered {
   missedAt: number | undefined;
 
   constructor(
-    readonly d: RebuildDeps,
+    readonly d: ProtocolDeps,
     readonly key: string,
     readonly keys: EntryKeys,
     readonly loader: Loader<unknown>,

@@ -6,7 +6,7 @@ import { createCache, type Cache, type CallOptions, type LoaderContext } from '.
 import { decodeEntry } from '../../src/codec.js';
 import { entryKeys } from '../../src/keys.js';
 import { resolveCallOptions } from '../../src/options.js';
-import type { RebuildDeps } from '../../src/protocol/deps.js';
+import type { ProtocolDeps } from '../../src/protocol/deps.js';
 import { refreshAheadOnHit } from '../../src/protocol/refresh.js';
 import { describe, expect, it, vi } from 'vitest';
 import { countCommands, deferred, nextEvent, useRedis, keysOf, prefixOf, refreshOutcomes, untilPttlAtMost as waitPttl } from '../support/harness.js';
@@ -178,7 +178,7 @@ describe('a hit past the refresh point', () => {
     expect((await bWrote).written).toBe(true);
     // … and a acts on the hit it made before that write (the entry of the first fence, past its point).
     const outcomes = refreshes(a);
-    const deps = ((a as unknown as { rt: unknown }).rt as { deps: RebuildDeps }).deps;
+    const deps = ((a as unknown as { rt: unknown }).rt as { deps: ProtocolDeps }).deps;
     const call = resolveCallOptions(((a as unknown as { rt: unknown }).rt as { options: { defaults: never } }).options.defaults, RA, 'k');
     refreshAheadOnHit(deps, 'k', () => entryKeys(prefixOf(a), 'k'), loader, call, { value: 'v1', freshUntil: performance.now() + 400, facts: { fence: fence as number, ttlMs: 1000, loadMs: 1 } });
     await deps.loads.pending('k'); // a's refresh, to its end
@@ -276,7 +276,7 @@ describe('a failing refresh', () => {
     expect(await cache.getOrCompute('k', loader, { ttl: 20_000 })).toBe('v1');
     const { fence } = await filled;
     const outcomes = refreshes(cache);
-    const deps = ((cache as unknown as { rt: unknown }).rt as { deps: RebuildDeps }).deps;
+    const deps = ((cache as unknown as { rt: unknown }).rt as { deps: ProtocolDeps }).deps;
     const call = resolveCallOptions(((cache as unknown as { rt: unknown }).rt as { options: { defaults: never } }).options.defaults, RA, 'k');
     const keys = () => entryKeys(prefixOf(cache), 'k');
     const facts = { fence: fence as number, ttlMs: 1000, loadMs: 1 };
