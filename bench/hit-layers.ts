@@ -52,7 +52,7 @@ try {
   const keys = names.map((k) => internals.entryKeys(prefix, k));
   const packr: { unpack(b: Buffer): unknown } = new Packr({ useRecords: true, moreTypes: true, structuredClone: false, mapsAsObjects: false });
   // The cache's own collaborators (private fields of the composition root: this is a measurement, not an API).
-  const deps = (cache as unknown as { deps: { store: { read(key: string, keys: unknown): Promise<{ value: unknown }>; scripts: { read(k: string, max: number): Promise<[number, Buffer]> }; io: { run<T>(op: string, fn: () => Promise<T>, key: string): Promise<T> } } } }).deps;
+  const deps = ((cache as unknown as { rt: unknown }).rt as { deps: { store: { read(key: string, keys: unknown): Promise<{ value: unknown }>; scripts: { read(k: string, max: number): Promise<[number, Buffer]> }; io: { run<T>(op: string, fn: () => Promise<T>, key: string): Promise<T> } } } }).deps;
   const scripts = deps.store.scripts;
   const io = deps.store.io;
   const maxBytes = 1_048_576;

@@ -1,37 +1,57 @@
 /**
- * One key's call, whatever entry point made it (getOrCompute, forceFresh, each key of
- * getOrComputeMany, a namespace's degraded call): its resolved options, its place in the in-process
- * flight (and through it the linked stop signal — every caller gone, or close() — and the close
- * guard that settles it with CacheClosedError), and its outcome, which `stats()` and the tracing
- * channel read. A rule about an edge is written here or below (flight.ts, rebuild.ts), never in an
- * entry point.
+ * One key's call, whatever made it (getOrCompute, forceFresh, each key of getOrComputeMany, a
+ * namespace's degraded call, and this process's own background loads: an early refresh, the stale
+ * window's refresh, a rebuild past its soft timeout): its place in the in-process flights — and
+ * through them the linked stop signal (every caller gone, a change of the key, or close()) and the
+ * close guard that settles it with CacheClosedError — and its outcome, which `stats()` and the
+ * tracing channel read. A rule about an edge is written here or below (flight.ts, protocol/), never
+ * in an entry point.
  */
-import { entryKeys } from './keys.js';
+import { CacheClosedError, OriginBackoffError } from './errors.js';
+import { NoFlight, SingleFlight, type Coalescer, type Stop, type Work } from './flight.js';
+import { entryKeys, type EntryKeys } from './keys.js';
 import type { Loader } from './loader.js';
-import { NoFlight, SingleFlight, type Coalescer, type Stop } from './flight.js';
-import type { LockMode, ResolvedCall } from './options.js';
 import { shownKey } from './namespace.js';
-import { Rebuild, type RebuildDeps } from './rebuild.js';
+import type { LockMode, ResolvedCall } from './options.js';
+import type { OwnLoads, ProtocolDeps, RefreshPath } from './protocol/deps.js';
+import { HoldOffs, refreshAheadOnFresh, refreshAheadOnHit, refreshStale, RefreshAbandoned, type Seen } from './protocol/refresh.js';
+import { Trip } from './protocol/trip.js';
+import type { Present } from './store.js';
 import { getOrComputeChannel, traced, type Answered, type GetOrComputeContext, type Outcome } from './telemetry.js';
 
-/** How a call is answered once it owns its flight: by default the whole protocol (Rebuild.answer). */
-export type Answer = (trip: Rebuild) => Promise<Answered>;
+/** How a call is answered once it owns its flight: by default the whole protocol (Trip.answer). */
+export type Answer = (trip: Trip) => Promise<Answered>;
 
-export class Calls {
+const IGNORE = (): void => undefined;
+
+export class Calls implements OwnLoads {
+  /** What every trip borrows: the cache's parts, and these calls as its own loads. */
+  readonly deps: ProtocolDeps;
   private readonly coalescers: Readonly<Record<LockMode, Coalescer>>;
   /** Normal calls' flights (lock modes local, single, redlock). */
   private readonly flight: SingleFlight;
   /** The flights of `forceFresh` calls, apart from normal ones: they coalesce only with each other. */
   private readonly freshFlight: SingleFlight;
+  /**
+   * This process's background loads of a key, at most one per key: no caller joins one (none waits
+   * for its answer); a miss waits for it within its own waitTimeout, then reads again (wait.ts).
+   * Invariant: a key is here only while its load runs; a change of the key aborts its stop (an early
+   * refresh is abandoned) but leaves it here until it settles, so nothing starts beside it.
+   */
+  private readonly backgroundFlight: SingleFlight;
+  private readonly holdOffs = new HoldOffs();
 
   constructor(
-    private readonly d: RebuildDeps,
+    parts: Omit<ProtocolDeps, 'loads'>,
     private readonly prefix: string,
     maxCallers: number,
   ) {
-    this.flight = new SingleFlight(maxCallers, d.lifetime);
-    this.freshFlight = new SingleFlight(maxCallers, d.lifetime);
-    this.coalescers = { none: new NoFlight(d.lifetime), local: this.flight, single: this.flight, redlock: this.flight };
+    this.deps = { ...parts, loads: this };
+    const { lifetime } = parts;
+    this.flight = new SingleFlight(maxCallers, lifetime);
+    this.freshFlight = new SingleFlight(maxCallers, lifetime);
+    this.backgroundFlight = new SingleFlight(Number.POSITIVE_INFINITY, lifetime);
+    this.coalescers = { none: new NoFlight(lifetime), local: this.flight, single: this.flight, redlock: this.flight };
   }
 
   /** Where a call coalesces: `forceFresh` only with other forceFresh calls (a normal trip may answer from the cache). */
@@ -46,7 +66,7 @@ export class Calls {
   }
 
   /**
-   * Runs the call: joins the key's flight, or starts it with `answer` on this call's Rebuild; counts
+   * Runs the call: joins the key's flight, or starts it with `answer` on this call's Trip; counts
    * and traces the outcome (the caller that ran the trip, or a joiner of it).
    */
   run(key: string, loader: Loader<unknown>, call: ResolvedCall, trace: GetOrComputeContext | undefined, answer: Answer = (trip) => trip.answer()): Promise<unknown> {
@@ -62,30 +82,74 @@ export class Calls {
     let led = false; // this caller's work ran the trip (else it joined another caller's flight)
     const answered = await this.coalescerOf(call).run(key, call.signal, (stop: Stop) => {
       led = true;
-      return answer(new Rebuild(this.d, key, keys, loader, call, stop));
+      return answer(new Trip(this.deps, key, keys, loader, call, stop));
     });
-    const outcome = this.d.telemetry.caller(answered, led);
+    const outcome = this.deps.telemetry.caller(answered, led);
     if (trace) trace.outcome = outcome;
     return answered.value;
   }
 
   /** A call answered without a trip (a fresh hit a batch read): counted, and traced when someone listens. */
   answered(key: string, call: ResolvedCall, outcome: 'hit' | 'localHit', value: unknown): void {
-    if (outcome === 'localHit') this.d.telemetry.localHit();
-    else this.d.telemetry.redisHit();
+    if (outcome === 'localHit') this.deps.telemetry.localHit();
+    else this.deps.telemetry.redisHit();
     if (!traced()) return;
     const context: GetOrComputeContext = { ...shownKey(key), lock: call.lock, outcome: outcome satisfies Outcome };
     void getOrComputeChannel.tracePromise(() => Promise.resolve(value), context);
   }
 
-  /** The key changed: calls starting now join no flight (normal or forceFresh) begun before the change. */
+  // ------------------------------------------------------------- this process's own loads (OwnLoads)
+
+  pending(key: string): Promise<unknown> | undefined {
+    return this.backgroundFlight.pending(key)?.then(IGNORE, IGNORE);
+  }
+
+  mayRefresh(path: RefreshPath, key: string, fence: number, now: number, own?: Stop): boolean {
+    const loading = this.backgroundFlight.has(key) || this.freshFlight.has(key) || (this.flight.has(key) && !this.flight.owns(key, own));
+    return !loading && !this.holdOffs.heldOff(path, key, fence, now);
+  }
+
+  background(key: string, work: Work<unknown>): void {
+    // Already one (a rebuild past its soft timeout behind a refresh that outlived a waitTimeout): this
+    // work is running already; it is only observed.
+    const running = this.backgroundFlight.has(key) ? Promise.resolve().then(() => work({ signal: this.deps.lifetime })) : this.backgroundFlight.run(key, undefined, work);
+    running.catch((error: unknown) => {
+      if (!(error instanceof OriginBackoffError) && !(error instanceof CacheClosedError)) this.deps.emit('refreshError', { key, error });
+    });
+  }
+
+  holdOff(path: RefreshPath, key: string, fence: number, until: number): void {
+    this.holdOffs.holdOff(path, key, fence, until);
+  }
+
+  refreshAheadOnFresh(t: Trip, found: Present, sent: number): void {
+    refreshAheadOnFresh(t, found, sent);
+  }
+
+  refreshStale(t: Trip, stale: Present): void {
+    refreshStale(t, stale);
+  }
+
+  /** A hit outside a trip (L1, a batch's read): the refresh ahead, if due. */
+  refreshAhead(key: string, keysOf: () => EntryKeys, loader: Loader<unknown>, call: ResolvedCall, seen: Seen): void {
+    refreshAheadOnHit(this.deps, key, keysOf, loader, call, seen);
+  }
+
+  // ------------------------------------------------------------- changes
+
+  /**
+   * The key changed: calls starting now join no flight (normal or forceFresh) begun before the change,
+   * and an early refresh begun before it is abandoned.
+   */
   forget(key: string): void {
     this.flight.forget(key);
     this.freshFlight.forget(key);
+    this.backgroundFlight.abort(key, new RefreshAbandoned(key));
   }
 
   forgetAll(): void {
     this.flight.forgetAll();
     this.freshFlight.forgetAll();
+    this.backgroundFlight.abortAll((key) => new RefreshAbandoned(key));
   }
 }

@@ -166,6 +166,27 @@ export class SingleFlight implements Coalescer {
     return this.flights.has(key);
   }
 
+  /** The key's flight in progress, if any (settles; its rejection is observed here already). */
+  pending(key: string): Promise<unknown> | undefined {
+    return this.flights.get(key)?.promise;
+  }
+
+  /** The key's flight is the one `stop` belongs to. */
+  owns(key: string, stop: Stop | undefined): boolean {
+    return stop !== undefined && this.flights.get(key)?.stop === stop;
+  }
+
+  /** Aborts the signal of the key's flight with `reason`; the flight stays until its work settles. */
+  abort(key: string, reason: unknown): void {
+    const flight = this.flights.get(key);
+    if (flight && !flight.stop.signal.aborted) flight.stop.abort(reason);
+  }
+
+  /** abort() for every key. */
+  abortAll(reason: (key: string) => unknown): void {
+    for (const key of [...this.flights.keys()]) this.abort(key, reason(key));
+  }
+
   /** Every key changed (the cache's clear()): calls starting now join no flight begun before. */
   forgetAll(): void {
     this.flights.clear();

@@ -7,8 +7,13 @@ import { entryKeys, type EntryKeys } from './keys.js';
 import { runLoader, type LoaderContext, type LoadResult } from './loader.js';
 import { StoreLock, type ManyItem } from './lock/single.js';
 import type { Grant, Locker } from './lock/types.js';
-import type { ResolvedCall } from './options.js';
-import { doneOnReread, entryRead, refreshAheadOnHit, type RebuildDeps } from './rebuild.js';
+import type { CallOptions, ResolvedCall } from './options.js';
+import type { Guard } from './guards.js';
+import { getOrCompute } from './compute.js';
+import type { Runtime } from './runtime.js';
+import type { ProtocolDeps } from './protocol/deps.js';
+import { entryRead } from './protocol/read.js';
+import { doneOnReread } from './protocol/rebuild.js';
 import type { Found } from './store.js';
 
 /** What `loadMany` receives besides the keys. */
@@ -28,7 +33,7 @@ export type BatchLoader<T> = (missing: string[], ctx: BatchLoaderContext) => Map
 
 /** What the batch needs of its cache. */
 export interface ManyHost {
-  readonly deps: RebuildDeps;
+  readonly deps: ProtocolDeps;
   readonly batch: Batch;
   readonly prefix: string;
   readonly maxValueBytes: number;
@@ -52,6 +57,22 @@ interface Led {
   stop: Stop | undefined;
 }
 
+/** getOrComputeMany's entry, after the keys' checks: each key's call options, resolved as getOrCompute resolves them. */
+export function getOrComputeMany(rt: Runtime, guard: Guard, keys: readonly string[], loadMany: BatchLoader<unknown>, ttlOrOptions: number | CallOptions | undefined): Promise<unknown[]> {
+  if (typeof loadMany !== 'function') throw new InvalidOptionError('loadMany', loadMany, 'a function (missing, ctx) => Map<key, value>');
+  const signal = typeof ttlOrOptions === 'object' ? ttlOrOptions.signal : undefined;
+  const host: ManyHost = {
+    deps: rt.deps,
+    batch: rt.batch,
+    prefix: rt.options.prefix,
+    maxValueBytes: rt.options.maxValueBytes,
+    calls: rt.calls,
+    resolveCall: (key) => guard.call(key, ttlOrOptions),
+    one: (key, loader) => getOrCompute(rt, guard, key, loader, ttlOrOptions),
+  };
+  return computeMany(host, keys, loadMany, signal);
+}
+
 /**
  * getOrComputeMany, one story per batch; every key is a call (call.ts) like a getOrCompute's:
  * 1. L1, then one pipelined read per hash slot for the rest; fresh values answer (refresh ahead per
@@ -68,69 +89,17 @@ interface Led {
  * key's error (the others were still cached).
  */
 export async function computeMany(h: ManyHost, keys: readonly string[], loadMany: BatchLoader<unknown>, signal: AbortSignal | undefined): Promise<unknown[]> {
-  const { deps: d } = h;
   const unique = [...new Set(keys)];
   const calls = new Map(unique.map((key) => [key, h.resolveCall(key)] as const));
   // Checked after the options (a bad option is still refused) and before anything is read or locked.
   if (signal?.aborted) throw new AbortedError(keys[0] ?? '', signal.reason);
-  const callOf = (key: string): ResolvedCall => calls.get(key) as ResolvedCall;
-  // Each key's answer is observed as soon as it exists: close() may reject one while this batch still
-  // awaits Redis for the others (settleAll reads every outcome later; nothing is an unhandled rejection).
-  const answers = new Map<string, Promise<unknown>>();
-  const setAnswer = answers.set.bind(answers);
-  answers.set = (key, p) => {
-    p.catch(() => undefined);
-    return setAnswer(key, p);
-  };
-  const single = (key: string) => (ctx: LoaderContext) => pick(loadMany([key], { signal: ctx.signal, fencingTokens: new Map([[key, ctx.fencingToken]]) }), key);
-
-  const remote: string[] = [];
-  for (const key of unique) {
-    const call = callOf(key);
-    const l1 = call.forceFresh === true ? undefined : d.local.get(key);
-    if (l1 && !l1.stale && refreshPolicyFor(call.refreshAhead, l1.facts) === 0) {
-      d.emit('hit', { key, tier: 'local' });
-      h.calls.answered(key, call, 'localHit', l1.value);
-      answers.set(key, Promise.resolve(l1.value));
-    }
-    else if (l1) answers.set(key, h.one(key, single(key))); // stale, or due for refresh ahead: the single-key path knows
-    else remote.push(key);
-  }
-
-  const found = await readAll(h, remote, (key) => callOf(key).forceFresh !== true); // forceFresh serves none of what it reads
-  const misses: { key: string; call: ResolvedCall; found: Found }[] = [];
-  remote.forEach((key, i) => {
-    const f = found[i];
-    const call = callOf(key);
-    if (f === undefined) answers.set(key, h.one(key, single(key))); // the read failed: degraded, per key
-    else if (call.forceFresh === true || f.state === 'miss' || f.state === 'kept') misses.push({ key, call, found: f });
-    else if (f.state === 'fresh') {
-      if (refreshPolicyFor(call.refreshAhead, f) !== 0) {
-        const keysOf = () => entryKeys(h.prefix, key);
-        refreshAheadOnHit(d, key, keysOf, single(key), call, { value: f.value, freshUntil: d.clock.now() + freshRemaining(f.pttl, f.graceMs), facts: f });
-      }
-      h.calls.answered(key, call, 'hit', f.value);
-      answers.set(key, Promise.resolve(f.value));
-    } else answers.set(key, h.one(key, single(key)));
-  });
-
-  // Each miss is a call: it joins this process's flight of the key if one runs, else this batch leads it.
+  const run: BatchRun = { h, callOf: (key) => calls.get(key) as ResolvedCall, answers: observedAnswers(), single: singleLoader(loadMany) };
+  const remote = answerFromL1(run, unique);
+  const found = await readAll(h, remote, (key) => run.callOf(key).forceFresh !== true); // forceFresh serves none of what it reads
+  const misses = answerFromReads(run, remote, found);
   // Checked again here, synchronously before the calls start: a flight started for an aborted caller never runs its work.
   if (signal?.aborted) throw new AbortedError(keys[0] ?? '', signal.reason);
-  const led: Led[] = [];
-  for (const m of misses) {
-    if (h.calls.joinable(m.key, m.call)) {
-      answers.set(m.key, h.calls.run(m.key, single(m.key), m.call, undefined));
-      continue;
-    }
-    const how = deferred<Answer>();
-    const entry: Led = { key: m.key, keys: entryKeys(h.prefix, m.key), call: m.call, found: m.found, answer: how.resolve, stop: undefined };
-    led.push(entry);
-    answers.set(m.key, h.calls.run(m.key, single(m.key), m.call, undefined, async (trip) => {
-      entry.stop = trip.stop;
-      return (await how.promise)(trip);
-    }));
-  }
+  const led = startCalls(run, misses);
   if (led.length > 0) {
     try {
       await lockAndLoad(h, led, loadMany);
@@ -138,10 +107,100 @@ export async function computeMany(h: ManyHost, keys: readonly string[], loadMany
       for (const entry of led) entry.answer(() => Promise.reject(asError(error))); // a call already handed on keeps its way
     }
   }
-
-  const settled = await settleAll(unique.map((key) => answers.get(key) as Promise<unknown>), signal, keys[0] ?? '');
+  const settled = await settleAll(unique.map((key) => run.answers.get(key) as Promise<unknown>), signal, keys[0] ?? '');
   const byKey = new Map(unique.map((key, i) => [key, settled[i]]));
   return keys.map((key) => byKey.get(key));
+}
+
+/** What the steps of one batch share: each key's options, each key's answer so far, and a key's own loader (`loadMany([key])`). */
+interface BatchRun {
+  readonly h: ManyHost;
+  callOf(key: string): ResolvedCall;
+  readonly answers: Map<string, Promise<unknown>>;
+  single(key: string): (ctx: LoaderContext) => Promise<unknown>;
+}
+
+/**
+ * Each key's answer is observed as soon as it exists: close() may reject one while this batch still
+ * awaits Redis for the others (settleAll reads every outcome later; nothing is an unhandled rejection).
+ */
+function observedAnswers(): Map<string, Promise<unknown>> {
+  const answers = new Map<string, Promise<unknown>>();
+  const setAnswer = answers.set.bind(answers);
+  answers.set = (key, p) => {
+    p.catch(() => undefined);
+    return setAnswer(key, p);
+  };
+  return answers;
+}
+
+/** A key's loader when it goes the single-key way: the batch's loadMany, asked for that key alone. */
+const singleLoader = (loadMany: BatchLoader<unknown>) => (key: string) => (ctx: LoaderContext) =>
+  pick(loadMany([key], { signal: ctx.signal, fencingTokens: new Map([[key, ctx.fencingToken]]) }), key);
+
+/** L1 answers its fresh keys (not due for refresh ahead); a stale or due key goes the single-key way. Returns the keys to read. */
+function answerFromL1(run: BatchRun, unique: readonly string[]): string[] {
+  const { h, answers } = run;
+  const remote: string[] = [];
+  for (const key of unique) {
+    const call = run.callOf(key);
+    const l1 = call.forceFresh === true ? undefined : h.deps.local.get(key);
+    if (l1 && !l1.stale && refreshPolicyFor(call.refreshAhead, l1.facts) === 0) {
+      h.deps.emit('hit', { key, tier: 'local' });
+      h.calls.answered(key, call, 'localHit', l1.value);
+      answers.set(key, Promise.resolve(l1.value));
+    } else if (l1) answers.set(key, h.one(key, run.single(key))); // stale, or due for refresh ahead: the single-key path knows
+    else remote.push(key);
+  }
+  return remote;
+}
+
+/** The store's answers: fresh values answer (refresh ahead per key); a failed read or a stale key goes the single-key way. Returns the misses. */
+function answerFromReads(run: BatchRun, remote: readonly string[], found: readonly (Found | undefined)[]): Miss[] {
+  const { h, answers } = run;
+  const misses: Miss[] = [];
+  remote.forEach((key, i) => {
+    const f = found[i];
+    const call = run.callOf(key);
+    if (f === undefined) answers.set(key, h.one(key, run.single(key))); // the read failed: degraded, per key
+    else if (call.forceFresh === true || f.state === 'miss' || f.state === 'kept') misses.push({ key, call, found: f });
+    else if (f.state === 'fresh') {
+      if (refreshPolicyFor(call.refreshAhead, f) !== 0) {
+        const keysOf = () => entryKeys(h.prefix, key);
+        h.calls.refreshAhead(key, keysOf, run.single(key), call, { value: f.value, freshUntil: h.deps.clock.now() + freshRemaining(f.pttl, f.graceMs), facts: f });
+      }
+      h.calls.answered(key, call, 'hit', f.value);
+      answers.set(key, Promise.resolve(f.value));
+    } else answers.set(key, h.one(key, run.single(key)));
+  });
+  return misses;
+}
+
+/** A key the batch must load (or wait for). */
+interface Miss {
+  readonly key: string;
+  readonly call: ResolvedCall;
+  readonly found: Found;
+}
+
+/** Each miss is a call: it joins this process's flight of the key if one runs, else this batch leads it. Returns the led ones. */
+function startCalls(run: BatchRun, misses: readonly Miss[]): Led[] {
+  const { h, answers } = run;
+  const led: Led[] = [];
+  for (const m of misses) {
+    if (h.calls.joinable(m.key, m.call)) {
+      answers.set(m.key, h.calls.run(m.key, run.single(m.key), m.call, undefined));
+      continue;
+    }
+    const how = deferred<Answer>();
+    const entry: Led = { key: m.key, keys: entryKeys(h.prefix, m.key), call: m.call, found: m.found, answer: how.resolve, stop: undefined };
+    led.push(entry);
+    answers.set(m.key, h.calls.run(m.key, run.single(m.key), m.call, undefined, async (trip) => {
+      entry.stop = trip.stop;
+      return (await how.promise)(trip);
+    }));
+  }
+  return led;
 }
 
 /**
@@ -152,7 +211,7 @@ async function lockAndLoad(h: ManyHost, led: readonly Led[], loadMany: BatchLoad
   const { deps: d } = h;
   const acquired = await acquireAll(h, led);
   // Registered at once: a close() during the re-read below releases them while Redis is still
-  // reachable (each Rebuild registers and drops its grant again; hold() is idempotent).
+  // reachable (each trip's rebuild registers and drops its grant again; hold() is idempotent).
   for (const grant of acquired) if (grant) d.grants.hold(grant);
   const won: { entry: Led; grant: Grant }[] = [];
   led.forEach((entry, i) => {
@@ -171,7 +230,7 @@ async function lockAndLoad(h: ManyHost, led: readonly Led[], loadMany: BatchLoad
     return;
   }
   // An exclusive grant whose re-read finds the work done loads nothing (the rule of rebuild()).
-  const toLoad = won.filter((w, i) => !(w.grant.exclusive && doneOnReread(again[i], bypassedBy(w.entry))));
+  const toLoad = won.filter((w, i) => !(w.grant.exclusive && doneOnReread(again[i], { kind: 'fresh', bypassed: bypassedBy(w.entry) })));
   const tokens = new Map(won.map((w) => [w.entry.key, w.grant.fence as number | undefined]));
   const loaded = toLoad.length === 0 ? undefined : loadOnce(d, loadMany, toLoad.map((w) => w.entry.key), tokens, (toLoad[0] as { entry: Led }).entry.call, toLoad.map((w) => w.entry.stop));
   // Observed here: if close() stops every rebuild before it picks its value, nobody else reads it.
@@ -248,7 +307,7 @@ async function readAll(h: ManyHost, keys: readonly string[], serves: (key: strin
  * every call it loads for stopped (their callers all left): then it is a cancellation, not a failure.
  * Resolves its Map or rejects.
  */
-async function loadOnce(d: RebuildDeps, loadMany: BatchLoader<unknown>, keys: string[], fencingTokens: ReadonlyMap<string, number | undefined>, call: ResolvedCall, stops: readonly (Stop | undefined)[]): Promise<Map<string, unknown>> {
+async function loadOnce(d: ProtocolDeps, loadMany: BatchLoader<unknown>, keys: string[], fencingTokens: ReadonlyMap<string, number | undefined>, call: ResolvedCall, stops: readonly (Stop | undefined)[]): Promise<Map<string, unknown>> {
   const everyStopped = allAborted(stops.map((s) => s?.signal));
   try {
     const result: LoadResult = await runLoader((ctx) => loadMany(keys, { signal: ctx.signal, fencingTokens }), {

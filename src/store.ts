@@ -12,6 +12,9 @@ export type Found =
   | { readonly state: 'miss' }
   | ({ readonly state: EntryState; readonly value: unknown; readonly pttl: number; readonly graceMs: number; readonly staleMs: number } & EntryFacts);
 
+/** A value the store holds (fresh, stale, or kept for fail-safe). */
+export type Present = Exclude<Found, { readonly state: 'miss' }>;
+
 const MISS: Found = Object.freeze({ state: 'miss' });
 
 export interface StoreEvents {

@@ -41,7 +41,7 @@ export class StoreLock implements Locker {
   async acquire(key: string, keys: EntryKeys, call: ResolvedCall, opts: AcquireOptions = {}): Promise<Grant | null> {
     const attempt = this.attempt(key, keys, call);
     const { scripts } = this.deps;
-    // Only an exclusive grant's rebuilder re-reads (src/rebuild.ts): a fence-only grant reads nothing.
+    // Only an exclusive grant's rebuilder re-reads (src/protocol/rebuild.ts): a fence-only grant reads nothing.
     const readUpTo = this.exclusive && opts.ignoreBackoff !== true ? opts.readUpTo : undefined;
     const send =
       readUpTo === undefined

@@ -158,7 +158,7 @@ describe.each<Family>(['ioredis', 'node-redis', 'node-redis5'])('the subscriber 
         if (master !== subscribedOn) [key, keyMaster] = [`k${i}`, master];
       }
       expect(await a.getOrCompute(key, () => 'old', 600_000)).toBe('old');
-      const l1 = (a as unknown as { local: { get(k: string): { value: unknown } | undefined } }).local;
+      const l1 = ((a as unknown as { rt: unknown }).rt as { local: { get(k: string): { value: unknown } | undefined } }).local;
       expect(l1.get(key)?.value).toBe('old');
       const downs = subscriptionDowns(a);
       const nodeOn = (port: number) => cluster.nodes.find((n) => n.port === port) as (typeof cluster.nodes)[number];

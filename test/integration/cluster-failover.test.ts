@@ -288,7 +288,7 @@ describe.each(FAMILIES)('a lock abandoned across an automatic Cluster failover i
     const holder = cacheOn({ redis: holderClient, prefix, redisTimeout: 1000, breakerThreshold: 1, breakerCooldown: 60_000 });
     const waiter = cacheOn({ redis: waiterClient, prefix, redisTimeout: 1000 });
     if (!keepRetries) {
-      const retries = (holder as unknown as { retries: { add: (...args: unknown[]) => void } }).retries;
+      const retries = ((holder as unknown as { rt: unknown }).rt as { retries: { add: (...args: unknown[]) => void } }).retries;
       retries.add = () => undefined;
     }
     // ready() waits redisTimeout at most: ask again until each Cluster's pub/sub node is connected.
@@ -322,7 +322,7 @@ describe.each(FAMILIES)('a lock abandoned across an automatic Cluster failover i
     // The waiter: its subscription back after the failover, then a call that finds the lock held.
     await until('waiter subscribed', async () => subscribed(waiter));
     const refused = deferred<void>();
-    const single = (waiter as unknown as { lockers: { single: { acquire: (...args: unknown[]) => Promise<unknown> } } }).lockers.single;
+    const single = ((waiter as unknown as { rt: unknown }).rt as { lockers: { single: { acquire: (...args: unknown[]) => Promise<unknown> } } }).lockers.single;
     const acquire = single.acquire.bind(single);
     single.acquire = async (...args: unknown[]) => {
       const grant = await acquire(...args);
@@ -361,7 +361,7 @@ describe.each(FAMILIES)('a lock abandoned across an automatic Cluster failover i
     expect(await r.waiting).toBe('from-waiter');
     expect(r.waited).toEqual(['took-over']); // it waited for the holder's lock, then took it
     expect(r.waiterRuns).toEqual(['single:true']); // under the lock, and stored
-    expect((r.holder as unknown as { retries: { size: number } }).retries.size).toBe(0);
+    expect(((r.holder as unknown as { rt: unknown }).rt as { retries: { size: number } }).retries.size).toBe(0);
   });
 
   it('negative control: with the kept release dropped, the abandoned lock stays on the promoted replica and the waiter keeps waiting', async () => {

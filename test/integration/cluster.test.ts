@@ -213,7 +213,7 @@ describe.each<Family>(['ioredis', 'ioredis6', 'node-redis', 'node-redis5'])('Red
     const b = await cache('cl4k', { local: { max: 10 }, redisTimeout: 3000 });
     expect(await a.ready()).toBe(true);
     expect(await b.ready()).toBe(true);
-    const l1Of = (c: Cache) => (c as unknown as { local: { get(k: string): { value: unknown } | undefined } }).local;
+    const l1Of = (c: Cache) => ((c as unknown as { rt: unknown }).rt as { local: { get(k: string): { value: unknown } | undefined } }).local;
     const setSeen = nextEvent(b, 'remoteChange');
     await a.set('{k}', 1, 60_000);
     await setSeen; // (a read racing the set's note would rightly not fill L1)
@@ -400,7 +400,7 @@ describe('clear() acknowledgements on a Cluster with one node not answering', ()
     const a = createCache({ redis: await cacheClient(family), prefix: `cnum${family}`, redisTimeout: 300 });
     caches.push(a);
     expect(await subscribed(a)).toBe(true);
-    const channel = (a as unknown as { bus: { channel: string } }).bus.channel;
+    const channel = ((a as unknown as { rt: unknown }).rt as { bus: { channel: string } }).bus.channel;
     // Which node holds a's subscription: count on each node as admin.
     const admins = cluster.nodes.map((n) => {
       const r = new Redis(n.adminUrl, { maxRetriesPerRequest: 1 });
@@ -411,7 +411,7 @@ describe('clear() acknowledgements on a Cluster with one node not answering', ()
       const counts = await Promise.all(admins.map(async (r) => Number(((await r.call('PUBSUB', 'NUMSUB', channel)) as [string, number])[1])));
       expect(counts.reduce((x, y) => x + y, 0)).toBe(1);
       const quiet = cluster.nodes[counts.findIndex((n) => n === 0)] as (typeof cluster.nodes)[number];
-      const internals = a as unknown as { port: Parameters<typeof clusterReceivers>[0]; io: Parameters<typeof clusterReceivers>[1] };
+      const internals = (a as unknown as { rt: unknown }).rt as { port: Parameters<typeof clusterReceivers>[0]; io: Parameters<typeof clusterReceivers>[1] };
       quiet.pause();
       try {
         expect(await clusterReceivers(internals.port, internals.io, channel)).toBe(1);

@@ -16,7 +16,7 @@ import { freePort, startRedisServer, type RedisServer } from '../support/redis-s
 import { portFor } from '../../src/client/detect.js';
 
 const h = useRedis();
-const prefixOf = (cache: Cache) => (cache as unknown as { options: { prefix: string } }).options.prefix;
+const prefixOf = (cache: Cache) => ((cache as unknown as { rt: unknown }).rt as { options: { prefix: string } }).options.prefix;
 const L1 = { local: { max: 10_000 } } as const;
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 

@@ -7,7 +7,7 @@ import { TEST_CLIENT } from '../support/clients.js';
 import { countCommands, deferred, heldRebuild, missedCall, nextEvent, useRedis } from '../support/harness.js';
 
 const h = useRedis();
-const prefixOf = (cache: Cache) => (cache as unknown as { options: { prefix: string } }).options.prefix;
+const prefixOf = (cache: Cache) => ((cache as unknown as { rt: unknown }).rt as { options: { prefix: string } }).options.prefix;
 const keysOf = (cache: Cache, key: string) => entryKeys(prefixOf(cache), key);
 
 describe('the client family under test (SG_TEST_CLIENT)', () => {

@@ -146,7 +146,7 @@ describe('signals', () => {
   // this asserts the mechanism: each run's combined signal detaches from the long-lived lifetime signal.
   it('every loader run detaches its signal from the cache lifetime signal (nothing accumulates per run)', async () => {
     const cache = h.cache({ defaults: { hardTimeout: 60_000 } });
-    const lifetime = (cache as unknown as { lifetime: AbortController }).lifetime.signal;
+    const lifetime = ((cache as unknown as { rt: unknown }).rt as { lifetime: AbortController }).lifetime.signal;
     const fixed = getEventListeners(lifetime, 'abort').length; // the cache's own, one per coalescer
     for (let i = 0; i < 50; i++) await cache.getOrCompute(`s${i}`, () => i, 60_000);
     await expect(cache.getOrCompute('s-fail', () => Promise.reject(new Error('x')), 60_000)).rejects.toThrow('x');
@@ -283,7 +283,7 @@ describe('getOrComputeMany keys are calls: the single-key edges hold per key', (
     const a = h.cache();
     const b = createCache({ redis: h.cacheClient(), prefix: prefixOf(a) });
     // b writes the key after a's read and before a's lock: a wins the lock and its re-read finds b's value.
-    const single = (a as unknown as { lockers: { single: { acquireMany: (...args: unknown[]) => Promise<unknown> } } }).lockers.single;
+    const single = ((a as unknown as { rt: unknown }).rt as { lockers: { single: { acquireMany: (...args: unknown[]) => Promise<unknown> } } }).lockers.single;
     const acquireMany = single.acquireMany.bind(single);
     single.acquireMany = async (...args: unknown[]) => {
       await b.set('w', 'from b', 60_000);
@@ -372,7 +372,7 @@ describe('getOrComputeMany keys are calls: the single-key edges hold per key', (
     await refreshing;
     await hung.promise;
     await h.admin.del(keysOf(cache, 'ra').value);
-    const single = (cache as unknown as { lockers: { single: { acquire: (...args: unknown[]) => Promise<unknown> } } }).lockers.single;
+    const single = ((cache as unknown as { rt: unknown }).rt as { lockers: { single: { acquire: (...args: unknown[]) => Promise<unknown> } } }).lockers.single;
     const acquire = single.acquire.bind(single);
     let attempts = 0;
     single.acquire = (...args: unknown[]) => (attempts++, acquire(...args));
@@ -574,7 +574,7 @@ describe('every entry point × every edge (table)', () => {
       expect(await cache.getOrCompute('k', () => (started.resolve(), late.promise), RA)).toBe('v1');
       await started.promise;
       await cache.close();
-      const background = (cache as unknown as { deps: { background: { pending(key: string): unknown } } }).deps.background;
+      const background = ((cache as unknown as { rt: unknown }).rt as { deps: { loads: { pending(key: string): unknown } } }).deps.loads;
       expect(background.pending('k')).toBeUndefined();
       late.resolve('too late');
       await new Promise((r) => setTimeout(r, 50));
@@ -595,6 +595,25 @@ describe('every entry point × every edge (table)', () => {
       gate.resolve();
       await vi.waitFor(async () => expect(await cache.get('k')).toBe('v2'));
       expect(loads).toBe(1);
+    });
+
+    it("one load per key per process × early refresh: a due hit starts no refresh beside this process's own forceFresh load (lock 'local' grants a second one at once)", async () => {
+      const cache = h.cache();
+      await due(cache, 'k');
+      const local: CallOptions = { ...RA, lock: 'local' };
+      const outcomes = refreshOutcomes(cache);
+      let loads = 0;
+      const gate = deferred<void>();
+      const loading = deferred<void>();
+      const forced = cache.getOrCompute('k', async () => (loads++, loading.resolve(), await gate.promise, 'forced'), { ...local, forceFresh: true });
+      await loading.promise;
+      // A hit of the entry, past its refresh point, while the forceFresh load runs: served, and no refresh.
+      expect(await cache.getOrCompute('k', async () => (loads++, 'refreshed'), local)).toBe('v1');
+      await new Promise((r) => setTimeout(r, 50));
+      gate.resolve();
+      expect(await forced).toBe('forced');
+      expect(await cache.get('k')).toBe('forced');
+      expect({ loads, outcomes }).toEqual({ loads: 1, outcomes: [] });
     });
 
     it('options × early refresh: a bad refreshAhead is refused with ERR_INVALID_OPTION before any Redis traffic', async () => {

@@ -5,7 +5,7 @@ import { entryKeys } from '../../src/keys.js';
 import { deferred, nextEvent, useRedis } from '../support/harness.js';
 
 const h = useRedis();
-const prefixOf = (cache: Cache) => (cache as unknown as { options: { prefix: string } }).options.prefix;
+const prefixOf = (cache: Cache) => ((cache as unknown as { rt: unknown }).rt as { options: { prefix: string } }).options.prefix;
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /** Writes `value` for `key`, then lets its fresh time (50 ms) pass; the value is kept for fail-safe. */

@@ -149,7 +149,7 @@ describe('clear()', () => {
     for (let i = 0; i < 10_050; i += 1_000) {
       await Promise.all(Array.from({ length: Math.min(1_000, 10_050 - i) }, (_, j) => cache.namespace(`tenant-${i + j}`).get('k')));
     }
-    const known = (cache as unknown as { generations: { known: { size: number } } }).generations.known;
+    const known = ((cache as unknown as { rt: unknown }).rt as { generations: { known: { size: number } } }).generations.known;
     expect(known.size).toBe(10_000);
   });
 
@@ -160,7 +160,7 @@ describe('clear()', () => {
       expect(await a.ready()).toBe(true);
       expect(await b.ready()).toBe(true);
       await a.namespace('hot').get('k');
-      const known = (a as unknown as { generations: { known: { has(path: string): boolean } } }).generations.known;
+      const known = ((a as unknown as { rt: unknown }).rt as { generations: { known: { has(path: string): boolean } } }).generations.known;
       expect(known.has('hot')).toBe(true);
       // 4,200 first uses in b: each publishes its path's note (more than the 4,096 drops a process remembers).
       for (let i = 0; i < 4_200; i += 600) await Promise.all(Array.from({ length: 600 }, (_, j) => b.namespace(`tenant-${i + j}`).get('k')));

@@ -6,7 +6,8 @@ import { createCache, type Cache, type CallOptions, type LoaderContext } from '.
 import { decodeEntry } from '../../src/codec.js';
 import { entryKeys } from '../../src/keys.js';
 import { resolveCallOptions } from '../../src/options.js';
-import { refreshAheadOnHit, type RebuildDeps } from '../../src/rebuild.js';
+import type { ProtocolDeps } from '../../src/protocol/deps.js';
+import { refreshAheadOnHit } from '../../src/protocol/refresh.js';
 import { describe, expect, it, vi } from 'vitest';
 import { countCommands, deferred, nextEvent, useRedis, keysOf, prefixOf, refreshOutcomes, untilPttlAtMost as waitPttl } from '../support/harness.js';
 
@@ -177,10 +178,10 @@ describe('a hit past the refresh point', () => {
     expect((await bWrote).written).toBe(true);
     // … and a acts on the hit it made before that write (the entry of the first fence, past its point).
     const outcomes = refreshes(a);
-    const deps = (a as unknown as { deps: RebuildDeps }).deps;
-    const call = resolveCallOptions((a as unknown as { options: { defaults: never } }).options.defaults, RA, 'k');
+    const deps = ((a as unknown as { rt: unknown }).rt as { deps: ProtocolDeps }).deps;
+    const call = resolveCallOptions(((a as unknown as { rt: unknown }).rt as { options: { defaults: never } }).options.defaults, RA, 'k');
     refreshAheadOnHit(deps, 'k', () => entryKeys(prefixOf(a), 'k'), loader, call, { value: 'v1', freshUntil: performance.now() + 400, facts: { fence: fence as number, ttlMs: 1000, loadMs: 1 } });
-    await deps.background.pending('k'); // a's refresh, to its end
+    await deps.loads.pending('k'); // a's refresh, to its end
     expect(outcomes).toEqual(['started', 'won', 'already-refreshed']);
     expect(state.runs).toBe(2); // the first fill and b's refresh; none by a
     expect(await a.get('k')).toBe('v2');
@@ -275,8 +276,8 @@ describe('a failing refresh', () => {
     expect(await cache.getOrCompute('k', loader, { ttl: 20_000 })).toBe('v1');
     const { fence } = await filled;
     const outcomes = refreshes(cache);
-    const deps = (cache as unknown as { deps: RebuildDeps }).deps;
-    const call = resolveCallOptions((cache as unknown as { options: { defaults: never } }).options.defaults, RA, 'k');
+    const deps = ((cache as unknown as { rt: unknown }).rt as { deps: ProtocolDeps }).deps;
+    const call = resolveCallOptions(((cache as unknown as { rt: unknown }).rt as { options: { defaults: never } }).options.defaults, RA, 'k');
     const keys = () => entryKeys(prefixOf(cache), 'k');
     const facts = { fence: fence as number, ttlMs: 1000, loadMs: 1 };
     // A hit whose read was slow: it counts the entry fresh for 100 ms more (a lower bound of the truth),
@@ -385,7 +386,7 @@ describe('ttlJitter', () => {
     await Promise.all(Array.from({ length: 25 }, (_, i) => cache.getOrCompute(`g${i}`, () => i, options)));
     const keys = [...Array.from({ length: 25 }, (_, i) => `s${i}`), ...Array.from({ length: 25 }, (_, i) => `g${i}`)];
     const ttls: number[] = [];
-    const lru = (cache as unknown as { local: { lru: { get(k: string): { freshUntil: number } | undefined } } }).local.lru;
+    const lru = ((cache as unknown as { rt: unknown }).rt as { local: { lru: { get(k: string): { freshUntil: number } | undefined } } }).local.lru;
     for (const key of keys) {
       const vk = valueKey(cache, key);
       const [pttl, bytes] = await Promise.all([h.admin.pttl(vk), h.admin.getBuffer(vk)]);

@@ -7,7 +7,7 @@ import { describe, expect, it, vi } from 'vitest';
 import { nextEvent, useRedis } from '../support/harness.js';
 
 const h = useRedis();
-const prefixOf = (cache: Cache) => (cache as unknown as { options: { prefix: string } }).options.prefix;
+const prefixOf = (cache: Cache) => ((cache as unknown as { rt: unknown }).rt as { options: { prefix: string } }).options.prefix;
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const never = () => new Promise<string>(() => undefined);
 

@@ -415,8 +415,8 @@ describe('failing refresh, older formats, leaks (held)', () => {
 
   it('many refreshes add no listener to the lifetime signal and leave no background work', async () => {
     const cache = await l1Cache();
-    const lifetime = (cache as unknown as { lifetime: AbortController }).lifetime.signal;
-    const background = (cache as unknown as { deps: { background: { byKey: Map<string, unknown> } } }).deps.background;
+    const lifetime = ((cache as unknown as { rt: unknown }).rt as { lifetime: AbortController }).lifetime.signal;
+    const background = ((cache as unknown as { rt: unknown }).rt as { calls: { backgroundFlight: { size: number } } }).calls.backgroundFlight;
     const base = getEventListeners(lifetime, 'abort').length;
     const opts: CallOptions = { ttl: 200, refreshAhead: 0.1 };
     let runs = 0;
@@ -426,6 +426,6 @@ describe('failing refresh, older formats, leaks (held)', () => {
     }
     expect(runs).toBeGreaterThan(5); // refreshes did run
     // Once the last refresh has settled: no listener added, no work left (a leak never gets there).
-    await vi.waitFor(() => expect([getEventListeners(lifetime, 'abort').length, background.byKey.size]).toEqual([base, 0]), { timeout: 5000 });
+    await vi.waitFor(() => expect([getEventListeners(lifetime, 'abort').length, background.size]).toEqual([base, 0]), { timeout: 5000 });
   });
 });

@@ -9,7 +9,7 @@ import { deferred, heldRebuild, lockTakenOver, nextEvent, untilPttlAtMost, useRe
 import { useWorkerFleet } from '../support/workers.js';
 
 const h = useRedis();
-const prefixOf = (cache: Cache) => (cache as unknown as { options: { prefix: string } }).options.prefix;
+const prefixOf = (cache: Cache) => ((cache as unknown as { rt: unknown }).rt as { options: { prefix: string } }).options.prefix;
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /** The counters that moved since `before` (unchanged ones left out, so a test states every counter it expects). */

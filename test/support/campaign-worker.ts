@@ -46,7 +46,7 @@ const now = (): number => performance.timeOrigin + performance.now();
  */
 const subscription: [boolean, number][] = [[false, now()]];
 {
-  const handlers = (cache as unknown as { bus: { handlers: { onUp: () => void; onDown: () => void } } }).bus.handlers;
+  const handlers = ((cache as unknown as { rt: unknown }).rt as { bus: { handlers: { onUp: () => void; onDown: () => void } } }).bus.handlers;
   const { onUp, onDown } = handlers;
   handlers.onUp = () => (subscription.push([true, now()]), onUp());
   handlers.onDown = () => (subscription.push([false, now()]), onDown());

@@ -160,9 +160,9 @@ export async function lockTakenOver(cache: Cache, key: string, lockKey: string, 
  * after a subscriber fault. `ready()` also needs every master to answer the cache's own client, which
  * a test holding or killing that traffic (or a node) does not give.
  */
-export const subscribed = (cache: Cache, ms = 1000): Promise<boolean> => (cache as unknown as { bus: { ready(ms: number): Promise<boolean> } }).bus.ready(ms);
+export const subscribed = (cache: Cache, ms = 1000): Promise<boolean> => ((cache as unknown as { rt: unknown }).rt as { bus: { ready(ms: number): Promise<boolean> } }).bus.ready(ms);
 
-export const prefixOf = (cache: Cache): string => (cache as unknown as { options: { prefix: string } }).options.prefix;
+export const prefixOf = (cache: Cache): string => ((cache as unknown as { rt: unknown }).rt as { options: { prefix: string } }).options.prefix;
 
 /** The Redis keys of one entry of `cache`. */
 export const keysOf = (cache: Cache, key: string): EntryKeys => entryKeys(prefixOf(cache), key);
@@ -178,7 +178,7 @@ export async function untilPttlAtMost(admin: Redis, cache: Cache, key: string, m
 
 /** Counts, from now on, each time a cache's bus reports its subscription down (read `.count`). */
 export function subscriptionDowns(cache: Cache): { readonly count: number } {
-  const handlers = (cache as unknown as { bus: { handlers: { onDown: () => void } } }).bus.handlers;
+  const handlers = ((cache as unknown as { rt: unknown }).rt as { bus: { handlers: { onDown: () => void } } }).bus.handlers;
   const downs = { count: 0 };
   const onDown = handlers.onDown;
   handlers.onDown = () => {

@@ -18,7 +18,7 @@ interface Msg {
 
 const { client, dispose } = familyClient(process.env.SG_REDIS_URL ?? 'redis://127.0.0.1:6379');
 const cache = createCache({ redis: client, prefix: process.env.SG_PREFIX ?? 'sg', local: { max: 1000 }, redisTimeout: Number(process.env.SG_REDIS_TIMEOUT ?? 1000) });
-const bus = (cache as unknown as { bus: { ready(ms: number): Promise<boolean> } }).bus;
+const bus = ((cache as unknown as { rt: unknown }).rt as { bus: { ready(ms: number): Promise<boolean> } }).bus;
 
 async function run(msg: Msg): Promise<unknown> {
   const ns = cache.namespace(msg.ns ?? 'users');
@@ -35,7 +35,7 @@ async function run(msg: Msg): Promise<unknown> {
       return bus.ready(5000);
     case 'knows':
       // Whether this process holds the namespace's generation cached (a clear note drops it).
-      return (cache as unknown as { generations: { known: Map<string, number> } }).generations.known.has(msg.ns ?? 'users');
+      return ((cache as unknown as { rt: unknown }).rt as { generations: { known: Map<string, number> } }).generations.known.has(msg.ns ?? 'users');
     default:
       return undefined;
   }

@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { jitteredTtl, pastRefreshPoint, refreshDue, xfetchDue, type EntryFacts } from '../../src/entry.js';
 import { describe as describeValue, InvalidOptionError } from '../../src/errors.js';
 import { resolveCacheOptions, resolveCallOptions, writeTtl, type CacheOptions } from '../../src/options.js';
-import { Background } from '../../src/rebuild.js';
+import { HoldOffs } from '../../src/protocol/refresh.js';
 
 describe('the refresh point: is the entry older than refreshAhead × its ttl?', () => {
   it.each([
@@ -147,9 +147,9 @@ describe('options refreshAhead and ttlJitter', () => {
   });
 });
 
-describe('Background hold-offs (how often an entry is tried)', () => {
+describe('refresh hold-offs (how often an entry is tried)', () => {
   it('holds off only the entry tried (its fence) and only until the time given', () => {
-    const b = new Background();
+    const b = new HoldOffs();
     b.holdOff('early', 'k', 7, 100);
     expect(b.heldOff('early', 'k', 7, 99)).toBe(true);
     expect(b.heldOff('early', 'other', 7, 99)).toBe(false);
@@ -161,17 +161,17 @@ describe('Background hold-offs (how often an entry is tried)', () => {
   });
 
   it('an early refresh tried for good does not hold off the stale window\'s refresh of the same entry, nor the reverse', () => {
-    const b = new Background();
+    const b = new HoldOffs();
     b.holdOff('early', 'k', 7, Number.POSITIVE_INFINITY);
     expect(b.heldOff('early', 'k', 7, 1e12)).toBe(true);
-    expect(b.mayStart('stale', 'k', 7, 1e12)).toBe(true);
+    expect(b.heldOff('stale', 'k', 7, 1e12)).toBe(false);
     b.holdOff('stale', 'j', 3, 100);
     expect(b.heldOff('stale', 'j', 3, 50)).toBe(true);
-    expect(b.mayStart('early', 'j', 3, 50)).toBe(true);
+    expect(b.heldOff('early', 'j', 3, 50)).toBe(false);
   });
 
   it('stays bounded: the oldest record goes first', () => {
-    const b = new Background();
+    const b = new HoldOffs();
     for (let i = 0; i <= 10_000; i++) b.holdOff('early', `k${i}`, 1, 100);
     expect(b.heldOff('early', 'k0', 1, 0)).toBe(false);
     expect(b.heldOff('early', 'k1', 1, 0)).toBe(true);

@@ -1,0 +1,29 @@
+import { announceClear } from './clearing.js';
+import { callOf, computeDegraded } from './compute.js';
+import { CacheClosedError } from './errors.js';
+import type { KeyedOps, NamespaceHost } from './namespace.js';
+import type { Runtime } from './runtime.js';
+
+/**
+ * What namespaces use of a cache: its operations on a view that allows their reserved keys (`ops`:
+ * the cache itself with the reserved-keys guard), the generations, and the hooks of namespace.ts.
+ */
+export function namespaceHost(rt: Runtime, ops: KeyedOps): NamespaceHost {
+  const guard = rt.reservedGuard;
+  return {
+    ops,
+    generations: rt.generations,
+    validateKey: (key: unknown): asserts key is string => rt.guard.usable(key),
+    checkCall: (key, loader, ttlOrOptions) => void callOf(rt.guard, key, loader, ttlOrOptions, undefined),
+    degraded: (key, loader, ttlOrOptions, cause) => computeDegraded(rt, guard, key, loader, ttlOrOptions, cause),
+    degradedRead: (key, error) => rt.emit('degraded', { key, operation: 'read', error }),
+    invalidateDegraded: (key) => {
+      rt.memo.invalidate(key);
+      rt.forget(key);
+    },
+    clear: (path) => {
+      if (rt.closed) return Promise.reject(new CacheClosedError());
+      return announceClear(rt, path, 'c');
+    },
+  };
+}

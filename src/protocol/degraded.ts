@@ -1,0 +1,40 @@
+import { CacheClosedError } from '../errors.js';
+import { runLoader, type LoadResult } from '../loader.js';
+import { entryCall } from '../options.js';
+import type { Trip } from './trip.js';
+
+/**
+ * Redis failed: serve the value this process computed degraded within the last ttl (the memo), or run
+ * the loader here (still one per key per process through the flight) and keep its value; no store
+ * write. `fillLocal` false: no L1 copy (a key nothing reads L1 under).
+ */
+export async function degraded(t: Trip, operation: string, error: unknown, fillLocal = true): Promise<unknown> {
+  const { key, d } = t;
+  if (error instanceof CacheClosedError) throw error; // close(), not a Redis failure
+  d.emit('degraded', { key, operation, error });
+  t.assertRunning();
+  t.current = 'degraded';
+  const kept = d.memo.get(key);
+  if (kept) return kept.value;
+  const ticket = d.local.begin(key);
+  const memoTicket = d.memo.begin(key);
+  d.telemetry.loaderRun();
+  let result: LoadResult;
+  try {
+    result = await runLoader(t.loader, { key, fencingToken: undefined, staleValue: undefined, signals: [t.signal], lifetime: d.lifetime, hardTimeout: t.call.hardTimeout, clock: d.clock });
+  } finally {
+    // Done running; fill() below follows synchronously (no invalidation can slip in) and still checks the ticket.
+    d.memo.abandon(memoTicket);
+  }
+  if (result.kind !== 'value') {
+    if (result.kind === 'failed') d.emit('loaderError', { key, error: result.error });
+    throw result.error;
+  }
+  if (result.value !== undefined && !result.entry.skipped) {
+    const { ttl } = entryCall(t.call, result.entry.overrides);
+    if (fillLocal) d.local.fill(ticket, key, result.value, ttl);
+    d.memo.fill(memoTicket, result.value, ttl);
+  }
+  d.emit('computed', { key, lock: 'degraded', fence: undefined, loadMs: result.loadMs, written: false });
+  return result.value;
+}

@@ -1,0 +1,45 @@
+/**
+ * The read step: the entry as the store holds it, and what reading it does in this process (L1, the
+ * degraded memo, the `hit` event). Every read takes its L1 ticket before it is sent, so a delete or a
+ * note that lands while the read is out keeps its stale answer out of L1.
+ */
+import { freshRemaining, staleRemaining } from '../entry.js';
+import type { EntryKeys } from '../keys.js';
+import type { Ticket } from '../local-tier.js';
+import type { Found } from '../store.js';
+import type { ProtocolDeps } from './deps.js';
+
+/** How long a stale value may sit in L1 without the note that ends its window. */
+const STALE_L1_MS = 50;
+
+/**
+ * Reads the entry; a fresh value is served (a `hit`) and fills L1 — only if no invalidation of the key
+ * reached this process while the read was in flight (the ticket is taken before the read is sent).
+ * Throws RedisUnavailableError.
+ */
+export async function readEntry(d: ProtocolDeps, key: string, keys: EntryKeys, sent = d.clock.now(), serves = true): Promise<Found> {
+  const ticket = d.local.begin(key);
+  return entryRead(d, key, ticket, sent, await d.store.read(key, keys), serves);
+}
+
+/**
+ * What a read found, once it arrived: fills L1 (if `ticket`, taken before the read was sent, still
+ * holds) and reports a hit — unless the reader does not serve what it reads (`serves` false: a
+ * `forceFresh` call bypasses the entry it finds).
+ */
+export function entryRead(d: ProtocolDeps, key: string, ticket: Ticket, sent: number, found: Found, serves = true): Found {
+  // The store holds a value for this key again: it is the truth, the degraded copy goes. A miss says
+  // nothing newer than the copy (this process's deletes and other processes' notes drop it anyway).
+  if (found.state !== 'miss') d.memo.invalidate(key);
+  if (found.state === 'fresh') {
+    // Redis measured PTTL somewhere between `sent` and now: count L1's copy from `sent`, so a slow reply
+    // never makes L1 outlive the entry in Redis.
+    d.local.fill(ticket, key, found.value, freshRemaining(found.pttl, found.graceMs) - (d.clock.now() - sent), found);
+    if (serves) d.emit('hit', { key, tier: 'redis' });
+  } else if (found.state === 'stale') {
+    // The stale window is served from L1 too, briefly: the winner's write note drops the copy in every
+    // other process, this process's own write replaces it; STALE_L1_MS (and the window's end) bound it.
+    d.local.fillStale(ticket, key, found.value, Math.min(STALE_L1_MS, staleRemaining(found.pttl, found.graceMs, found.staleMs)) - (d.clock.now() - sent));
+  }
+  return found;
+}

@@ -1,0 +1,244 @@
+/**
+ * What one cache is made of, wired once: the port to the caller's client, the Io (timeouts and
+ * breakers), the subscription and its notes, L1, the degraded memo, the lockers, every key's calls,
+ * the namespaces' generations, the counters; and the rules that span them: what a note from another
+ * process does, what "the key changed" undoes, and the one shutdown. The Cache is its public face.
+ */
+import { setMaxListeners } from 'node:events';
+import { Batch } from './batch.js';
+import { Calls } from './call.js';
+import { portFor } from './client/detect.js';
+import type { RedisPort } from './client/port.js';
+import { LruDegradedMemo, NO_DEGRADED_MEMO, type DegradedMemo } from './degraded-memo.js';
+import type { Emit } from './emit.js';
+import { CacheClosedError } from './errors.js';
+import { CallResolver, Guard } from './guards.js';
+import { Io } from './io.js';
+import { slotTag } from './keys.js';
+import { LruTier, NO_LOCAL_TIER, type LocalTier } from './local-tier.js';
+import { GrantRegistry, ReleaseRetries } from './lock/grant.js';
+import { RedlockLock } from './lock/redlock.js';
+import { defineScripts, type Scripts } from './lock/scripts.js';
+import { StoreLock, type LockDeps } from './lock/single.js';
+import type { Locker } from './lock/types.js';
+import { clearNoteKey, Generations, parseClearNote, withDegradedKeys } from './namespace.js';
+import type { LockMode, ResolvedCache } from './options.js';
+import { ready } from './readiness.js';
+import type { ProtocolDeps } from './protocol/deps.js';
+import { replicaConfirm, withReplicaAck } from './replica-ack.js';
+import { Store } from './store.js';
+import { Telemetry } from './telemetry.js';
+import { Bus, Waiters, type Note } from './wait.js';
+import { broadcastNotes, ShardedWake, type WakeChannels } from './wake.js';
+
+/** The node name a plain client's port gives every key (port.nodeOf): one breaker for the entries and the namespaces' counters. */
+const STANDALONE = 'standalone';
+
+const REMOTE_CHANGES: Partial<Record<Note['kind'], 'written' | 'set' | 'deleted'>> = { w: 'written', s: 'set', d: 'deleted' };
+
+export class Runtime {
+  readonly options: ResolvedCache;
+  readonly io: Io;
+  /** The caller's client, through its port (never quit: it is the caller's). */
+  readonly port: RedisPort;
+  readonly bus: Bus;
+  /** Where key notes go, and the per-key wake channels of `notes: 'sharded'` (wake.ts). */
+  readonly notes: WakeChannels;
+  readonly local: LocalTier;
+  readonly memo: DegradedMemo;
+  /** Releases Redis did not answer, sent again once it answers (a waiter need not wait out the lease). */
+  readonly retries: ReleaseRetries;
+  readonly waiters = new Waiters();
+  readonly lockers: Record<LockMode, Locker>;
+  /** Grants held right now; close() releases them (and any acquired while it runs) without waiting for loaders. */
+  readonly grants = new GrantRegistry();
+  /** Aborts every loader's ctx.signal on close(); after it, no loader starts and nothing is written. */
+  readonly lifetime = new AbortController();
+  /** What every call's protocol borrows. */
+  readonly deps: ProtocolDeps;
+  /** Every key's call: flights, close guard, outcome (call.ts). */
+  readonly calls: Calls;
+  /** Many keys in one round trip per hash slot (getMany, deleteMany, getOrComputeMany, clear). */
+  readonly batch: Batch;
+  /** Every namespace path's generation (cached while subscribed). */
+  readonly generations: Generations;
+  readonly telemetry = new Telemetry();
+  /** The checks of the public operations; `reservedGuard` is the namespaces' view (their `\0` keys allowed). */
+  readonly guard: Guard;
+  readonly reservedGuard: Guard;
+  closed = false;
+  /** The one shutdown: a second close() resolves only when the first has released everything. */
+  private closing: Promise<void> | undefined;
+  /** Removes the listener on the caller's client's reconnections (close()). */
+  private readonly stopReadyListener: () => void;
+
+  constructor(
+    o: ResolvedCache,
+    readonly emit: Emit,
+  ) {
+    this.options = o;
+    const resolver = new CallResolver(o);
+    this.guard = new Guard(o, resolver, () => this.closed, false);
+    this.reservedGuard = new Guard(o, resolver, () => this.closed, true);
+    // Every running loader listens to the lifetime signal (and detaches when done): not a leak.
+    setMaxListeners(0, this.lifetime.signal);
+    this.retries = new ReleaseRetries(o.clock);
+    const memo = o.degradedMemo > 0 ? new LruDegradedMemo(o.degradedMemo, o.clock) : NO_DEGRADED_MEMO;
+    this.memo = withDegradedKeys(memo, (key) => this.generations.degradedKeyOf(key), (key) => this.forget(key));
+    this.port = portFor(o.redis);
+    this.io = this.newIo();
+    const scripts = withReplicaAck(defineScripts(this.port), this.port, o.replicaAck);
+    // The subscriber's heartbeat: a silently dead socket counts as down within 2 × redisTimeout.
+    this.bus = new Bus(o.prefix, o.redisTimeout);
+    this.notes = this.newNotes();
+    this.local = o.local ? new LruTier(o.local, o.clock, { incoherent: o.unsafe.incoherentL1 }) : NO_LOCAL_TIER;
+    this.lockers = this.newLockers(scripts);
+    this.calls = new Calls(this.newParts(scripts), o.prefix, o.maxWaitersPerKey);
+    this.deps = this.calls.deps;
+    // A subscriber that has not acknowledged a clear within 2 × redisTimeout is one the heartbeat counts as down by then.
+    const clearNotes = { channel: this.bus.channel, note: (path: string, id: string) => this.bus.message('c', clearNoteKey(path, id)) };
+    this.generations = new Generations(this.port, this.io, o.prefix, clearNotes, replicaConfirm(this.port, o.replicaAck), 2 * o.redisTimeout, o.clock);
+    this.startBus();
+    this.batch = new Batch(this.port, this.io, replicaConfirm(this.port, o.replicaAck));
+    this.stopReadyListener = this.port.onReady(() => this.io.connected()); // reconnected: stop skipping Redis at once
+  }
+
+  /** One breaker per node; a plain client is one node, so its breaker needs no slot tag per call (a Cluster's does). */
+  private newIo(): Io {
+    const { options: o, port } = this;
+    const nodeOfKey = port.cluster ? (key: string | undefined) => (key === undefined ? '' : port.nodeOf(`{${slotTag(key)}}`)) : (key: string | undefined) => (key === undefined ? '' : STANDALONE);
+    // UNSAFE sharedBreaker (negative control only): every key charged to one breaker, so one dead master degrades every key (what the per-node breakers prevent).
+    const shared = o.unsafe.sharedBreaker;
+    return new Io(o.redisTimeout, o.breakerThreshold, o.breakerCooldown, o.clock, this.onAnswer, shared ? () => STANDALONE : nodeOfKey, shared ? () => STANDALONE : (redisKey) => port.nodeOf(redisKey));
+  }
+
+  /** Redis answered (see Io): on a recovery the degraded copies go (degraded-memo.ts); unanswered releases are sent again (lock/grant.ts). */
+  private readonly onAnswer = (recovered: boolean): void => {
+    if (recovered) this.memo.clear();
+    if (this.retries.size > 0) this.retries.flush();
+  };
+
+  private newNotes(): WakeChannels {
+    if (this.options.notes !== 'sharded') return broadcastNotes(this.bus);
+    return new ShardedWake(this.bus, this.port.shardSubscriber(), this.options.redisTimeout, {
+      onNote: (note) => this.onNote(note),
+      // Notes may have been missed: the key's waiters re-read now rather than at their next poll.
+      onLost: (key) => this.waiters.wake(key, 'r'),
+      onError: (error) => this.emit('degraded', { key: undefined, operation: 'subscribe', error }),
+    });
+  }
+
+  private newLockers(scripts: Scripts): Record<LockMode, Locker> {
+    const o = this.options;
+    const onLost: LockDeps['onLost'] = (key, error) => {
+      this.telemetry.lockLost();
+      this.emit('lockLost', { key, error });
+    };
+    const lockDeps: LockDeps = { io: this.io, scripts, notes: this.notes, clock: o.clock, onLost, retries: this.retries };
+    const local = new StoreLock(lockDeps, 'local', false);
+    const single = new StoreLock(lockDeps, 'single', true);
+    const fallback = { throw: undefined, single, local };
+    const breaker = { threshold: o.breakerThreshold, cooldown: o.breakerCooldown };
+    // Without redlock nodes, the call's options refuse mode 'redlock' before it gets here.
+    const redlock = o.redlock ? new RedlockLock(lockDeps, o.redlock, fallback[o.redlock.onNoQuorum], breaker) : single;
+    return { none: new StoreLock(lockDeps, 'none', false), local, single, redlock };
+  }
+
+  private newParts(scripts: Scripts): Omit<ProtocolDeps, 'loads'> {
+    const o = this.options;
+    const emit = this.emit;
+    const store = new Store(this.io, scripts, this.notes, o.maxValueBytes, {
+      decodeError: (key, reason, error) => emit('decodeError', { key, reason, error }),
+    }, o.unsafe.unfencedWrites);
+    // Fence-only grants (no lock) are the 'local' locker's: set(), computing after waitTimeout.
+    const { local: l1, memo, waiters, grants, telemetry } = this;
+    return { store, lockers: this.lockers, fenceOnly: this.lockers.local, local: l1, memo, waiters, wake: this.notes, grants, lifetime: this.lifetime.signal, clock: o.clock, emit, telemetry };
+  }
+
+  /** L1 and cached namespace generations are trusted only while subscribed: notes sent while away are lost (see local-tier.ts). */
+  private startBus(): void {
+    this.bus.start(this.port, {
+      onNote: (note) => this.onNote(note),
+      onUp: () => {
+        this.generations.resume();
+        this.local.resume();
+        // Notes sent while the subscription was down are lost, so a degraded copy may be older than a
+        // write or delete made meanwhile: like L1, the memo starts over on every (re)subscribe.
+        this.memo.clear();
+      },
+      onDown: () => {
+        this.generations.suspend();
+        this.local.suspend();
+      },
+      onError: (error) => this.emit('degraded', { key: undefined, operation: 'subscribe', error }),
+    });
+  }
+
+  /** Another process's write, set or delete drops this process's copy before any waiter re-reads. */
+  private onNote(note: Note): void {
+    if (note.kind === 'c' || note.kind === 'a') {
+      const clear = parseClearNote(note.key);
+      if (clear && note.kind === 'a') this.clearedEverything();
+      if (clear) this.generations.ack(clear.path, clear.id, note.origin === this.bus.origin);
+      return;
+    }
+    const change = REMOTE_CHANGES[note.kind];
+    if (change && note.origin !== this.bus.origin) {
+      this.local.invalidate(note.key);
+      this.memo.invalidate(note.key); // a namespaced key's degraded copy and load too (withDegradedKeys)
+      this.forget(note.key);
+      this.emit('remoteChange', { key: note.key, kind: change });
+    }
+    this.waiters.wake(note.key, note.kind);
+  }
+
+  /**
+   * The key changed: calls starting now join no flight (normal or forceFresh) begun before the change,
+   * and an early refresh begun before it is abandoned.
+   */
+  forget(key: string): void {
+    this.calls.forget(key);
+  }
+
+  /** Everything was cleared (here, or a note from another process): nothing kept from before may answer a call. */
+  clearedEverything(): void {
+    this.local.flush();
+    this.memo.clear();
+    this.calls.forgetAll();
+  }
+
+  /** See Cache.ready(). */
+  ready(): Promise<boolean> {
+    if (this.closed) return Promise.resolve(false);
+    return ready({
+      port: this.port,
+      bus: this.bus,
+      timeoutMs: this.options.redisTimeout,
+      lifetime: this.lifetime.signal,
+      refusal: () => this.io.refusal(),
+      why: (error) => this.emit('degraded', { key: undefined, operation: 'ready', error }),
+    });
+  }
+
+  close(): Promise<void> {
+    this.closing ??= this.shutDown();
+    return this.closing;
+  }
+
+  private async shutDown(): Promise<void> {
+    this.closed = true;
+    this.lifetime.abort(new CacheClosedError());
+    this.waiters.wakeAll();
+    // Loaders may ignore their signal; close() never waits for them. Their grants are released now
+    // (and any grant acquired meanwhile is refused by the registry); a loader that finishes later writes nothing.
+    await this.grants.close();
+    this.stopReadyListener();
+    this.io.close();
+    if (this.lockers.redlock instanceof RedlockLock) this.lockers.redlock.close();
+    await this.bus.stop();
+    this.notes.close();
+    this.local.flush();
+    this.memo.clear();
+    this.retries.clear();
+  }
+}
