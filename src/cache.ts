@@ -9,6 +9,7 @@ import { AbortedError, CacheClosedError, InvalidKeyError, InvalidOptionError, ty
 import type { CacheEvents } from './events.js';
 import { Calls } from './call.js';
 import { portFor } from './client/detect.js';
+import { nodeProbe, type CacheHealth } from './health.js';
 import { Io } from './io.js';
 import { ready } from './readiness.js';
 import { entryKeys, slotTag, validateKey } from './keys.js';
@@ -109,7 +110,7 @@ export class Cache extends EventEmitter<CacheEvents> {
     const nodeOfKey = port.cluster ? (key: string | undefined) => (key === undefined ? '' : port.nodeOf(`{${slotTag(key)}}`)) : (key: string | undefined) => (key === undefined ? '' : STANDALONE);
     // UNSAFE sharedBreaker (negative control only): every key charged to one breaker, so one dead master degrades every key (what the per-node breakers prevent).
     const shared = o.unsafe.sharedBreaker;
-    this.io = new Io(o.redisTimeout, o.breakerThreshold, o.breakerCooldown, o.clock, this.onAnswer, shared ? () => STANDALONE : nodeOfKey, shared ? () => STANDALONE : (redisKey) => port.nodeOf(redisKey));
+    this.io = new Io(o.redisTimeout, o.breakerThreshold, o.breakerCooldown, o.clock, this.onAnswer, shared ? () => STANDALONE : nodeOfKey, shared ? () => STANDALONE : (redisKey) => port.nodeOf(redisKey), (change) => this.safeEmit('health', change), nodeProbe(port, o.prefix));
     const scripts = withReplicaAck(defineScripts(port), port, o.replicaAck);
     // The subscriber's heartbeat: a silently dead socket counts as down within 2 × redisTimeout.
     this.bus = new Bus(o.prefix, o.redisTimeout);
@@ -230,6 +231,11 @@ export class Cache extends EventEmitter<CacheEvents> {
     if (!traced()) return this.compute(key, loader, ttlOrOptions, undefined);
     const context: GetOrComputeContext = { ...shownKey(key), lock: undefined };
     return getOrComputeChannel.tracePromise(() => this.compute(key, loader, ttlOrOptions, context), context);
+  }
+
+  /** Each Redis node's state now (healthy, suspect, open) — cheap, for a health endpoint; changes are `health` events (health.ts). */
+  health(): CacheHealth {
+    return this.io.health();
   }
 
   /** Counters since creation (a copy): see CacheStats for what each counts, and docs/observability.md. */
