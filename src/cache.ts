@@ -299,9 +299,14 @@ export class Cache extends EventEmitter<CacheEvents> {
       return this.read(found) as T | undefined;
     } catch (error) {
       if (error instanceof CacheClosedError) throw error;
-      this.safeEmit('degraded', { key, operation: 'read', error });
-      return undefined;
+      return this.degradedRead(key, error) as T | undefined;
     }
+  }
+
+  /** A read Redis could not answer: a `degraded` event, and the key's degraded copy if kept (degraded-memo.ts), else a miss. */
+  private degradedRead(key: string, error: unknown): unknown {
+    this.safeEmit('degraded', { key, operation: 'read', error });
+    return this.memo.get(key)?.value;
   }
 
   /**
@@ -357,7 +362,7 @@ export class Cache extends EventEmitter<CacheEvents> {
       validateKey: (key: unknown): asserts key is string => this.assertUsable(key),
       checkCall: (key, loader, ttlOrOptions) => void this.callOf(key, loader, ttlOrOptions, undefined),
       degraded: (key, loader, ttlOrOptions, cause) => ops.computeDegraded(key, loader, ttlOrOptions, cause),
-      degradedRead: (key, error) => this.safeEmit('degraded', { key, operation: 'read', error }),
+      degradedRead: (key, error) => this.degradedRead(key, error),
       invalidateDegraded: (key) => {
         this.memo.invalidate(key);
         this.forget(key);
@@ -426,7 +431,7 @@ export class Cache extends EventEmitter<CacheEvents> {
       const key = names[j] as string;
       if (!reply.ok) {
         if (reply.error instanceof CacheClosedError) throw reply.error;
-        this.safeEmit('degraded', { key, operation: 'read', error: reply.error });
+        values[remote[j] as number] = this.degradedRead(key, reply.error) as T | undefined;
         return;
       }
       const found = entryRead(this.deps, key, tickets[j] as number, sent, this.deps.store.found(key, reply.value as [number, Buffer | number] | null));

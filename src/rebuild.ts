@@ -455,7 +455,8 @@ export class Rebuild implements Answered {
     d.emit('degraded', { key, operation, error });
     this.assertRunning();
     this.current = 'degraded';
-    const kept = d.memo.get(key);
+    // forceFresh asks for the origin's value: never answered from memory, its load refills the memo.
+    const kept = this.call.forceFresh === true ? undefined : d.memo.get(key);
     if (kept) return kept.value;
     const ticket = d.local.begin(key);
     const memoTicket = d.memo.begin(key);

@@ -135,3 +135,36 @@ describe('a hung node is found by time: suspect after one unanswered redisTimeou
     expect(cache.health().healthy).toBe(true);
   });
 });
+
+describe('while the node is suspect, every entry point answers from memory first, without a Redis read', () => {
+  it('getOrCompute, getOrComputeMany, get, getMany and a namespace answer from the degraded memo; forceFresh runs its loader (never memory) and refills it', async () => {
+    const { cache, degraded, runs, loader } = await setup();
+    const batches: string[][] = [];
+    const loadMany = (missing: readonly string[]) => {
+      batches.push([...missing]);
+      return new Map(missing.map((k) => [k, loader({ key: k })]));
+    };
+    const ns = cache.namespace('n');
+    await whilePaused(async () => {
+      expect(await cache.getOrCompute('a', loader, 60_000)).toBe('a#1'); // the one read that waits redisTimeout
+      expect(cache.health().nodes[0]?.state).toBe('suspect');
+      expect(await cache.getOrCompute('a', loader, 60_000)).toBe('a#1');
+      expect(await cache.getOrComputeMany(['a', 'b'], loadMany, 60_000)).toEqual(['a#1', 'b#1']);
+      expect(await cache.getOrComputeMany(['a', 'b'], loadMany, 60_000)).toEqual(['a#1', 'b#1']);
+      expect(await cache.get('a')).toBe('a#1');
+      expect(await cache.getMany(['a', 'b', 'c'])).toEqual(['a#1', 'b#1', undefined]);
+      expect(await ns.getOrCompute('x', loader, 60_000)).toBe('x#1');
+      expect(await ns.getOrCompute('x', loader, 60_000)).toBe('x#1');
+      expect(await ns.get('x')).toBe('x#1');
+      expect(await ns.getMany(['x'])).toEqual(['x#1']);
+      // forceFresh asks the origin: its loader runs (unfenced, unstored), and later calls get its value.
+      expect(await cache.getOrCompute('a', loader, { ttl: 60_000, forceFresh: true })).toBe('a#2');
+      expect(await cache.getOrCompute('a', loader, 60_000)).toBe('a#2');
+    });
+    expect(Object.fromEntries(runs)).toEqual({ a: 2, b: 1, x: 1 });
+    expect(batches).toEqual([['b']]);
+    // Only the first call's read was sent and waited out; every later Redis operation was refused at once.
+    expect(waitedOut(degraded)).toBe(1);
+    expect(notSent(degraded)).toBe(degraded.length - 1);
+  });
+});
