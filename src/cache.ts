@@ -176,7 +176,7 @@ export class Cache extends EventEmitter<CacheEvents> {
       },
       onDown: () => {
         this.generations.suspend();
-        this.local.suspend();
+        this.local.suspend((key, value, freshMs) => this.memo.keep(key, value, freshMs)); // served only while Redis is unavailable
       },
       onError: (error) => emit('degraded', { key: undefined, operation: 'subscribe', error }),
     });

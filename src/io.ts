@@ -273,7 +273,7 @@ export class Io {
     try {
       sent = probe(node.probeTarget);
     } catch (error) {
-      sent = Promise.reject(error);
+      sent = Promise.reject(error instanceof Error ? error : new Error(String(error)));
     }
     sent.then(
       () => done(true),

@@ -75,6 +75,7 @@ export function withDegradedKeys(memo: DegradedMemo, degradedKeyOf: (internal: s
     begin: (key) => memo.begin(key),
     fill: (ticket, value, ttlMs) => memo.fill(ticket, value, ttlMs),
     abandon: (ticket) => memo.abandon(ticket),
+    keep: (key, value, freshMs) => memo.keep(key, value, freshMs),
     invalidate: (key) => {
       memo.invalidate(key);
       if (!key.startsWith(RESERVED_KEY_START) || memo.idle) return;

@@ -1,5 +1,5 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { createCache, type Cache, type CacheOptions, type HealthChange } from '../../src/index.js';
+import { createCache, type Cache, type CacheOptions, type HealthChange, type RedisClient } from '../../src/index.js';
 import { NodeSuspect, RedisTimeout } from '../../src/errors.js';
 import { familyClient, whenReady } from '../support/clients.js';
 import { nextEvent } from '../support/harness.js';
@@ -33,10 +33,11 @@ afterAll(async () => {
 });
 
 let prefixes = 0;
-async function setup(options: Partial<CacheOptions> = {}) {
+async function setup(options: Partial<CacheOptions> = {}, before: (redis: RedisClient) => void = () => undefined) {
   const { client: redis, dispose } = familyClient(server.url);
   disposals.push(dispose);
   await whenReady(redis);
+  before(redis);
   const cache = createCache({ redis, prefix: `hung${++prefixes}`, redisTimeout: 300, breakerCooldown: 60_000, ...options });
   caches.push(cache);
   // The subscription is up (L1 is trusted only then), and the node is known.
@@ -166,5 +167,31 @@ describe('while the node is suspect, every entry point answers from memory first
     // Only the first call's read was sent and waited out; every later Redis operation was refused at once.
     expect(waitedOut(degraded)).toBe(1);
     expect(notSent(degraded)).toBe(degraded.length - 1);
+  });
+});
+
+describe('L1 copies outlive the subscription loss while Redis is unavailable', () => {
+  it('with L1: once the heartbeat counts the subscription down, the fresh L1 copies still answer (through the degraded memo), no loader runs', async () => {
+    // The cache's subscriber is a duplicate of the caller's client: catch it, to hear it go down.
+    let subscriber: { once(event: string, listener: () => void): unknown } | undefined;
+    const { cache, runs, loader } = await setup({ local: { max: 100 } }, (redis) => {
+      const c = redis as unknown as { duplicate: (...a: unknown[]) => typeof subscriber };
+      const original = c.duplicate.bind(c);
+      c.duplicate = (...a: unknown[]) => (subscriber = original(...a));
+    });
+    const keys = ['l0', 'l1', 'l2', 'l3', 'l4'];
+    for (const k of keys) expect(await cache.getOrCompute(k, loader, 60_000)).toBe(`${k}#1`);
+    const hits: string[] = [];
+    cache.on('hit', (e) => hits.push(e.tier));
+    await whilePaused(async () => {
+      // The heartbeat counts the silent subscriber dead and drops it (ioredis 'close', node-redis 'end'): L1 is no longer trusted.
+      await new Promise<void>((resolve) => {
+        for (const event of ['close', 'end']) subscriber?.once(event, resolve);
+      });
+      await new Promise((resolve) => setImmediate(resolve));
+      for (const k of keys) expect(await cache.getOrCompute(k, loader, 60_000)).toBe(`${k}#1`);
+      expect(cache.health().nodes[0]?.state).toBe('suspect');
+    });
+    expect(keys.map((k) => runs.get(k))).toEqual([1, 1, 1, 1, 1]);
   });
 });
