@@ -289,7 +289,7 @@ export class Cache extends EventEmitter<CacheEvents> {
     return this.calls.run(key, loader, call, trace, (trip) => trip.answerDegraded(cause));
   }
 
-  /** The fresh value, or `undefined`. Never runs a loader; a Redis failure is reported as `degraded` and reads as a miss. */
+  /** The fresh value, or `undefined`. Never runs a loader; a Redis failure is reported as `degraded` and reads as the degraded copy (degraded-memo.ts) or a miss. */
   async get<T = unknown>(key: string): Promise<T | undefined> {
     this.assertUsable(key);
     const l1 = this.local.get(key);
@@ -401,7 +401,7 @@ export class Cache extends EventEmitter<CacheEvents> {
 
   /**
    * Does a fresh value exist for `key` (in L1 or Redis)? Expired values (stale or kept for fail-safe)
-   * do not count. Like get(): never runs a loader, and a Redis failure reads as `false` (a `degraded` event).
+   * do not count. Like get(): never runs a loader; a Redis failure reads as the degraded copy if one is kept, else `false` (a `degraded` event).
    */
   async has(key: string): Promise<boolean> {
     return (await this.get(key)) !== undefined;
