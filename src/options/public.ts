@@ -189,7 +189,9 @@ export interface CacheOptions {
   /**
    * While Redis is unavailable for a key, the value its loader returned here is kept in process memory
    * for its `ttl` and served to later degraded calls, so a process runs at most one loader per key per
-   * ttl during an outage (with L1 on or off). This caps how many keys are kept (LRU); `0` turns it off.
+   * ttl during an outage (with L1 on or off); L1's fresh copies join it when L1's subscription is lost.
+   * While Redis is unavailable for a key (a failed operation, or its node suspect or breaker open) it
+   * answers first, on every entry point but `forceFresh`. This caps how many keys are kept (LRU); `0` turns it off.
    * A kept value is never served once this process deleted, set or rebuilt the key, heard of another
    * process's write or delete, read a value for the key from the store, or an outage ended (see docs/guarantees.md
    * "Guarantees"). Default `10000`.
