@@ -17,11 +17,11 @@
  */
 import { tracingChannel } from 'node:diagnostics_channel';
 import { pathToFileURL } from 'node:url';
-import { context, SpanKind, SpanStatusCode, trace, type Attributes, type BatchObservableResult, type Meter, type Span, type Tracer } from '@opentelemetry/api';
+import { context, SpanKind, SpanStatusCode, trace, type Attributes, type BatchObservableResult, type Meter, type ObservableResult, type Span, type Tracer } from '@opentelemetry/api';
 import { ConsoleMetricExporter, MeterProvider, PeriodicExportingMetricReader } from '@opentelemetry/sdk-metrics';
 import { BasicTracerProvider, ConsoleSpanExporter, SimpleSpanProcessor } from '@opentelemetry/sdk-trace-base';
 import { Redis } from 'ioredis';
-import { createCache, GET_OR_COMPUTE_CHANNEL, type Cache, type CacheStats, type GetOrComputeContext } from 'stampede-guard';
+import { createCache, GET_OR_COMPUTE_CHANNEL, type Cache, type CacheEvents, type CacheStats, type GetOrComputeContext } from 'stampede-guard';
 
 /** What the span and the per-call metrics record of one call, between its `start` and its `asyncEnd`. */
 interface InFlight {
@@ -107,6 +107,27 @@ export function observeCacheStats(meter: Meter, cache: Cache, attributes: Attrib
   const observables = counters.map((c) => c.counter);
   meter.addBatchObservableCallback(callback, observables);
   return () => meter.removeBatchObservableCallback(callback, observables);
+}
+
+/**
+ * Exports each Redis node's health as the observable gauge `stampede_guard.redis.node.up` (1 healthy,
+ * 0 suspect or open; attributes `node` and `state`), read from `cache.health()` at each collection,
+ * and counts every change (`stampede_guard.redis.node.health_changes`, from the `health` event), so an
+ * outage shorter than the collection interval still shows. Returns the function that stops both.
+ */
+export function observeNodeHealth(meter: Meter, cache: Cache, attributes: Attributes = {}): () => void {
+  const up = meter.createObservableGauge('stampede_guard.redis.node.up', { description: 'whether the cache sends operations to the Redis node (1) or skips it as suspect or open (0)' });
+  const observe = (result: ObservableResult): void => {
+    for (const n of cache.health().nodes) result.observe(n.state === 'healthy' ? 1 : 0, { ...attributes, node: n.node, state: n.state });
+  };
+  up.addCallback(observe);
+  const changes = meter.createCounter('stampede_guard.redis.node.health_changes', { description: 'Redis node health changes: suspect, open, recovered' });
+  const onHealth = ({ node, state }: CacheEvents['health'][0]): void => changes.add(1, { ...attributes, node, state });
+  cache.on('health', onHealth);
+  return () => {
+    up.removeCallback(observe);
+    cache.off('health', onHealth);
+  };
 }
 
 /** The demo (only when this file is run, not imported): a small cold stampede, printed by the SDK's console exporters. */

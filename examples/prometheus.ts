@@ -8,6 +8,8 @@
  *   sum(rate(stampede_guard_rebuilds_saved_total[5m]))   rebuilds the stampede protection saved
  *   sum(rate(stampede_guard_loader_runs_total[5m]))      rebuilds that hit your origin
  *   histogram_quantile(0.99, sum by (le) (rate(stampede_guard_lock_wait_seconds_bucket[5m])))
+ *   min by (node) (stampede_guard_redis_node_up) == 0       a Redis node is hung or refused (alert)
+ *   increase(stampede_guard_redis_node_health_changes_total{state="suspect"}[10m])   hangs, even short ones
  *
  * Run (prints one scrape after a small cold stampede): npm run example -- prometheus
  * (a throwaway redis-server unless REDIS_URL is set), or
@@ -15,7 +17,7 @@
  */
 import { pathToFileURL } from 'node:url';
 import { Redis } from 'ioredis';
-import { Counter, Histogram, Registry } from 'prom-client';
+import { Counter, Gauge, Histogram, Registry } from 'prom-client';
 import { createCache, type Cache, type CacheEvents, type CacheStats } from 'stampede-guard';
 
 /** Counters whose value is the cache's own counter, read when the registry is scraped. */
@@ -26,6 +28,8 @@ const STATS_COUNTERS: readonly { name: string; help: string; read: (s: CacheStat
   { name: 'stampede_guard_misses_total', help: 'Callers whose lookup found no usable value.', read: (s) => s.misses },
 ];
 const REBUILDS_SAVED = 'stampede_guard_rebuilds_saved_total';
+const NODE_UP = 'stampede_guard_redis_node_up';
+const NODE_HEALTH = 'stampede_guard_redis_node_health_changes_total';
 const LOCK_WAIT = 'stampede_guard_lock_wait_seconds';
 
 /**
@@ -66,10 +70,32 @@ export function registerCacheMetrics(cache: Cache, registry: Registry): () => vo
   });
   const onWaited = ({ ms, outcome }: CacheEvents['waited'][0]): void => lockWait.observe({ outcome }, ms / 1000);
   cache.on('waited', onWaited);
+  // Each Redis node's health, read at each scrape (cache.health() is a walk over the few nodes seen):
+  // 1 while healthy, 0 while suspect (hung: nothing sent, calls answered from memory) or open (breaker).
+  new Gauge({
+    name: NODE_UP,
+    help: 'Whether the cache sends operations to this Redis node (1) or skips it as suspect or with its breaker open (0).',
+    labelNames: ['node', 'state'] as const,
+    registers: [registry],
+    collect() {
+      this.reset();
+      for (const n of cache.health().nodes) this.set({ node: n.node, state: n.state }, n.state === 'healthy' ? 1 : 0);
+    },
+  });
+  // Every change, so an outage shorter than the scrape interval still shows (alert on increase of state="suspect").
+  const healthChanges = new Counter({
+    name: NODE_HEALTH,
+    help: 'Redis node health changes: suspect (no reply within redisTimeout), open (breaker opened), recovered.',
+    labelNames: ['node', 'state'] as const,
+    registers: [registry],
+  });
+  const onHealth = ({ node, state }: CacheEvents['health'][0]): void => healthChanges.inc({ node, state });
+  cache.on('health', onHealth);
 
   return () => {
     cache.off('waited', onWaited);
-    for (const name of [...STATS_COUNTERS.map((c) => c.name), REBUILDS_SAVED, LOCK_WAIT]) registry.removeSingleMetric(name);
+    cache.off('health', onHealth);
+    for (const name of [...STATS_COUNTERS.map((c) => c.name), REBUILDS_SAVED, LOCK_WAIT, NODE_UP, NODE_HEALTH]) registry.removeSingleMetric(name);
   };
 }
 

@@ -36,6 +36,11 @@ export class Breaker {
     private readonly rand: () => number = Math.random,
   ) {}
 
+  /** Open or half-open: from an opening until the next success (the node's health reads it). */
+  get isOpen(): boolean {
+    return this.open;
+  }
+
   /** May an operation be sent at `now`? True also for the one half-open probe (which then blocks the others). */
   admit(now: number): boolean {
     if (this.failures < this.threshold) return true;

@@ -11,6 +11,7 @@ import { namespaceHost } from './namespace-host.js';
 import { resolveCacheOptions, type CacheOptions, type CallOptions } from './options.js';
 import { get, getMany } from './reads.js';
 import { Runtime } from './runtime.js';
+import type { CacheHealth } from './health.js';
 import type { CacheStats } from './telemetry.js';
 import { remove, removeMany, set } from './writes.js';
 
@@ -53,12 +54,17 @@ export class Cache extends EventEmitter<CacheEvents> {
     return getOrCompute(this.rt, this.guard, key, loader as (ctx: LoaderContext) => unknown, ttlOrOptions) as Promise<T>;
   }
 
+  /** Each Redis node's state now (healthy, suspect, open) — cheap, for a health endpoint; changes are `health` events (health.ts). */
+  health(): CacheHealth {
+    return this.rt.io.health();
+  }
+
   /** Counters since creation (a copy): see CacheStats for what each counts, and docs/observability.md. */
   stats(): CacheStats {
     return this.rt.telemetry.stats();
   }
 
-  /** The fresh value, or `undefined`. Never runs a loader; a Redis failure is reported as `degraded` and reads as a miss. */
+  /** The fresh value, or `undefined`. Never runs a loader; a Redis failure is reported as `degraded` and reads as the degraded copy (degraded-memo.ts) or a miss. */
   async get<T = unknown>(key: string): Promise<T | undefined> {
     this.guard.usable(key);
     return (await get(this.rt, key)) as T | undefined;
@@ -107,7 +113,7 @@ export class Cache extends EventEmitter<CacheEvents> {
 
   /**
    * Does a fresh value exist for `key` (in L1 or Redis)? Expired values (stale or kept for fail-safe)
-   * do not count. Like get(): never runs a loader, and a Redis failure reads as `false` (a `degraded` event).
+   * do not count. Like get(): never runs a loader; a Redis failure reads as the degraded copy if one is kept, else `false` (a `degraded` event).
    */
   async has(key: string): Promise<boolean> {
     return (await this.get(key)) !== undefined;

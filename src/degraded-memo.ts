@@ -4,12 +4,16 @@ import type { Clock } from './options.js';
 /**
  * Values computed on the degraded path (Redis unavailable for the key), kept in process memory for
  * their ttl so that while Redis stays unavailable a process runs at most one loader per key per ttl
- * instead of one per call. Bounded (LRU, `degradedMemo` entries); independent of L1, so it works
- * with L1 off.
+ * instead of one per call; and L1's fresh copies, handed over when L1 stops being trusted (its
+ * subscription lost: during an outage, before they expire). Bounded (LRU, `degradedMemo` entries);
+ * independent of L1, so it works with L1 off.
  *
  * Invariants (what makes serving from it sound):
- * - It is read only on the degraded path: while Redis answers for a key, the key's store entry (fenced)
- *   is the truth and the memo is never consulted.
+ * - It is read only when Redis is unavailable for the key: a Redis operation for it failed, or was not
+ *   sent because its node is suspect or its breaker open (io.ts) — then it answers first, before any
+ *   loader, for every entry point that may serve a cached value (getOrCompute and its batch and
+ *   namespaced forms, get, getMany; never forceFresh, which asks the origin). While Redis answers for
+ *   a key, the key's store entry (fenced) is the truth and the memo is never consulted.
  * - Nothing older than an invalidation is served: `invalidate(key)` (this process's delete, set or
  *   rebuild write — called before it is sent, so even one that fails counts —, a note from another
  *   process, or a store read that found a value for the key) drops the entry and voids every degraded
@@ -30,6 +34,8 @@ export interface DegradedMemo {
   fill(ticket: MemoTicket, value: unknown, ttlMs: number): void;
   /** The loader failed or was cancelled: forget the ticket. */
   abandon(ticket: MemoTicket): void;
+  /** Keeps an L1 copy handed over as L1 stops being trusted, for the `freshMs` it had left (never longer). */
+  keep(key: string, value: unknown, freshMs: number): void;
   invalidate(key: string): void;
   clear(): void;
   /**
@@ -90,6 +96,12 @@ export class LruDegradedMemo implements DegradedMemo {
     this.kept.set(ticket.key, { value, until: this.clock.now() + ttlMs });
   }
 
+  keep(key: string, value: unknown, freshMs: number): void {
+    // A degraded load's own value (kept or to come) is at least as new: never replaced by an older copy.
+    if (freshMs <= 0 || this.kept.has(key) || this.running.has(key)) return;
+    this.kept.set(key, { value, until: this.clock.now() + freshMs });
+  }
+
   abandon(ticket: MemoTicket): void {
     const list = this.running.get(ticket.key);
     if (!list) return;
@@ -119,6 +131,7 @@ export const NO_DEGRADED_MEMO: DegradedMemo = {
   begin: (key) => ({ key, epoch: 0, voided: true }),
   fill: () => undefined,
   abandon: () => undefined,
+  keep: () => undefined,
   invalidate: () => undefined,
   clear: () => undefined,
   // Degraded loads run untracked here (every call runs its own), so whether one is running is unknown.

@@ -113,6 +113,20 @@ export class RedisTimeout extends Error {
   }
 }
 
+/**
+ * The cause `Io` gives an operation it did not send because its node is suspect: an operation to that
+ * node went unanswered for `redisTimeout` while the node answered nothing else. A kind of timeout
+ * (`failure` 'timeout'): the node is not answering in time, so nothing more is queued behind it until
+ * it answers again (a background probe, or a late reply, ends it).
+ */
+export class NodeSuspect extends RedisTimeout {
+  constructor(readonly node: string, readonly silentMs: number, timeoutMs: number) {
+    super(timeoutMs);
+    this.message = `not sent: node ${node === '' ? '' : `"${node}" `}has answered nothing for ${Math.round(silentMs)} ms (suspect after ${timeoutMs} ms; probed in the background)`;
+    this.name = 'NodeSuspect';
+  }
+}
+
 /** The cause `Io` gives an operation it did not send because the breaker is open; carries the last failure's text. */
 export class BreakerOpen extends Error {
   constructor(readonly failures: number, readonly last: string) {

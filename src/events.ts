@@ -1,3 +1,4 @@
+import type { HealthChange } from './health.js';
 import type { LockMode } from './options.js';
 
 /**
@@ -50,4 +51,12 @@ export interface CacheEvents {
    * once, so callers of the changed key do not wait for a load whose write could no longer land.
    */
   refresh: [{ key: string; namespace?: string; outcome: 'started' | 'won' | 'lost' | 'already-refreshed' | 'abandoned' }];
+  /**
+   * A Redis node's health changed (see `cache.health()`): `suspect` (an operation went unanswered for
+   * `redisTimeout` while the node answered nothing else: nothing more is sent to it but a background
+   * probe, calls answer from memory or run their loader here), `open` (its circuit breaker opened), or
+   * `recovered` (it answers again). `ms`: how long the oldest operation waited (suspect), or how long
+   * the node has been, or was, unhealthy (open, recovered). One event per change, not per call.
+   */
+  health: [HealthChange];
 }

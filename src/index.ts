@@ -4,9 +4,10 @@
  */
 export { Cache, createCache, type Loader, type LoaderContext } from './cache.js';
 export type { CacheEvents } from './events.js';
+export type { CacheHealth, HealthChange, NodeHealthReport, NodeState } from './health.js';
 export type { Namespace } from './namespace.js';
 export type { BatchLoader, BatchLoaderContext } from './many.js';
-export { GET_OR_COMPUTE_CHANNEL, type CacheStats, type GetOrComputeContext, type Outcome } from './telemetry.js';
+export { GET_CHANNEL, GET_OR_COMPUTE_CHANNEL, type CacheStats, type GetContext, type GetOrComputeContext, type Outcome, type ReadOutcome } from './telemetry.js';
 export {
   DEFAULTS,
   type CacheOptions,

@@ -1,5 +1,5 @@
-import { Breaker } from './breaker.js';
-import { BreakerOpen, CacheClosedError, RedisPermissionError, RedisTimeout, RedisUnavailableError, redisText, type Subject } from './errors.js';
+import { BreakerOpen, CacheClosedError, NodeSuspect, RedisPermissionError, RedisTimeout, RedisUnavailableError, redisText, type Subject } from './errors.js';
+import { NodeHealth, type CacheHealth, type HealthChange, type Probe, type ProbeTarget } from './health.js';
 import type { NodeOf, OwnKey } from './node-of.js';
 import type { Clock } from './options.js';
 
@@ -10,6 +10,14 @@ import type { Clock } from './options.js';
  * breaker is kept per node (`nodeOf`: per slot owner on a Cluster, one for a plain client): a dead
  * shard opens its own breaker only, and keys on the healthy shards keep their lock. Its policy
  * (jittered, growing cooldown; one half-open probe; closings judged over a window) is breaker.ts.
+ *
+ * A hung node is found by time, not by counting (health.ts): when an operation has gone unanswered
+ * for `redisTimeout` (after the stall credit below) and its node answered nothing else since it was
+ * sent, the node is suspect. Every operation still in flight to it fails then — together ONE breaker
+ * failure, however many keys were waiting — and nothing more is sent to it (operations fail at once
+ * with `NodeSuspect`) until it answers anything: a background probe every `redisTimeout`, or a late
+ * reply to an operation already given up on. One slow reply on a node that answers other operations
+ * meanwhile times out alone, as before: it never makes the node suspect.
  *
  * Invariant: a timed-out command may still run on the server later (it sat in ioredis' offline queue,
  * or its reply was lost). Callers whose command creates state (a lock) pass `compensate`, which runs
@@ -24,12 +32,19 @@ import type { Clock } from './options.js';
 interface InFlight {
   /** When it was sent (clock time). */
   readonly start: number;
+  /** The node it went to. */
+  readonly node: NodeHealth;
+  /** What it was about (where a probe goes if it finds its node hung). */
+  readonly target: ProbeTarget;
+  /** A background probe of a suspect node: its timeout counts as no failure and fails no caller. */
+  readonly probe: boolean;
   /** When it times out: start + redisTimeout, moved later by stalls of this process (see startSweeper). */
   deadline: number;
   settled: boolean;
   prev: InFlight | undefined;
   next: InFlight | undefined;
-  expire: () => void;
+  /** Times it out; `counted` false when its node's suspicion already counted the failure (one for every operation in flight). */
+  expire: (counted: boolean) => void;
   /** close(): settle with CacheClosedError; not a Redis failure (the breaker counts nothing). */
   abandon: () => void;
 }
@@ -42,8 +57,8 @@ const MAX_STALL_CREDIT = 2;
 export class Io {
   /** After close(): every operation rejects with CacheClosedError at once. */
   private closed = false;
-  /** One breaker per node, created on first use (a Cluster has few masters; bounded by BREAKER_NODES). */
-  private readonly breakers = new Map<string, Breaker>();
+  /** One breaker and suspicion per node, created on first use (a Cluster has few masters; bounded by BREAKER_NODES). */
+  private readonly nodes = new Map<string, NodeHealth>();
   /**
    * Operations awaiting a reply. Invariant: an entry is settled exactly once — by its reply or by
    * the sweeper (settle() decides, and unlinks it) — and whoever settles it settles the caller's
@@ -67,30 +82,41 @@ export class Io {
      */
     private readonly onAnswer: (recovered: boolean) => void = () => undefined,
     /** The node that owns a key: one breaker each. */
-    private readonly nodeOf: NodeOf = () => '',
+    private readonly nodeOfKey: NodeOf = () => '',
     /** The node that owns a Redis key given as is (OwnKey). */
     private readonly nodeOfRedisKey: (redisKey: string) => string = () => '',
+    /** Reports each change of a node's health (the `health` event). */
+    private readonly onHealth: (change: HealthChange) => void = () => undefined,
+    /** Probes a suspect node; without one, a hung node is found by counting timeouts only (no suspicion). */
+    private readonly probe?: Probe,
   ) {}
 
   run<T>(operation: string, fn: () => Promise<T>, target?: string | OwnKey, compensate?: () => void): Promise<T> {
     const key = typeof target === 'object' ? undefined : target;
     const subject: Subject = typeof target === 'object' ? { namespace: target.namespace } : target;
     if (this.closed) return Promise.reject(new CacheClosedError(key));
-    const breaker = this.breakerOf(target);
-    if (!breaker.admit(this.clock.now())) {
+    const node = this.nodeOf(target);
+    const breaker = node.breaker;
+    const now = this.clock.now();
+    // Hung: fail at once (the caller answers from memory), not queue behind it for another redisTimeout.
+    if (node.suspect) return Promise.reject(new RedisUnavailableError(operation, new NodeSuspect(node.name, now - node.silentSince, this.timeoutMs), subject));
+    if (!breaker.admit(now)) {
       return Promise.reject(new RedisUnavailableError(operation, new BreakerOpen(breaker.failures, breaker.lastFailure), subject));
     }
     return new Promise<T>((resolve, reject) => {
       const start = this.clock.now();
       const entry: InFlight = {
         start,
+        node,
+        target,
+        probe: false,
         deadline: start + this.timeoutMs,
         settled: false,
         prev: undefined,
         next: undefined,
-        expire: () => {
+        expire: (counted) => {
           const timeout = new RedisTimeout(this.timeoutMs);
-          breaker.failed(redisText(timeout), this.clock.now());
+          if (counted) this.failed(node, redisText(timeout), start);
           compensate?.();
           reject(new RedisUnavailableError(operation, timeout, subject));
         },
@@ -106,16 +132,22 @@ export class Io {
           if (!this.settle(entry)) {
             // Timed out earlier, yet applied: undo what it created (again, in case the first undo ran first).
             compensate?.();
+            // Still, the node answers: a suspicion ends (the breaker waits for a timely answer).
+            if (this.answered(node, false)) this.onAnswer(true);
             return;
           }
-          const recovered = breaker.succeeded(this.clock.now());
+          const recovered = this.answered(node, true);
           resolve(value);
           this.onAnswer(recovered);
         },
         (err: unknown) => {
-          if (!this.settle(entry)) return;
-          breaker.failed(redisText(err), this.clock.now());
-          reject(classify(operation, err, subject));
+          const timely = this.settle(entry);
+          const error = classify(operation, err, subject);
+          // An error reply is an answer too (the node is not hung), though a failure for the breaker.
+          if (error.failure === 'reply' && this.answered(node, false)) this.onAnswer(true);
+          if (!timely) return;
+          this.failed(node, redisText(err), start);
+          reject(error);
         },
       );
     });
@@ -126,31 +158,127 @@ export class Io {
    * (after a Redis restart, recovery then takes the reconnect, not reconnect + cooldown).
    */
   connected(): void {
-    for (const breaker of this.breakers.values()) breaker.reset();
+    const now = this.clock.now();
+    for (const node of this.nodes.values()) {
+      node.breaker.reset();
+      node.suspect = false;
+      node.sync(now, now, 'the client reconnected');
+    }
     this.onAnswer(true);
   }
 
-  /** Why operations are refused now: the open breaker of the first node refusing (its cause), or undefined when none is. */
+  /** Why operations are refused now: the first node suspect or with its breaker refusing (its cause), or undefined when none is. */
   refusal(): RedisUnavailableError | undefined {
     const now = this.clock.now();
-    for (const breaker of this.breakers.values()) {
+    for (const node of this.nodes.values()) {
+      if (node.suspect) return new RedisUnavailableError('ready', new NodeSuspect(node.name, now - node.silentSince, this.timeoutMs));
+      const breaker = node.breaker;
       if (breaker.refusing(now)) return new RedisUnavailableError('ready', new BreakerOpen(breaker.failures, breaker.lastFailure));
     }
     return undefined;
   }
 
-  /** The breaker of the node that owns `target`: a user key's entry, or a Redis key of its own. */
-  private breakerOf(target: string | OwnKey | undefined): Breaker {
-    const node = typeof target === 'object' ? this.nodeOfRedisKey(target.redisKey) : this.nodeOf(target);
-    let breaker = this.breakers.get(node);
-    if (!breaker) {
+  /** Every node's state now (`cache.health()`): a walk over the few nodes seen. The keyless operations' node ('') is not listed. */
+  health(): CacheHealth {
+    const now = this.clock.now();
+    const nodes = [];
+    for (const node of this.nodes.values()) if (node.name !== '') nodes.push(node.snapshot(now));
+    return { healthy: nodes.every((n) => n.state === 'healthy'), nodes };
+  }
+
+  /** The node that owns `target`: a user key's entry, or a Redis key of its own. */
+  private nodeOf(target: string | OwnKey | undefined): NodeHealth {
+    const name = typeof target === 'object' ? this.nodeOfRedisKey(target.redisKey) : this.nodeOfKey(target);
+    let node = this.nodes.get(name);
+    if (!node) {
       // Node names come from the client's slot table: few, but a long-lived cache across many
-      // reshards could see more; forgetting a closed one's history costs nothing.
-      if (this.breakers.size >= BREAKER_NODES) this.breakers.clear();
-      breaker = new Breaker(this.threshold, this.cooldownMs);
-      this.breakers.set(node, breaker);
+      // reshards could see more; forgetting a healthy one's history costs nothing.
+      if (this.nodes.size >= BREAKER_NODES) this.nodes.clear();
+      node = new NodeHealth(name, this.threshold, this.cooldownMs, name === '' ? () => undefined : this.onHealth);
+      this.nodes.set(name, node);
     }
-    return breaker;
+    return node;
+  }
+
+  /** The node answered (`timely`: an operation in time). True when that ends an outage: a suspicion, or an open breaker (a timely answer only). */
+  private answered(node: NodeHealth, timely: boolean): boolean {
+    const now = this.clock.now();
+    node.lastAnswer = now;
+    let recovered = false;
+    if (node.suspect) {
+      node.suspect = false;
+      recovered = true;
+    }
+    if (timely) recovered = node.breaker.succeeded(now) || recovered;
+    if (recovered) node.sync(now, now, 'answered');
+    return recovered;
+  }
+
+  /** One failure for the node's breaker (an operation sent at `since` failed); reports an opening. */
+  private failed(node: NodeHealth, text: string, since: number): void {
+    const now = this.clock.now();
+    node.breaker.failed(text, now);
+    node.sync(now, since, text);
+  }
+
+  /**
+   * `oldest` went unanswered past its deadline and its node answered nothing since it was sent: the
+   * node is hung. One breaker failure for the lot; every operation in flight to it fails now (they
+   * would wait behind it); a probe goes out.
+   */
+  private suspect(oldest: InFlight): void {
+    const node = oldest.node;
+    node.becameSuspect(oldest.start, oldest.target);
+    const text = redisText(new RedisTimeout(this.timeoutMs));
+    this.failed(node, text, oldest.start);
+    const stuck: InFlight[] = [];
+    for (let entry = this.inFlight.first; entry; entry = entry.next) if (entry.node === node && !entry.probe) stuck.push(entry);
+    for (const entry of stuck) {
+      const expire = entry.expire;
+      this.settle(entry);
+      expire(false);
+    }
+    this.sendProbe(node);
+  }
+
+  /** One probe of a suspect node at a time: its reply (even late, even an error reply) ends the suspicion. */
+  private sendProbe(node: NodeHealth): void {
+    const probe = this.probe;
+    if (!probe || node.probing || !node.suspect || this.closed) return;
+    node.probing = true;
+    const start = this.clock.now();
+    const entry: InFlight = {
+      start,
+      node,
+      target: node.probeTarget,
+      probe: true,
+      deadline: start + this.timeoutMs,
+      settled: false,
+      prev: undefined,
+      next: undefined,
+      expire: () => {
+        node.probing = false;
+      },
+      abandon: () => {
+        node.probing = false;
+      },
+    };
+    this.inFlight.add(entry);
+    if (!this.sweeper) this.startSweeper();
+    const done = (answer: boolean): void => {
+      if (this.settle(entry)) node.probing = false;
+      if (answer && !this.closed && this.answered(node, false)) this.onAnswer(true);
+    };
+    let sent: Promise<unknown>;
+    try {
+      sent = probe(node.probeTarget);
+    } catch (error) {
+      sent = Promise.reject(error instanceof Error ? error : new Error(String(error)));
+    }
+    sent.then(
+      () => done(true),
+      (err: unknown) => done(classify('probe', err, undefined).failure === 'reply'),
+    );
   }
 
   /** Stops the sweeper; operations still in flight settle at once with CacheClosedError (not a Redis failure), and so does every later one. */
@@ -179,9 +307,15 @@ export class Io {
   private expire(due: readonly InFlight[]): void {
     for (const entry of due) {
       if (entry.settled) continue;
+      // Found hung by time: its node answered nothing since this was sent (replies read in the poll
+      // phase before this check count). Without a probe there is no way back from suspicion: count.
+      if (!entry.probe && this.probe && entry.node.lastAnswer < entry.start && !entry.node.suspect) {
+        this.suspect(entry);
+        continue;
+      }
       const expire = entry.expire;
       this.settle(entry);
-      expire();
+      expire(true);
     }
   }
 
@@ -202,6 +336,8 @@ export class Io {
     const latest = (1 + MAX_STALL_CREDIT) * this.timeoutMs;
     this.lastSweep = this.clock.now();
     this.sweeper = setInterval(() => {
+      // A suspect node is probed again once its last probe timed out (one at a time, every redisTimeout).
+      for (const node of this.nodes.values()) if (node.suspect && !node.probing) this.sendProbe(node);
       if (!this.inFlight.first) {
         // Idle for a whole tick: stop, so an idle cache holds no timer.
         clearInterval(this.sweeper);

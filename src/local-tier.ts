@@ -45,8 +45,12 @@ export interface LocalTier {
   deleted(key: string): void;
   /** Drops everything and refuses every fill whose read began before now. */
   flush(): void;
-  /** The subscription is down: flush, then neither serve nor fill until `resume()`. */
-  suspend(): void;
+  /**
+   * The subscription is down: flush, then neither serve nor fill until `resume()`. `keep` is handed
+   * each fresh copy first (its value and the ms it stays fresh): the degraded memo, which answers
+   * with it only while Redis is unavailable for the key (degraded-memo.ts).
+   */
+  suspend(keep?: (key: string, value: unknown, freshMs: number) => void): void;
   /** The subscription holds (again): flush (notes sent while away are lost), then serve and fill. */
   resume(): void;
 }
@@ -169,8 +173,12 @@ export class LruTier implements LocalTier {
     this.invalidatedAt.clear();
   }
 
-  suspend(): void {
+  suspend(keep?: (key: string, value: unknown, freshMs: number) => void): void {
     if (this.incoherent) return;
+    if (keep && this.trusted) {
+      const now = this.clock.now();
+      for (const [key, slot] of this.lru.entries()) if (!slot.stale && slot.freshUntil > now) keep(key, slot.value, slot.freshUntil - now);
+    }
     this.flush();
     this.trusted = false;
   }

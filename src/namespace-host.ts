@@ -2,6 +2,7 @@ import { announceClear } from './clearing.js';
 import { callOf, computeDegraded } from './compute.js';
 import { CacheClosedError } from './errors.js';
 import type { KeyedOps, NamespaceHost } from './namespace.js';
+import { degradedRead } from './reads.js';
 import type { Runtime } from './runtime.js';
 
 /**
@@ -16,7 +17,7 @@ export function namespaceHost(rt: Runtime, ops: KeyedOps): NamespaceHost {
     validateKey: (key: unknown): asserts key is string => rt.guard.usable(key),
     checkCall: (key, loader, ttlOrOptions) => void callOf(rt.guard, key, loader, ttlOrOptions, undefined),
     degraded: (key, loader, ttlOrOptions, cause) => computeDegraded(rt, guard, key, loader, ttlOrOptions, cause),
-    degradedRead: (key, error) => rt.emit('degraded', { key, operation: 'read', error }),
+    degradedRead: (key, error) => degradedRead(rt, key, error).value,
     invalidateDegraded: (key) => {
       rt.memo.invalidate(key);
       rt.forget(key);

@@ -75,6 +75,7 @@ export function withDegradedKeys(memo: DegradedMemo, degradedKeyOf: (internal: s
     begin: (key) => memo.begin(key),
     fill: (ticket, value, ttlMs) => memo.fill(ticket, value, ttlMs),
     abandon: (ticket) => memo.abandon(ticket),
+    keep: (key, value, freshMs) => memo.keep(key, value, freshMs),
     invalidate: (key) => {
       memo.invalidate(key);
       if (!key.startsWith(RESERVED_KEY_START) || memo.idle) return;
@@ -391,8 +392,8 @@ export interface NamespaceHost {
   clear(path: PathId): Promise<void>;
   /** Runs `loader` for `key` on the degraded path (in-process flight, degraded memo, `degraded` event), sending nothing to Redis. */
   degraded(key: string, loader: (ctx: LoaderContext) => unknown, ttlOrOptions: number | CallOptions | undefined, cause: RedisUnavailableError): Promise<unknown>;
-  /** A read that could not reach Redis: the `degraded` event get() emits. */
-  degradedRead(key: string, error: unknown): void;
+  /** A read that could not reach Redis: the `degraded` event get() emits; answers the key's degraded copy, if one is kept. */
+  degradedRead(key: string, error: unknown): unknown;
   /** The key is changing (a set or delete of this process): its degraded copy and degraded load in progress go, as a plain key's do. */
   invalidateDegraded(key: string): void;
 }
@@ -483,14 +484,13 @@ export class Namespace {
 
   async get<T = unknown>(key: string): Promise<T | undefined> {
     const at = await this.locate(key);
-    if (typeof at !== 'string') return this.missed(key, at);
+    if (typeof at !== 'string') return this.missed(key, at) as T | undefined;
     return this.host.ops.get<T>(at);
   }
 
-  /** A read whose generation is unknown: reported as degraded (as get() reports a failed read), a miss. */
-  private missed(key: string, at: Unknown): undefined {
-    this.host.degradedRead(this.degradedKey(key), at.cause);
-    return undefined;
+  /** A read whose generation is unknown: reported as degraded (as get() reports a failed read); the degraded copy if one is kept, else a miss. */
+  private missed(key: string, at: Unknown): unknown {
+    return this.host.degradedRead(this.degradedKey(key), at.cause);
   }
 
   /** The key this namespace's `key` runs under on the degraded path (Generations.unknown). */
@@ -520,7 +520,7 @@ export class Namespace {
 
   async getMany<T = unknown>(keys: readonly string[]): Promise<(T | undefined)[]> {
     const at = await this.locateMany(keys);
-    if (!Array.isArray(at)) return keys.map((key) => this.missed(key, at));
+    if (!Array.isArray(at)) return keys.map((key) => this.missed(key, at) as T | undefined);
     return this.host.ops.getMany<T>(at);
   }
 

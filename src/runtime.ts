@@ -13,6 +13,7 @@ import { LruDegradedMemo, NO_DEGRADED_MEMO, type DegradedMemo } from './degraded
 import type { Emit } from './emit.js';
 import { CacheClosedError } from './errors.js';
 import { CallResolver, Guard } from './guards.js';
+import { nodeProbe } from './health.js';
 import { Io } from './io.js';
 import { slotTag } from './keys.js';
 import { LruTier, NO_LOCAL_TIER, type LocalTier } from './local-tier.js';
@@ -109,7 +110,7 @@ export class Runtime {
     const nodeOfKey = port.cluster ? (key: string | undefined) => (key === undefined ? '' : port.nodeOf(`{${slotTag(key)}}`)) : (key: string | undefined) => (key === undefined ? '' : STANDALONE);
     // UNSAFE sharedBreaker (negative control only): every key charged to one breaker, so one dead master degrades every key (what the per-node breakers prevent).
     const shared = o.unsafe.sharedBreaker;
-    return new Io(o.redisTimeout, o.breakerThreshold, o.breakerCooldown, o.clock, this.onAnswer, shared ? () => STANDALONE : nodeOfKey, shared ? () => STANDALONE : (redisKey) => port.nodeOf(redisKey));
+    return new Io(o.redisTimeout, o.breakerThreshold, o.breakerCooldown, o.clock, this.onAnswer, shared ? () => STANDALONE : nodeOfKey, shared ? () => STANDALONE : (redisKey) => port.nodeOf(redisKey), (change) => this.emit('health', change), nodeProbe(port, o.prefix));
   }
 
   /** Redis answered (see Io): on a recovery the degraded copies go (degraded-memo.ts); unanswered releases are sent again (lock/grant.ts). */
@@ -168,7 +169,7 @@ export class Runtime {
       },
       onDown: () => {
         this.generations.suspend();
-        this.local.suspend();
+        this.local.suspend((key, value, freshMs) => this.memo.keep(key, value, freshMs)); // served only while Redis is unavailable
       },
       onError: (error) => this.emit('degraded', { key: undefined, operation: 'subscribe', error }),
     });

@@ -28,7 +28,8 @@ export interface CacheStats {
   /**
    * Callers whose lookup found no usable value in L1 or Redis (joiners of such a flight included),
    * answered afterwards by a load (here or elsewhere), a wait, or a fail-safe value. Each key of
-   * `get`, `getMany` and `has` that found no fresh value counts too (they never load).
+   * `get`, `getMany` and `has` that found no fresh value counts too (they never load), including a
+   * key whose read Redis failed when no degraded copy answered it.
    */
   misses: number;
   /** Loaders started in this process: by a call, a background (stale or early) refresh, or the degraded path. Per loader run, not per caller. */
@@ -49,7 +50,11 @@ export interface CacheStats {
   lockLost: number;
   /** Writes (rebuilds and `set`) the fence refused: a newer write, set or delete existed. */
   writeRejected: number;
-  /** Callers answered on the degraded path (Redis failed or timed out; the loader ran here, nothing was written). */
+  /**
+   * Callers answered on the degraded path (Redis failed or timed out; the loader ran here, nothing was
+   * written, or this process's degraded copy answered). Each key of `get`, `getMany` and `has` that
+   * Redis failed and a degraded copy answered counts too.
+   */
   degraded: number;
   /**
    * Early-refresh attempts (`refreshAhead`) this process started: a hit passed the entry's refresh
@@ -108,6 +113,37 @@ export const traced: () => boolean =
         getOrComputeChannel.asyncStart.hasSubscribers ||
         getOrComputeChannel.asyncEnd.hasSubscribers ||
         getOrComputeChannel.error.hasSubscribers;
+
+/** How a key of `get()` / `getMany()` was answered, as the `get` tracing channel reports it. */
+export type ReadOutcome = 'hit' | 'localHit' | 'miss' | 'degraded';
+
+/** The context object of the `stampede-guard:get` tracing channel: one per `get()`/`has()` and one per `getMany()` (only while subscribed). */
+export interface GetContext {
+  /** `get()`/`has()`: the key as the caller gave it; `getMany()`: `undefined` (see `keys`). */
+  readonly key: string | undefined;
+  /** `getMany()`: its keys as the caller gave them, in order. */
+  readonly keys?: readonly string[];
+  /** The namespace's path for a namespaced read; absent for plain keys. */
+  readonly namespace?: string;
+  readonly operation: 'get' | 'getMany';
+  /** `get()`: set before `asyncStart`/`asyncEnd` on success. */
+  outcome?: ReadOutcome;
+  /** `getMany()`: one outcome per key, aligned with `keys`, set on success. */
+  outcomes?: ReadOutcome[];
+  result?: unknown;
+  error?: unknown;
+}
+
+/** The channel for reads that never load: start / end / asyncStart / asyncEnd / error for every get(), has() and getMany(). */
+export const GET_CHANNEL = 'stampede-guard:get';
+
+export const getChannel = tracingChannel<unknown, GetContext>(GET_CHANNEL);
+
+/** Is anyone listening on the `get` channel? (as `traced`) */
+export const readTraced: () => boolean =
+  typeof (getChannel as { hasSubscribers?: unknown }).hasSubscribers === 'boolean'
+    ? () => getChannel.hasSubscribers
+    : () => getChannel.start.hasSubscribers || getChannel.end.hasSubscribers || getChannel.asyncStart.hasSubscribers || getChannel.asyncEnd.hasSubscribers || getChannel.error.hasSubscribers;
 
 /** What a trip through the protocol answered, shared by every caller of its flight. */
 export interface Answered {
@@ -177,6 +213,12 @@ export class Telemetry {
   /** get() / getMany() found no fresh value for a key (they never load: nothing else is counted). */
   readMiss(): void {
     this.c.misses++;
+  }
+
+  /** get() / getMany() could not reach Redis for a key: answered by this process's degraded copy (`degraded`), or a miss. */
+  readDegraded(copy: boolean): void {
+    if (copy) this.c.degraded++;
+    else this.c.misses++;
   }
 
   /** A caller answered with an expired value straight from L1 (no flight): for a cache whose L1 serves stale values. */

@@ -188,25 +188,30 @@ function bento(env: ContenderEnv, grace: boolean): Contender {
   };
 }
 
-/** cachified with a small ioredis adapter (its docs list a node-redis adapter only). */
-function cachifiedOnRedis(env: ContenderEnv, swr: boolean): Contender {
-  const redis = client(env.url);
-  const adapter: CachifiedCache = {
+/** cachified's cache on Redis: a small ioredis adapter (its docs list a node-redis adapter only). */
+export function cachifiedRedisAdapter(redis: Redis, prefix: string): CachifiedCache {
+  return {
     async get(key) {
-      const raw = await redis.get(`${env.prefix}:${key}`);
+      const raw = await redis.get(`${prefix}:${key}`);
       return raw === null ? null : (JSON.parse(raw) as CacheEntry);
     },
     async set(key, entry) {
       const ttl = totalTtl(entry.metadata);
-      const k = `${env.prefix}:${key}`;
+      const k = `${prefix}:${key}`;
       const raw = JSON.stringify(entry);
       if (ttl === Infinity) await redis.set(k, raw);
       else await redis.set(k, raw, 'PX', Math.max(1, Math.ceil(ttl)));
     },
     async delete(key) {
-      await redis.del(`${env.prefix}:${key}`);
+      await redis.del(`${prefix}:${key}`);
     },
   };
+}
+
+/** cachified with the ioredis adapter above. */
+function cachifiedOnRedis(env: ContenderEnv, swr: boolean): Contender {
+  const redis = client(env.url);
+  const adapter = cachifiedRedisAdapter(redis, env.prefix);
   return {
     get: (key, loader, ttl, staleMs) =>
       cachified({ cache: adapter, key, ttl, getFreshValue: loader, ...(swr && staleMs > 0 ? { staleWhileRevalidate: staleMs } : {}) }),

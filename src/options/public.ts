@@ -161,7 +161,9 @@ export interface CacheOptions {
   /** Cache-wide defaults for every per-call option but `signal` (which is per call). */
   defaults?: Omit<CallOptions, 'signal'>;
   /**
-   * Longest time any single Redis operation may take before the call degrades, in ms. Default `1000`.
+   * Longest time any single Redis operation may take before the call degrades, in ms. Default `500`.
+   * An operation unanswered this long while its node answered nothing else makes the node suspect:
+   * nothing more is sent to it (calls answer from memory at once) until it answers a background probe.
    * A stall of this process (a GC pause, synchronous work) that delays the timeout sweep by more than
    * a quarter of it is not counted against operations in flight (up to 2 × `redisTimeout` each), and
    * replies that arrived meanwhile are read before any operation is timed out.
@@ -179,7 +181,7 @@ export interface CacheOptions {
   /**
    * The base cooldown of an open breaker, in ms, before one probe is let through: jittered to
    * [0.5, 1.5)× and doubled for each reopening within 4 × this of the last closing, up to 8×, so probes
-   * never stay in phase with a periodic stall. Ended early by the client's `ready` event. Default `2000`.
+   * never stay in phase with a periodic stall. Ended early by the client's `ready` event. Default `1000`.
    */
   breakerCooldown?: number;
   /** Callers of one key in one process beyond this get a fast `TooManyWaitersError`. Default `10000`. */
@@ -187,7 +189,9 @@ export interface CacheOptions {
   /**
    * While Redis is unavailable for a key, the value its loader returned here is kept in process memory
    * for its `ttl` and served to later degraded calls, so a process runs at most one loader per key per
-   * ttl during an outage (with L1 on or off). This caps how many keys are kept (LRU); `0` turns it off.
+   * ttl during an outage (with L1 on or off); L1's fresh copies join it when L1's subscription is lost.
+   * While Redis is unavailable for a key (a failed operation, or its node suspect or breaker open) it
+   * answers first, on every entry point but `forceFresh`. This caps how many keys are kept (LRU); `0` turns it off.
    * A kept value is never served once this process deleted, set or rebuilt the key, heard of another
    * process's write or delete, read a value for the key from the store, or an outage ended (see docs/guarantees.md
    * "Guarantees"). Default `10000`.

@@ -194,11 +194,11 @@ export const CACHE_FIELDS = {
   prefix: field(prefix, 'sg'),
   local: field(localTier, false),
   defaults: field(callDefaults),
-  redisTimeout: field(positiveMs, 1000),
+  redisTimeout: field(positiveMs, 500),
   maxKeyLength: field(positiveCount, 1024),
   maxValueBytes: field(positiveCount, 1024 * 1024),
   breakerThreshold: field(positiveCount, 5),
-  breakerCooldown: field(positiveMs, 2000),
+  breakerCooldown: field(positiveMs, 1000),
   maxWaitersPerKey: field(positiveCount, 10_000),
   degradedMemo: field(intFrom(0, MAX_MS), 10_000),
   // Not in DEFAULTS: the default is a function, `systemClock`.

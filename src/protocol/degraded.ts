@@ -14,7 +14,8 @@ export async function degraded(t: Trip, operation: string, error: unknown, fillL
   d.emit('degraded', { key, operation, error });
   t.assertRunning();
   t.current = 'degraded';
-  const kept = d.memo.get(key);
+  // forceFresh asks for the origin's value: never answered from memory, its load refills the memo.
+  const kept = t.call.forceFresh === true ? undefined : d.memo.get(key);
   if (kept) return kept.value;
   const ticket = d.local.begin(key);
   const memoTicket = d.memo.begin(key);

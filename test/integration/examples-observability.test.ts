@@ -187,6 +187,9 @@ describe('examples/prometheus.ts', () => {
       staleServed: samples.get('stampede_guard_stale_served_total'),
     }).toEqual({ loaderRuns: 1, coalesced: 19, waited: 0, misses: 20, hits: 0, staleServed: 0 });
     expect([...samples.keys()].some((k) => k.startsWith('stampede_guard_lock_wait_seconds'))).toBe(false);
+    // The one Redis node answered: up, healthy; no health change counted.
+    expect(samples.get('stampede_guard_redis_node_up{node="standalone",state="healthy"}')).toBe(1);
+    expect([...samples.keys()].some((k) => k.startsWith('stampede_guard_redis_node_health_changes_total'))).toBe(false);
     // Counters read from stats() at each scrape: scraped again, they say the same (they do not add up).
     expect(await scrape(registry)).toEqual(samples);
   });
@@ -219,8 +222,8 @@ describe('examples/prometheus.ts', () => {
     const cache = h.cache();
     const registry = new Registry();
     const unregister = registerCacheMetrics(cache, registry);
-    expect(registry.getMetricsAsArray().length).toBe(6);
+    expect(registry.getMetricsAsArray().length).toBe(8);
     unregister();
-    expect([registry.getMetricsAsArray().length, cache.listenerCount('waited')]).toEqual([0, 0]);
+    expect([registry.getMetricsAsArray().length, cache.listenerCount('waited'), cache.listenerCount('health')]).toEqual([0, 0, 0]);
   });
 });

@@ -172,13 +172,18 @@ describe('ready() is true only when calls can reach Redis', () => {
   it('false while a circuit breaker refuses operations, with a degraded event naming it', async () => {
     const cache = cacheOn({ redisTimeout: 150, breakerThreshold: 2, breakerCooldown: 120_000 });
     expect(await subscribed(cache, 10_000)).toBe(true);
-    s.server.pause();
-    try {
-      // Two reads that time out open the breaker (their callers answer degraded).
-      for (const key of ['b1', 'b2']) expect(await cache.getOrCompute(key, () => 'v', 60_000)).toBe('v');
-    } finally {
-      s.server.resume();
+    // Two separate hangs (each one suspicion of the node: one failure) open the breaker; their callers answer degraded.
+    for (const key of ['b1', 'b2']) {
+      const answered = new Promise((resolve) => cache.on('health', (e) => e.state === 'recovered' && resolve(e)));
+      s.server.pause();
+      try {
+        expect(await cache.getOrCompute(key, () => 'v', 60_000)).toBe('v');
+      } finally {
+        s.server.resume();
+      }
+      if (key === 'b1') await answered; // the node answered again: the next hang is a second failure
     }
+    expect(cache.health().nodes.map((n) => n.state)).toEqual(['open']);
     const why: string[] = [];
     cache.on('degraded', (e) => {
       const error = e.error as { operation?: string; failure?: string };

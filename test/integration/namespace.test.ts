@@ -207,7 +207,15 @@ describe('namespaces while Redis cannot give the generation (issue #11 review: c
      * in order, before any later reply, so none overtakes another.
      */
     const outage = () => proxy.hold('down', true);
-    const heal = () => proxy.hold('down', false);
+    /** Resolves once the node answers again: the held replies end its suspicion (io.ts), so later calls reach Redis. */
+    const heal = async () => {
+      const healthy = new Promise<void>((resolve) => {
+        if (cache.health().healthy) resolve();
+        cache.on('health', (e) => e.state === 'recovered' && resolve());
+      });
+      proxy.hold('down', false);
+      await healthy;
+    };
     const done = async () => {
       await cache.close();
       dropConnection(client);
@@ -239,7 +247,7 @@ describe('namespaces while Redis cannot give the generation (issue #11 review: c
     }
   }
 
-  it('reads are misses and loads run here (degraded, once per key within its ttl); writes reject with ERR_REDIS_UNAVAILABLE; nothing is stored under an unknown generation', async () => {
+  it('reads answer the degraded copy or miss, and loads run here (degraded, once per key within its ttl); writes reject with ERR_REDIS_UNAVAILABLE; nothing is stored under an unknown generation', async () => {
     const { cache, outage, heal, done } = await slowCommands();
     try {
       const users = cache.namespace('users');
@@ -253,9 +261,9 @@ describe('namespaces while Redis cannot give the generation (issue #11 review: c
       expect(await Promise.all(both)).toEqual(['v1', 'v1']);
       expect(await users.getOrCompute('k', loader, 60_000)).toBe('v1'); // the degraded memo answers within the ttl
       expect(runs).toBe(1);
-      expect(await users.get('k')).toBeUndefined();
-      expect(await users.has('k')).toBe(false);
-      expect(await users.getMany(['k', 'x'])).toEqual([undefined, undefined]);
+      expect(await users.get('k')).toBe('v1'); // get() answers the degraded copy too (never a loader)
+      expect(await users.has('k')).toBe(true);
+      expect(await users.getMany(['k', 'x'])).toEqual(['v1', undefined]);
       const batches: string[][] = [];
       const loadMany = async (missing: string[]) => {
         batches.push(missing);
@@ -266,7 +274,7 @@ describe('namespaces while Redis cannot give the generation (issue #11 review: c
       await expect(users.set('k', 'x', 60_000)).rejects.toMatchObject({ code: 'ERR_REDIS_UNAVAILABLE' });
       await expect(users.delete('k')).rejects.toMatchObject({ code: 'ERR_REDIS_UNAVAILABLE' });
       expect(degraded.length).toBeGreaterThan(0);
-      heal();
+      await heal();
       // Redis answers again: the call is served through the store, under the real generation.
       expect(await users.getOrCompute('k', () => 'stored', 60_000)).toBe('stored');
       expect(await users.get('k')).toBe('stored');
@@ -292,7 +300,7 @@ describe('namespaces while Redis cannot give the generation (issue #11 review: c
       gate.resolve('earlier');
       expect(await forced).toBe('forced');
       expect(await first).toBe('earlier');
-      heal();
+      await heal();
     } finally {
       await done();
     }
@@ -303,11 +311,11 @@ describe('namespaces while Redis cannot give the generation (issue #11 review: c
       const users = cache.namespace('users');
       outage();
       expect(await users.getOrCompute('k', () => 'before clear', 60_000)).toBe('before clear');
-      heal();
+      await heal();
       await other.namespace('users').clear(); // resolves once this cache acknowledged the note
       outage();
       expect(await users.getOrCompute('k', () => 'after clear', 60_000)).toBe('after clear');
-      heal();
+      await heal();
     });
   });
 
@@ -322,7 +330,7 @@ describe('namespaces while Redis cannot give the generation (issue #11 review: c
       expect(await second).toBe('after clear');
       expect(await first).toBe('before clear'); // its own caller still gets it
       expect(await users.getOrCompute('k', () => 'again', 60_000)).toBe('after clear'); // the memo holds the newer one
-      heal();
+      await heal();
     });
   });
 
@@ -335,13 +343,13 @@ describe('namespaces while Redis cannot give the generation (issue #11 review: c
       expect(await users.getOrCompute('k', () => 'v2', 60_000)).toBe('v2');
       await expect(users.set('k', 'x', 60_000)).rejects.toMatchObject({ code: 'ERR_REDIS_UNAVAILABLE' });
       expect(await users.getOrCompute('k', () => 'v3', 60_000)).toBe('v3');
-      heal();
+      await heal();
       const deleted = nextEvent(cache, 'remoteChange');
       await other.namespace('users').delete('k'); // another process's: its note names the real key
       await deleted;
       outage();
       expect(await users.getOrCompute('k', () => 'v4', 60_000)).toBe('v4');
-      heal();
+      await heal();
     });
   });
 });

@@ -179,7 +179,7 @@ describe('fencing across a Redis restart without persistence', () => {
 });
 
 describe('what a failed set() or delete() says', () => {
-  it("a blackholed Redis: set() and delete() reject as 'timeout' under their own operation name; once the breaker opens, as 'breaker' quoting the last failure", async () => {
+  it("a blackholed Redis: set() and delete() reject as 'timeout' under their own operation name; once the node is suspect, at once, as 'timeout' saying it was not sent", async () => {
     const proxy = await startProxy(server);
     proxies.push(proxy);
     const c = cache(asAppUser(proxy.url), { redisTimeout: 150, breakerThreshold: 2, breakerCooldown: 60_000, prefix: 'says' });
@@ -190,11 +190,13 @@ describe('what a failed set() or delete() says', () => {
       const set = await failure(c.set('k', 'v', 60_000));
       expect(set).toMatchObject({ code: 'ERR_REDIS_UNAVAILABLE', operation: 'set', failure: 'timeout', key: 'k' });
       expect(set?.message).toMatch(/^Redis set for "k" timed out: no reply within 150 ms; raise "redisTimeout"/);
+      // The node answered nothing for redisTimeout: suspect, so nothing more is sent to it (not a breaker count).
       const del = await failure(c.delete('k'));
       expect(del).toMatchObject({ operation: 'delete', failure: 'timeout' });
+      expect(del?.message).toMatch(/^Redis delete for "k" timed out: not sent: node "standalone" has answered nothing for \d+ ms/);
       const skipped = await failure(c.set('k', 'v', 60_000));
-      expect(skipped).toMatchObject({ code: 'ERR_REDIS_UNAVAILABLE', operation: 'set', failure: 'breaker' });
-      expect(skipped?.message).toContain('circuit breaker open after 2 consecutive failures (last: no reply within 150 ms)');
+      expect(skipped).toMatchObject({ code: 'ERR_REDIS_UNAVAILABLE', operation: 'set', failure: 'timeout' });
+      expect(c.health().nodes).toMatchObject([{ node: 'standalone', state: 'suspect', cause: 'no reply within 150 ms' }]);
     } finally {
       proxy.blackhole('up', false);
     }

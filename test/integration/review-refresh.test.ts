@@ -59,7 +59,8 @@ async function l1CacheThroughProxy(prefix: string, delayDownMs = 0): Promise<{ c
   const client = new Redis(u.toString(), { maxRetriesPerRequest: 1 });
   client.on('error', () => undefined);
   ownClients.push(client);
-  const cache = createCache({ redis: client, prefix, local: { max: 100 } });
+  // Premise of the tests that delay replies by 400 ms: a slow reply, well under redisTimeout (stated, not the default).
+  const cache = createCache({ redis: client, prefix, local: { max: 100 }, redisTimeout: 1000 });
   ownCaches.push(cache);
   await client.ping();
   expect(await cache.ready()).toBe(true);

@@ -56,7 +56,7 @@ describe('the schema and the public option types list the same options', () => {
 
   it('DEFAULTS keeps literal types and has no ttl', () => {
     expectTypeOf<(typeof DEFAULTS)['lock']>().toEqualTypeOf<'single'>();
-    expectTypeOf<(typeof DEFAULTS)['redisTimeout']>().toEqualTypeOf<1000>();
+    expectTypeOf<(typeof DEFAULTS)['redisTimeout']>().toEqualTypeOf<500>();
     expectTypeOf<typeof DEFAULTS>().not.toHaveProperty('ttl');
     expectTypeOf<typeof DEFAULTS>().not.toHaveProperty('signal');
   });

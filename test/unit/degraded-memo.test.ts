@@ -23,6 +23,31 @@ describe('LruDegradedMemo', () => {
     expect(NO_DEGRADED_MEMO.idle).toBe(false);
   });
 
+  it('an L1 copy handed over (keep) is served for the fresh time it had left, never replaces a degraded value or a running load, and goes on invalidate and clear', () => {
+    const { m, advance } = memo();
+    m.keep('a', 'copy', 500);
+    advance(499);
+    expect(m.get('a')?.value).toBe('copy');
+    advance(1);
+    expect(m.get('a')).toBeUndefined();
+    m.fill(m.begin('b'), 'degraded', 1000);
+    m.keep('b', 'older copy', 1000);
+    expect(m.get('b')?.value).toBe('degraded');
+    const running = m.begin('c');
+    m.keep('c', 'older copy', 1000);
+    expect(m.get('c')).toBeUndefined();
+    m.fill(running, 'loaded', 1000);
+    expect(m.get('c')?.value).toBe('loaded');
+    m.keep('d', 'copy', 1000);
+    m.invalidate('d');
+    expect(m.get('d')).toBeUndefined();
+    m.keep('e', 'copy', 1000);
+    m.clear();
+    expect(m.get('e')).toBeUndefined();
+    m.keep('f', 'expired', 0);
+    expect(m.get('f')).toBeUndefined();
+  });
+
   it('a degraded value is served for its ttl and not a millisecond longer', () => {
     const { m, advance } = memo();
     m.fill(m.begin('k'), 'v', 1000);

@@ -1,4 +1,5 @@
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import type { HealthChange } from '../../src/health.js';
 import { Io } from '../../src/io.js';
 
 /** Io with a fake clock driven by vitest's fake timers (Date.now is faked too). */
@@ -117,5 +118,66 @@ describe('Io: every operation bounded by redisTimeout, settled exactly once', ()
     expect(compensate).toHaveBeenCalledTimes(1);
     expect(inFlight(x)).toBeUndefined();
     await expect(x.run('read', () => Promise.resolve(1), 'c')).rejects.toMatchObject({ code: 'ERR_CLOSED' });
+  });
+});
+
+describe('Io: a hung node is found by time (suspicion), one slow reply is not', () => {
+  beforeEach(() => vi.useFakeTimers());
+  afterEach(() => vi.useRealTimers());
+
+  /** An Io with suspicion on (a probe that never answers unless `answer` is called) and its health events. */
+  function suspecting(timeoutMs = 100, threshold = 5) {
+    const changes: HealthChange[] = [];
+    let answer: (() => void) | undefined;
+    let probes = 0;
+    const x = new Io(timeoutMs, threshold, 60_000, { now: () => Date.now() }, () => undefined, () => 'n1', () => 'n1', (c) => changes.push(c), () => {
+      probes++;
+      return new Promise((r) => (answer = () => r(0)));
+    });
+    return { x, changes, probes: () => probes, answerProbe: () => answer?.() };
+  }
+
+  it('one operation unanswered past redisTimeout while its node answers others times out alone: no suspicion, the next operation is sent', async () => {
+    const { x, changes, probes } = suspecting(100);
+    const slow = x.run('read', () => new Promise(() => undefined), 'a').catch((e: unknown) => e);
+    // The node keeps answering other operations meanwhile.
+    for (let t = 0; t < 6; t++) {
+      await x.run('read', () => Promise.resolve(t), 'b');
+      await vi.advanceTimersByTimeAsync(25);
+    }
+    expect(await slow).toMatchObject({ failure: 'timeout' });
+    expect(x.health().nodes).toEqual([{ node: 'n1', state: 'healthy', forMs: 0, cause: undefined }]);
+    expect(changes).toEqual([]);
+    expect(probes()).toBe(0);
+    await expect(x.run('read', () => Promise.resolve('sent'), 'c')).resolves.toBe('sent');
+    x.close();
+  });
+
+  it('a slow reply within redisTimeout changes nothing', async () => {
+    const { x, changes } = suspecting(100);
+    const op = x.run('read', () => new Promise((r) => setTimeout(() => r('late but in time'), 90)), 'a');
+    await vi.advanceTimersByTimeAsync(150);
+    await expect(op).resolves.toBe('late but in time');
+    expect(changes).toEqual([]);
+    x.close();
+  });
+
+  it('ops in flight to a silent node all fail at its suspicion as ONE breaker failure; later ones fail at once (not sent); a probe answer recovers it', async () => {
+    const { x, changes, probes, answerProbe } = suspecting(100, 2);
+    const ops = Array.from({ length: 10 }, (_, i) => x.run('read', () => new Promise(() => undefined), `k${i}`).catch((e: unknown) => e));
+    await vi.advanceTimersByTimeAsync(130);
+    const errors = await Promise.all(ops);
+    expect(errors.every((e) => (e as { failure?: string }).failure === 'timeout')).toBe(true);
+    expect(x.health().nodes.map((n) => n.state)).toEqual(['suspect']); // threshold 2, yet closed: one failure
+    let sent = 0;
+    const refused = await x.run('read', () => Promise.resolve(sent++), 'k').catch((e: unknown) => e);
+    expect(sent).toBe(0);
+    expect((refused as { cause?: Error }).cause?.name).toBe('NodeSuspect');
+    expect(probes()).toBe(1);
+    answerProbe();
+    await vi.advanceTimersByTimeAsync(0);
+    expect(changes.map((c) => c.state)).toEqual(['suspect', 'recovered']);
+    await expect(x.run('read', () => Promise.resolve('again'), 'k')).resolves.toBe('again');
+    x.close();
   });
 });

@@ -245,8 +245,8 @@ describe('DEFAULTS', () => {
   it('is frozen and holds exactly these values (every level in one flat object; no ttl, signal or clock)', () => {
     expect(Object.isFrozen(DEFAULTS)).toBe(true);
     expect(DEFAULTS).toEqual({
-      prefix: 'sg', local: false, redisTimeout: 1000, maxKeyLength: 1024, maxValueBytes: 1024 * 1024,
-      breakerThreshold: 5, breakerCooldown: 2000, maxWaitersPerKey: 10_000, degradedMemo: 10_000, allowInsecureTls: false, notes: 'broadcast',
+      prefix: 'sg', local: false, redisTimeout: 500, maxKeyLength: 1024, maxValueBytes: 1024 * 1024,
+      breakerThreshold: 5, breakerCooldown: 1000, maxWaitersPerKey: 10_000, degradedMemo: 10_000, allowInsecureTls: false, notes: 'broadcast',
       ...DEFAULTS_OF_CALL,
       driftFactor: 0.01, retryCount: 3, retryDelay: 200, retryJitter: 100, nodeTimeout: 100, onNoQuorum: 'local',
     });

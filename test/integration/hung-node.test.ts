@@ -1,0 +1,197 @@
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { createCache, type Cache, type CacheOptions, type HealthChange, type RedisClient } from '../../src/index.js';
+import { NodeSuspect, RedisTimeout } from '../../src/errors.js';
+import { familyClient, whenReady } from '../support/clients.js';
+import { nextEvent } from '../support/harness.js';
+import { startRedisServer, type RedisServer } from '../support/redis-server.js';
+
+/**
+ * A hung Redis (the test's own redis-server, SIGSTOPped) is found by time, not by counting failures:
+ * once an operation went unanswered for `redisTimeout` while the node answered nothing else, the node
+ * is suspect, nothing more is queued behind it, and calls answer from memory (the degraded memo, L1)
+ * on every entry point until it answers again. Counts and states only; how fast is bench/outage.ts.
+ *
+ * Premise of every test here: `redisTimeout: 300` (explicit, whatever the default), so a paused server
+ * costs the first callers one short timeout; `breakerCooldown` long, so only the suspicion (not the
+ * breaker's cooldown) decides what is sent.
+ */
+let server: RedisServer;
+const disposals: (() => void)[] = [];
+const caches: Cache[] = [];
+
+beforeAll(async () => {
+  server = await startRedisServer();
+});
+afterEach(async () => {
+  server.resume(); // never leave it stopped, whatever the test did
+  await Promise.all(caches.splice(0).map((c) => c.close()));
+  for (const dispose of disposals.splice(0)) dispose();
+});
+afterAll(async () => {
+  server.resume();
+  await server.stop();
+});
+
+let prefixes = 0;
+async function setup(options: Partial<CacheOptions> = {}, before: (redis: RedisClient) => void = () => undefined) {
+  const { client: redis, dispose } = familyClient(server.url);
+  disposals.push(dispose);
+  await whenReady(redis);
+  before(redis);
+  const cache = createCache({ redis, prefix: `hung${++prefixes}`, redisTimeout: 300, breakerCooldown: 60_000, ...options });
+  caches.push(cache);
+  // The subscription is up (L1 is trusted only then), and the node is known.
+  expect(await cache.ready()).toBe(true);
+  const health: HealthChange[] = [];
+  cache.on('health', (e) => health.push(e));
+  const degraded: unknown[] = [];
+  cache.on('degraded', (e) => {
+    if (e.key !== undefined) degraded.push(e.error);
+  });
+  const runs = new Map<string, number>();
+  const loader = (ctx: { key: string }) => {
+    const n = (runs.get(ctx.key) ?? 0) + 1;
+    runs.set(ctx.key, n);
+    return `${ctx.key}#${n}`;
+  };
+  return { cache, health, degraded, runs, loader };
+}
+
+/** The cause of a degraded call's RedisUnavailableError: sent and unanswered (RedisTimeout), or not sent at all (NodeSuspect). */
+const causeOf = (error: unknown): unknown => (error as { cause?: unknown }).cause;
+const waitedOut = (errors: unknown[]) => errors.filter((e) => causeOf(e) instanceof RedisTimeout && !(causeOf(e) instanceof NodeSuspect)).length;
+const notSent = (errors: unknown[]) => errors.filter((e) => causeOf(e) instanceof NodeSuspect).length;
+
+/** Pauses the server for the duration of `body`; always continues it. */
+async function whilePaused<T>(body: () => Promise<T>): Promise<T> {
+  server.pause();
+  try {
+    return await body();
+  } finally {
+    server.resume();
+  }
+}
+
+describe('a hung node is found by time: suspect after one unanswered redisTimeout, whatever the number of keys', () => {
+  it('one hot key, 50 callers at once, then 30 in turn: one read waits redisTimeout, every later call is answered without a Redis read, one loader run', async () => {
+    const { cache, health, degraded, runs, loader } = await setup();
+    await whilePaused(async () => {
+      const first = Array.from({ length: 50 }, () => cache.getOrCompute('hot', loader, 60_000));
+      expect(new Set(await Promise.all(first))).toEqual(new Set(['hot#1']));
+      for (let i = 0; i < 30; i++) expect(await cache.getOrCompute('hot', loader, 60_000)).toBe('hot#1');
+      expect(cache.health()).toMatchObject({ healthy: false, nodes: [{ node: 'standalone', state: 'suspect' }] });
+    });
+    expect(runs.get('hot')).toBe(1);
+    // The flight's one read timed out; the 30 calls in turn were not sent (they did not queue behind the hung node).
+    expect(waitedOut(degraded)).toBe(1);
+    expect(notSent(degraded)).toBe(30);
+    expect(health.map((e) => e.state)).toEqual(['suspect']);
+  });
+
+  it('20 keys in flight when the node hangs count as ONE breaker failure: the breaker (threshold 2) stays closed, the node is suspect', async () => {
+    const { cache, health, degraded, runs, loader } = await setup({ breakerThreshold: 2 });
+    await whilePaused(async () => {
+      const keys = Array.from({ length: 20 }, (_, i) => `k${i}`);
+      const all = keys.map((k) => cache.getOrCompute(k, loader, 60_000));
+      expect(await Promise.all(all)).toEqual(keys.map((k) => `${k}#1`));
+      expect(cache.health().nodes.map((n) => n.state)).toEqual(['suspect']);
+    });
+    expect([...runs.values()].every((n) => n === 1)).toBe(true);
+    expect(degraded).toHaveLength(20);
+    expect(health.map((e) => e.state)).toEqual(['suspect']);
+  });
+
+  it('the node answering again (SIGCONT) ends the suspicion: a recovered event, degraded copies dropped, calls reach Redis', async () => {
+    const { cache, health, runs, loader } = await setup();
+    server.pause();
+    try {
+      expect(await cache.getOrCompute('k', loader, 60_000)).toBe('k#1');
+      expect(cache.health().healthy).toBe(false);
+    } finally {
+      server.resume();
+    }
+    const recovered = await nextEvent(cache, 'health');
+    expect(recovered).toMatchObject({ node: 'standalone', state: 'recovered' });
+    expect(cache.health()).toEqual({ healthy: true, nodes: [{ node: 'standalone', state: 'healthy', forMs: 0, cause: undefined }] });
+    // The degraded copy is gone: the store is the truth again (the loader runs, fenced, and writes).
+    expect(await cache.getOrCompute('k', loader, 60_000)).toBe('k#2');
+    expect(await cache.getOrCompute('k', loader, 60_000)).toBe('k#2');
+    expect(runs.get('k')).toBe(2);
+    expect(health.map((e) => e.state)).toEqual(['suspect', 'recovered']);
+  });
+
+  it('a stall of this process is not a hung node: calls answered after a blocked event loop longer than redisTimeout read Redis, the node stays healthy', async () => {
+    const { cache, health, degraded, loader } = await setup();
+    await cache.set('s', 'stored', 60_000);
+    const calls = Array.from({ length: 10 }, () => cache.getOrCompute('s', loader, 60_000));
+    // The read is sent (and in flight) before the stall.
+    await new Promise((resolve) => setImmediate(resolve));
+    const until = performance.now() + 450; // 1.5 × redisTimeout, within the stall credit (2 ×)
+    while (performance.now() < until) {
+      // this process stalls: the replies arrive meanwhile but cannot be read
+    }
+    expect(new Set(await Promise.all(calls))).toEqual(new Set(['stored']));
+    expect(degraded).toEqual([]);
+    expect(health).toEqual([]);
+    expect(cache.health().healthy).toBe(true);
+  });
+});
+
+describe('while the node is suspect, every entry point answers from memory first, without a Redis read', () => {
+  it('getOrCompute, getOrComputeMany, get, getMany and a namespace answer from the degraded memo; forceFresh runs its loader (never memory) and refills it', async () => {
+    const { cache, degraded, runs, loader } = await setup();
+    const batches: string[][] = [];
+    const loadMany = (missing: readonly string[]) => {
+      batches.push([...missing]);
+      return new Map(missing.map((k) => [k, loader({ key: k })]));
+    };
+    const ns = cache.namespace('n');
+    await whilePaused(async () => {
+      expect(await cache.getOrCompute('a', loader, 60_000)).toBe('a#1'); // the one read that waits redisTimeout
+      expect(cache.health().nodes[0]?.state).toBe('suspect');
+      expect(await cache.getOrCompute('a', loader, 60_000)).toBe('a#1');
+      expect(await cache.getOrComputeMany(['a', 'b'], loadMany, 60_000)).toEqual(['a#1', 'b#1']);
+      expect(await cache.getOrComputeMany(['a', 'b'], loadMany, 60_000)).toEqual(['a#1', 'b#1']);
+      expect(await cache.get('a')).toBe('a#1');
+      expect(await cache.getMany(['a', 'b', 'c'])).toEqual(['a#1', 'b#1', undefined]);
+      expect(await ns.getOrCompute('x', loader, 60_000)).toBe('x#1');
+      expect(await ns.getOrCompute('x', loader, 60_000)).toBe('x#1');
+      expect(await ns.get('x')).toBe('x#1');
+      expect(await ns.getMany(['x'])).toEqual(['x#1']);
+      // forceFresh asks the origin: its loader runs (unfenced, unstored), and later calls get its value.
+      expect(await cache.getOrCompute('a', loader, { ttl: 60_000, forceFresh: true })).toBe('a#2');
+      expect(await cache.getOrCompute('a', loader, 60_000)).toBe('a#2');
+    });
+    expect(Object.fromEntries(runs)).toEqual({ a: 2, b: 1, x: 1 });
+    expect(batches).toEqual([['b']]);
+    // Only the first call's read was sent and waited out; every later Redis operation was refused at once.
+    expect(waitedOut(degraded)).toBe(1);
+    expect(notSent(degraded)).toBe(degraded.length - 1);
+  });
+});
+
+describe('L1 copies outlive the subscription loss while Redis is unavailable', () => {
+  it('with L1: once the heartbeat counts the subscription down, the fresh L1 copies still answer (through the degraded memo), no loader runs', async () => {
+    // The cache's subscriber is a duplicate of the caller's client: catch it, to hear it go down.
+    let subscriber: { once(event: string, listener: () => void): unknown } | undefined;
+    const { cache, runs, loader } = await setup({ local: { max: 100 } }, (redis) => {
+      const c = redis as unknown as { duplicate: (...a: unknown[]) => typeof subscriber };
+      const original = c.duplicate.bind(c);
+      c.duplicate = (...a: unknown[]) => (subscriber = original(...a));
+    });
+    const keys = ['l0', 'l1', 'l2', 'l3', 'l4'];
+    for (const k of keys) expect(await cache.getOrCompute(k, loader, 60_000)).toBe(`${k}#1`);
+    const hits: string[] = [];
+    cache.on('hit', (e) => hits.push(e.tier));
+    await whilePaused(async () => {
+      // The heartbeat counts the silent subscriber dead and drops it (ioredis 'close', node-redis 'end'): L1 is no longer trusted.
+      await new Promise<void>((resolve) => {
+        for (const event of ['close', 'end']) subscriber?.once(event, resolve);
+      });
+      await new Promise((resolve) => setImmediate(resolve));
+      for (const k of keys) expect(await cache.getOrCompute(k, loader, 60_000)).toBe(`${k}#1`);
+      expect(cache.health().nodes[0]?.state).toBe('suspect');
+    });
+    expect(keys.map((k) => runs.get(k))).toEqual([1, 1, 1, 1, 1]);
+  });
+});
