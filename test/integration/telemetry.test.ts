@@ -1,9 +1,9 @@
 import { subscribe, unsubscribe } from 'node:diagnostics_channel';
 import { Redis } from 'ioredis';
 import { describe, expect, it } from 'vitest';
-import { createCache, GET_OR_COMPUTE_CHANNEL, type Cache, type CacheStats, type GetOrComputeContext } from '../../src/index.js';
+import { createCache, GET_CHANNEL, GET_OR_COMPUTE_CHANNEL, type Cache, type CacheStats, type GetContext, type GetOrComputeContext } from '../../src/index.js';
 import { entryKeys } from '../../src/keys.js';
-import { getOrComputeChannel } from '../../src/telemetry.js';
+import { getChannel, getOrComputeChannel } from '../../src/telemetry.js';
 import { runsKey } from '../support/counting-loader.js';
 import { deferred, heldRebuild, lockTakenOver, nextEvent, untilPttlAtMost, useRedis } from '../support/harness.js';
 import { useWorkerFleet } from '../support/workers.js';
@@ -187,6 +187,59 @@ describe('cache.stats()', () => {
     } finally {
       await cache.close();
       client.disconnect();
+    }
+  });
+  it('get/getMany/has on a Redis that fails: a key no degraded copy answers counts in misses; one this process computed degraded counts in degraded and answers it', async () => {
+    const { cache, client } = unreachableCache();
+    try {
+      expect(await cache.getOrCompute('kept', () => 'local', 60_000)).toBe('local');
+      const before = cache.stats();
+      expect(await cache.get('kept')).toBe('local');
+      expect(await cache.get('none')).toBeUndefined();
+      expect(await cache.getMany(['kept', 'none'])).toEqual(['local', undefined]);
+      expect(await cache.has('none')).toBe(false);
+      expect(moved(cache.stats(), before)).toEqual({ degraded: 2, misses: 3 });
+    } finally {
+      await cache.close();
+      client.disconnect();
+    }
+  });
+});
+
+describe(`diagnostics_channel TracingChannel "${GET_CHANNEL}"`, () => {
+  type Seen = { phase: string; ctx: Omit<GetContext, 'result' | 'error'> };
+  const trace = async (run: () => Promise<unknown>): Promise<Seen[]> => {
+    const seen: Seen[] = [];
+    const record = (phase: string) => (ctx: GetContext) => {
+      const { result: _r, error: _e, ...rest } = ctx;
+      seen.push({ phase, ctx: structuredClone(rest) });
+    };
+    const handlers = { start: record('start'), end: record('end'), asyncStart: record('asyncStart'), asyncEnd: record('asyncEnd'), error: record('error') };
+    getChannel.subscribe(handlers);
+    try {
+      await run();
+    } finally {
+      getChannel.unsubscribe(handlers);
+    }
+    return seen.filter((s) => s.phase === 'start' || s.phase === 'asyncEnd');
+  };
+
+  it("get, has and getMany are traced with each key's outcome: localHit, hit, miss (namespaced keys as the caller gave them)", async () => {
+    const cache = h.cache({ local: { max: 10 } });
+    expect(await cache.ready()).toBe(true);
+    await cache.set('a', 1, 60_000);
+    const other = createCache({ redis: h.client(), prefix: prefixOf(cache) });
+    try {
+      expect(await trace(() => cache.get('a'))).toEqual([
+        { phase: 'start', ctx: { key: 'a', operation: 'get' } },
+        { phase: 'asyncEnd', ctx: { key: 'a', operation: 'get', outcome: 'localHit' } },
+      ]);
+      expect((await trace(() => other.has('a'))).at(-1)).toEqual({ phase: 'asyncEnd', ctx: { key: 'a', operation: 'get', outcome: 'hit' } });
+      expect((await trace(() => other.getMany(['a', 'b']))).at(-1)).toEqual({ phase: 'asyncEnd', ctx: { key: undefined, keys: ['a', 'b'], operation: 'getMany', outcomes: ['hit', 'miss'] } });
+      const users = other.namespace('users');
+      expect((await trace(() => users.get('x'))).at(-1)).toEqual({ phase: 'asyncEnd', ctx: { key: 'x', namespace: 'users', operation: 'get', outcome: 'miss' } });
+    } finally {
+      await other.close();
     }
   });
 });
