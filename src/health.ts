@@ -27,7 +27,7 @@ export interface HealthChange {
   readonly node: string;
   /** `suspect` or `open`: the node became so; `recovered`: it answers again (healthy). */
   readonly state: 'suspect' | 'open' | 'recovered';
-  /** Why: the failure that caused it (`no reply within 250 ms`, a connection error), or what ended it. */
+  /** Why: the failure that caused it (`no reply within 500 ms`, a connection error), or what ended it. */
   readonly cause: string;
   /**
    * `suspect`: how long its oldest unanswered operation had waited; `open` and `recovered`: how long

@@ -133,7 +133,7 @@ export class Io {
             // Timed out earlier, yet applied: undo what it created (again, in case the first undo ran first).
             compensate?.();
             // Still, the node answers: a suspicion ends (the breaker waits for a timely answer).
-            if (this.answered(node, false)) this.onAnswer(true);
+            if (!this.closed && this.answered(node, false)) this.onAnswer(true);
             return;
           }
           const recovered = this.answered(node, true);
@@ -143,8 +143,9 @@ export class Io {
         (err: unknown) => {
           const timely = this.settle(entry);
           const error = classify(operation, err, subject);
-          // An error reply is an answer too (the node is not hung), though a failure for the breaker.
-          if (error.failure === 'reply' && this.answered(node, false)) this.onAnswer(true);
+          // An error reply, or a write its replicas did not confirm in time (WAIT answered), is an answer
+          // too — the node is not hung — though a failure for the breaker.
+          if (!this.closed && (error.failure === 'reply' || error.failure === 'replicaAck') && this.answered(node, false)) this.onAnswer(true);
           if (!timely) return;
           this.failed(node, redisText(err), start);
           reject(error);
@@ -207,7 +208,9 @@ export class Io {
     let recovered = false;
     if (node.suspect) {
       node.suspect = false;
-      recovered = true;
+      // The end of a suspicion is a recovery only when no open breaker still refuses the node: until the
+      // breaker closes, calls still skip Redis and must keep their degraded copies (the memo).
+      recovered = !node.breaker.isOpen;
     }
     if (timely) recovered = node.breaker.succeeded(now) || recovered;
     if (recovered) node.sync(now, now, 'answered');

@@ -2,7 +2,7 @@ import { announceClear } from './clearing.js';
 import { callOf, computeDegraded } from './compute.js';
 import { CacheClosedError } from './errors.js';
 import type { KeyedOps, NamespaceHost } from './namespace.js';
-import { degradedRead } from './reads.js';
+import { degradedReads } from './reads.js';
 import type { Runtime } from './runtime.js';
 
 /**
@@ -17,7 +17,7 @@ export function namespaceHost(rt: Runtime, ops: KeyedOps): NamespaceHost {
     validateKey: (key: unknown): asserts key is string => rt.guard.usable(key),
     checkCall: (key, loader, ttlOrOptions) => void callOf(rt.guard, key, loader, ttlOrOptions, undefined),
     degraded: (key, loader, ttlOrOptions, cause) => computeDegraded(rt, guard, key, loader, ttlOrOptions, cause),
-    degradedRead: (key, error) => degradedRead(rt, key, error).value,
+    degradedReads: (keys, error, operation) => degradedReads(rt, keys, error, operation),
     invalidateDegraded: (key) => {
       rt.memo.invalidate(key);
       rt.forget(key);

@@ -75,7 +75,14 @@ export function withDegradedKeys(memo: DegradedMemo, degradedKeyOf: (internal: s
     begin: (key) => memo.begin(key),
     fill: (ticket, value, ttlMs) => memo.fill(ticket, value, ttlMs),
     abandon: (ticket) => memo.abandon(ticket),
-    keep: (key, value, freshMs) => memo.keep(key, value, freshMs),
+    keep: (key, value, freshMs) => {
+      memo.keep(key, value, freshMs);
+      // A namespaced copy is also kept under the key the degraded path reads while the generation is
+      // unknown (its cached generation goes with the subscription), so namespaced calls find it too.
+      if (!key.startsWith(RESERVED_KEY_START)) return;
+      const degraded = degradedKeyOf(key);
+      if (degraded !== undefined && degraded !== key) memo.keep(degraded, value, freshMs);
+    },
     invalidate: (key) => {
       memo.invalidate(key);
       if (!key.startsWith(RESERVED_KEY_START) || memo.idle) return;
@@ -393,7 +400,8 @@ export interface NamespaceHost {
   /** Runs `loader` for `key` on the degraded path (in-process flight, degraded memo, `degraded` event), sending nothing to Redis. */
   degraded(key: string, loader: (ctx: LoaderContext) => unknown, ttlOrOptions: number | CallOptions | undefined, cause: RedisUnavailableError): Promise<unknown>;
   /** A read that could not reach Redis: the `degraded` event get() emits; answers the key's degraded copy, if one is kept. */
-  degradedRead(key: string, error: unknown): unknown;
+  /** Reads whose generation is unknown: each key's degraded copy or a miss, counted and traced as the get()/getMany() they answer. */
+  degradedReads(keys: readonly string[], error: unknown, operation: 'get' | 'getMany'): Promise<unknown[]>;
   /** The key is changing (a set or delete of this process): its degraded copy and degraded load in progress go, as a plain key's do. */
   invalidateDegraded(key: string): void;
 }
@@ -484,13 +492,13 @@ export class Namespace {
 
   async get<T = unknown>(key: string): Promise<T | undefined> {
     const at = await this.locate(key);
-    if (typeof at !== 'string') return this.missed(key, at) as T | undefined;
+    if (typeof at !== 'string') return (await this.missed([key], at, 'get'))[0] as T | undefined;
     return this.host.ops.get<T>(at);
   }
 
   /** A read whose generation is unknown: reported as degraded (as get() reports a failed read); the degraded copy if one is kept, else a miss. */
-  private missed(key: string, at: Unknown): unknown {
-    return this.host.degradedRead(this.degradedKey(key), at.cause);
+  private missed(keys: readonly string[], at: Unknown, operation: 'get' | 'getMany'): Promise<unknown[]> {
+    return this.host.degradedReads(keys.map((key) => this.degradedKey(key)), at.cause, operation);
   }
 
   /** The key this namespace's `key` runs under on the degraded path (Generations.unknown). */
@@ -520,7 +528,7 @@ export class Namespace {
 
   async getMany<T = unknown>(keys: readonly string[]): Promise<(T | undefined)[]> {
     const at = await this.locateMany(keys);
-    if (!Array.isArray(at)) return keys.map((key) => this.missed(key, at) as T | undefined);
+    if (!Array.isArray(at)) return (await this.missed(keys, at, 'getMany')) as (T | undefined)[];
     return this.host.ops.getMany<T>(at);
   }
 

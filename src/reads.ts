@@ -20,22 +20,34 @@ interface Read {
 }
 
 export function get(rt: Runtime, key: string): Promise<unknown> {
-  if (!readTraced()) return getOne(rt, key).then(valueOf);
-  const context: GetContext = { ...shownKey(key), operation: 'get' };
-  return getChannel.tracePromise(async () => {
-    const read = await getOne(rt, key);
-    context.outcome = read.outcome;
-    return read.value;
-  }, context);
+  return traced('get', [key], () => getOne(rt, key).then((read) => [read])).then((values) => values[0]);
 }
 
 export function getMany(rt: Runtime, keys: readonly string[]): Promise<unknown[]> {
-  if (!readTraced()) return getSome(rt, keys).then((reads) => reads.map(valueOf));
+  return traced('getMany', keys, () => getSome(rt, keys));
+}
+
+/**
+ * Reads Redis cannot be asked for (a namespace whose generation it could not give): each key's
+ * degraded copy or a miss, counted, evented and traced as the get() or getMany() they answer.
+ */
+export function degradedReads(rt: Runtime, keys: readonly string[], error: unknown, operation: GetContext['operation']): Promise<unknown[]> {
+  return traced(operation, keys, () => Promise.resolve(keys.map((key) => degradedRead(rt, key, error))));
+}
+
+/** Runs one get()/getMany(), traced on the `get` channel while someone subscribes (one check otherwise). */
+function traced(operation: GetContext['operation'], keys: readonly string[], run: () => Promise<Read[]>): Promise<unknown[]> {
+  if (!readTraced()) return run().then((reads) => reads.map(valueOf));
   const shown = keys.map(shownKey);
-  const context: GetContext = { key: undefined, keys: shown.map((s) => s.key), ...(shown[0]?.namespace === undefined ? {} : { namespace: shown[0].namespace }), operation: 'getMany' };
+  const namespace = shown[0]?.namespace;
+  const context: GetContext =
+    operation === 'get'
+      ? { key: shown[0]?.key, ...(namespace === undefined ? {} : { namespace }), operation }
+      : { key: undefined, keys: shown.map((s) => s.key), ...(namespace === undefined ? {} : { namespace }), operation };
   return getChannel.tracePromise(async () => {
-    const reads = await getSome(rt, keys);
-    context.outcomes = reads.map((r) => r.outcome);
+    const reads = await run();
+    if (operation === 'get') context.outcome = reads[0]?.outcome;
+    else context.outcomes = reads.map((r) => r.outcome);
     return reads.map(valueOf);
   }, context);
 }

@@ -1,5 +1,6 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { createCache, type Cache, type CacheOptions, type HealthChange, type RedisClient } from '../../src/index.js';
+import { createCache, type Cache, type CacheOptions, type GetContext, type HealthChange, type RedisClient } from '../../src/index.js';
+import { getChannel } from '../../src/telemetry.js';
 import { NodeSuspect, RedisTimeout } from '../../src/errors.js';
 import { familyClient, whenReady } from '../support/clients.js';
 import { nextEvent } from '../support/harness.js';
@@ -195,3 +196,100 @@ describe('L1 copies outlive the subscription loss while Redis is unavailable', (
     expect(keys.map((k) => runs.get(k))).toEqual([1, 1, 1, 1, 1]);
   });
 });
+
+describe('the edges of a suspicion (found by review)', () => {
+  const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+  type Sub = { once(event: string, listener: () => void): unknown };
+  const catchSubscriber = (box: { sub?: Sub }) => (redis: RedisClient) => {
+    const c = redis as unknown as { duplicate: (...a: unknown[]) => Sub };
+    const original = c.duplicate.bind(c);
+    c.duplicate = (...a: unknown[]) => (box.sub = original(...a));
+  };
+  const subscriberDown = (box: { sub?: Sub }) =>
+    new Promise<void>((resolve) => {
+      for (const event of ['close', 'end']) box.sub?.once(event, resolve);
+    }).then(() => new Promise((r) => setImmediate(r)));
+
+  it('a namespaced L1 copy answers through the memo after the subscription is lost, as a plain key does (get and getOrCompute, no loader)', async () => {
+    const box: { sub?: Sub } = {};
+    const { cache, runs, loader } = await setup({ local: { max: 100 } }, catchSubscriber(box));
+    const ns = cache.namespace('n');
+    expect(await cache.getOrCompute('p', loader, 60_000)).toBe('p#1');
+    expect(await ns.getOrCompute('q', loader, 60_000)).toBe('q#1');
+    await whilePaused(async () => {
+      await subscriberDown(box);
+      expect(await cache.getOrCompute('p', loader, 60_000)).toBe('p#1');
+      expect(await ns.get('q')).toBe('q#1');
+      expect(await ns.getOrCompute('q', loader, 60_000)).toBe('q#1');
+    });
+    expect(Object.fromEntries(runs)).toEqual({ p: 1, q: 1 });
+  });
+
+  it('a namespaced get/has/getMany whose generation Redis cannot give is traced once each on the get channel and counted', async () => {
+    const { cache } = await setup();
+    const seen: GetContext[] = [];
+    const subscriber = { start() {}, end() {}, asyncStart() {}, error() {}, asyncEnd: (ctx: GetContext) => void seen.push({ ...ctx }) };
+    getChannel.subscribe(subscriber);
+    try {
+      await whilePaused(async () => {
+        expect(await cache.get('warm')).toBeUndefined(); // the hung read: the node is suspect
+        seen.length = 0;
+        const before = cache.stats();
+        const ns = cache.namespace('fresh');
+        await ns.get('k');
+        await ns.has('k');
+        await ns.getMany(['k', 'l']);
+        expect(seen.map((c) => [c.operation, c.namespace, c.key ?? c.keys, c.outcome ?? c.outcomes])).toEqual([
+          ['get', 'fresh', 'k', 'miss'],
+          ['get', 'fresh', 'k', 'miss'],
+          ['getMany', 'fresh', ['k', 'l'], ['miss', 'miss']],
+        ]);
+        expect(cache.stats().misses - before.misses).toBe(4);
+      });
+    } finally {
+      getChannel.unsubscribe(subscriber);
+    }
+  });
+
+  it('no health event after close(): a late reply to an operation given up on while suspect says nothing', async () => {
+    const { cache, health, loader } = await setup();
+    server.pause();
+    expect(await cache.getOrCompute('a', loader, 60_000)).toBe('a#1');
+    expect(cache.health().nodes[0]?.state).toBe('suspect');
+    await cache.close();
+    const before = health.length;
+    server.resume();
+    await nextEventOrIdle(cache);
+    expect(health.slice(before)).toEqual([]);
+  });
+
+  it('replicaAck: a WAIT answered short is an answer, so writes queued behind one another on a live primary never make it suspect', async () => {
+    const { cache, health, loader } = await setup({ replicaAck: { replicas: 1, timeout: 200 } });
+    await Promise.allSettled([cache.getOrCompute('w0', loader, 60_000), cache.getOrCompute('w1', loader, 60_000)]);
+    await cache.get('other');
+    expect(health.filter((h) => h.state === 'suspect')).toEqual([]);
+  });
+
+  it('a suspicion that ends while the breaker stays open keeps the degraded copies: no key loads again until the breaker closes', async () => {
+    const { cache, runs, loader } = await setup({ breakerThreshold: 1, breakerCooldown: 5_000 });
+    server.pause();
+    expect(await cache.getOrCompute('a', loader, 60_000)).toBe('a#1'); // the hung read: suspect, and the breaker opens
+    expect(await cache.getOrCompute('a', loader, 60_000)).toBe('a#1'); // from the memo
+    server.resume();
+    while (cache.health().nodes[0]?.state === 'suspect') await sleep(20); // the probe's reply ends the suspicion
+    expect(cache.health().nodes[0]?.state).toBe('open');
+    expect(await cache.getOrCompute('a', loader, 60_000)).toBe('a#1');
+    expect(runs.get('a')).toBe(1);
+  });
+});
+
+/** Lets a late reply arrive and be handled (a round trip on a fresh connection to the resumed server). */
+async function nextEventOrIdle(_cache: Cache): Promise<void> {
+  const { client, dispose } = familyClient(server.url);
+  try {
+    await whenReady(client);
+  } finally {
+    dispose();
+  }
+  await new Promise((r) => setTimeout(r, 50));
+}
