@@ -96,13 +96,8 @@ export class Io {
     const subject: Subject = typeof target === 'object' ? { namespace: target.namespace } : target;
     if (this.closed) return Promise.reject(new CacheClosedError(key));
     const node = this.nodeOf(target);
-    const breaker = node.breaker;
-    const now = this.clock.now();
-    // Hung: fail at once (the caller answers from memory), not queue behind it for another redisTimeout.
-    if (node.suspect) return Promise.reject(new RedisUnavailableError(operation, new NodeSuspect(node.name, now - node.silentSince, this.timeoutMs), subject));
-    if (!breaker.admit(now)) {
-      return Promise.reject(new RedisUnavailableError(operation, new BreakerOpen(breaker.failures, breaker.lastFailure), subject));
-    }
+    const refused = this.notSendable(node, operation, subject);
+    if (refused) return Promise.reject(refused);
     return new Promise<T>((resolve, reject) => {
       const start = this.clock.now();
       const entry: InFlight = {
@@ -152,6 +147,15 @@ export class Io {
         },
       );
     });
+  }
+
+  /** Why nothing may be sent to `node` now (hung, or its breaker open), else undefined (a half-open breaker's probe is claimed). */
+  private notSendable(node: NodeHealth, operation: string, subject: Subject): RedisUnavailableError | undefined {
+    const now = this.clock.now();
+    // Hung: fail at once (the caller answers from memory), not queue behind it for another redisTimeout.
+    if (node.suspect) return new RedisUnavailableError(operation, new NodeSuspect(node.name, now - node.silentSince, this.timeoutMs), subject);
+    if (!node.breaker.admit(now)) return new RedisUnavailableError(operation, new BreakerOpen(node.breaker.failures, node.breaker.lastFailure), subject);
+    return undefined;
   }
 
   /**
