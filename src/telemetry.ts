@@ -3,7 +3,7 @@
  * increments per call, no allocation) and a diagnostics_channel TracingChannel (nothing is built or
  * published unless someone subscribes).
  */
-import { tracingChannel } from 'node:diagnostics_channel';
+import { tracingChannel, type TracingChannel } from 'node:diagnostics_channel';
 import type { LockMode } from './options.js';
 
 /**
@@ -101,18 +101,16 @@ export const GET_OR_COMPUTE_CHANNEL = 'stampede-guard:getOrCompute';
 export const getOrComputeChannel = tracingChannel<string, GetOrComputeContext>(GET_OR_COMPUTE_CHANNEL);
 
 /**
- * Is anyone listening? TracingChannel#hasSubscribers exists only on newer Node versions (20.13+, 22);
- * before that, any of the sub-channels having a subscriber counts.
+ * Is anyone listening on `channel`? TracingChannel#hasSubscribers exists only on newer Node versions
+ * (20.13+, 22); before that, any of the sub-channels having a subscriber counts.
  */
-export const traced: () => boolean =
-  typeof (getOrComputeChannel as { hasSubscribers?: unknown }).hasSubscribers === 'boolean'
-    ? () => getOrComputeChannel.hasSubscribers
-    : () =>
-        getOrComputeChannel.start.hasSubscribers ||
-        getOrComputeChannel.end.hasSubscribers ||
-        getOrComputeChannel.asyncStart.hasSubscribers ||
-        getOrComputeChannel.asyncEnd.hasSubscribers ||
-        getOrComputeChannel.error.hasSubscribers;
+function listened(channel: TracingChannel<unknown, object>): () => boolean {
+  if (typeof (channel as { hasSubscribers?: unknown }).hasSubscribers === 'boolean') return () => channel.hasSubscribers;
+  return () => channel.start.hasSubscribers || channel.end.hasSubscribers || channel.asyncStart.hasSubscribers || channel.asyncEnd.hasSubscribers || channel.error.hasSubscribers;
+}
+
+/** Is anyone listening on the getOrCompute channel? */
+export const traced: () => boolean = listened(getOrComputeChannel);
 
 /** How a key of `get()` / `getMany()` was answered, as the `get` tracing channel reports it. */
 export type ReadOutcome = 'hit' | 'localHit' | 'miss' | 'degraded';
@@ -139,11 +137,8 @@ export const GET_CHANNEL = 'stampede-guard:get';
 
 export const getChannel = tracingChannel<unknown, GetContext>(GET_CHANNEL);
 
-/** Is anyone listening on the `get` channel? (as `traced`) */
-export const readTraced: () => boolean =
-  typeof (getChannel as { hasSubscribers?: unknown }).hasSubscribers === 'boolean'
-    ? () => getChannel.hasSubscribers
-    : () => getChannel.start.hasSubscribers || getChannel.end.hasSubscribers || getChannel.asyncStart.hasSubscribers || getChannel.asyncEnd.hasSubscribers || getChannel.error.hasSubscribers;
+/** Is anyone listening on the `get` channel? */
+export const readTraced: () => boolean = listened(getChannel);
 
 /** What a trip through the protocol answered, shared by every caller of its flight. */
 export interface Answered {
