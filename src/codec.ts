@@ -4,7 +4,7 @@ import { UnstorableValueError } from './errors.js';
 
 /**
  * The wire format of an entry (version 4): a msgpack array
- *   [4, value, fence, loadMs, writtenAtMs, staleMs, graceMs, ttlMs, refreshAhead]
+ *   [4, value, fence, loadMs, writtenAtMs, staleMs, graceMs, ttlMs, refreshAhead, freshUntil]
  * (version 3 had no refreshAhead, version 2 no ttlMs either, version 1 neither ttlMs nor graceMs — it
  * equalled staleMs; all still decode, a missing field as `undefined`.)
  * - fence: the grant's fencing token (a number) the value was written under;
@@ -17,6 +17,12 @@ import { UnstorableValueError } from './errors.js';
  * - refreshAhead: `null`, or the refresh-ahead policy the loader chose for this entry with
  *   `ctx.setOptions({ refreshAhead })` (a fraction, or `{ beta }`): every reader then follows it
  *   instead of its own call option, so the entry refreshes as its loader decided in every process.
+ * - freshUntil: when its fresh time ends, in ms of the server's own clock (TIME). The client sends a
+ *   float64 placeholder of 0 as the array's last 9 bytes; the write script overwrites its 8 bytes with
+ *   TIME + ttl (lock/scripts.ts), so a reader can judge freshness from a plain GETRANGE (node-clock.ts).
+ *   A trailing element, not a new version: readers of v4 before it destructure nine elements and ignore
+ *   the rest, so a fleet mid-upgrade reads every entry. Absent or 0 (an entry written before it, or
+ *   by a script that did not stamp it): `undefined`, and readers judge by the read script's PTTL.
  * Golden files in test/fixtures pin it; a format change gets a new version number, and the decoder
  * keeps reading every older one.
  */
@@ -33,6 +39,8 @@ export interface Envelope {
   readonly ttlMs: number | undefined;
   /** The loader's own refresh-ahead policy for this entry (`ctx.setOptions`); undefined = the reader's option applies (and in v1–v3). */
   readonly refreshAhead?: RefreshPolicy | undefined;
+  /** When its fresh time ends, server clock ms; undefined when not stamped (see the format above). */
+  readonly freshUntil?: number | undefined;
 }
 
 /**
@@ -62,8 +70,21 @@ class DisallowedTypeError extends DecodeError {
   }
 }
 
+/** The placeholder `freshUntil` the write script stamps: msgpack float64 (0xcb) of 0, the last 9 bytes. */
+const FRESH_UNTIL_SLOT = Buffer.from([0xcb, 0, 0, 0, 0, 0, 0, 0, 0]);
+/** msgpack fixarray headers: nine elements (what the packer writes), ten (with the slot). */
+const NINE = 0x99;
+const TEN = 0x9a;
+
+/** The entry's bytes, ending in the `freshUntil` slot the write script stamps (or `e.freshUntil`, for tests and fixtures). */
 export function encodeEntry(e: Envelope): Buffer {
-  return packr.pack([FORMAT_VERSION, e.value, e.fence, e.loadMs, e.writtenAt, e.staleMs, e.graceMs, e.ttlMs, e.refreshAhead ?? null]);
+  const nine = packr.pack([FORMAT_VERSION, e.value, e.fence, e.loadMs, e.writtenAt, e.staleMs, e.graceMs, e.ttlMs, e.refreshAhead ?? null]);
+  // The packer writes an array of nine as one header byte; a slot appended makes it ten.
+  if (nine[0] !== NINE) throw new Error(`unexpected envelope header 0x${nine[0]?.toString(16) ?? ''}`);
+  const bytes = Buffer.concat([nine, FRESH_UNTIL_SLOT]);
+  bytes[0] = TEN;
+  if (e.freshUntil !== undefined) bytes.writeDoubleBE(e.freshUntil, bytes.length - 8);
+  return bytes;
 }
 
 /**
@@ -150,7 +171,7 @@ export function decodeEntry(bytes: Buffer): Envelope {
     throw new DecodeError('undecodable entry bytes', { cause: err });
   }
   if (!Array.isArray(raw) || raw.length < 6) throw new DecodeError('not an entry envelope');
-  const [version, value, fence, loadMs, writtenAt, staleMs, grace, ttl, refresh] = raw as unknown[];
+  const [version, value, fence, loadMs, writtenAt, staleMs, grace, ttl, refresh, until] = raw as unknown[];
   if (version !== 1 && version !== 2 && version !== 3 && version !== FORMAT_VERSION) throw new DecodeError(`unknown entry format version ${String(version)}`);
   const graceMs = version === 1 ? staleMs : grace;
   if (!isCount(fence) || !isCount(loadMs) || !isCount(writtenAt) || !isCount(staleMs) || !isCount(graceMs)) throw new DecodeError('malformed entry envelope fields');
@@ -160,8 +181,9 @@ export function decodeEntry(bytes: Buffer): Envelope {
     ttlMs = ttl;
   }
   const refreshAhead = version === FORMAT_VERSION ? decodeRefreshPolicy(refresh) : undefined;
+  if (until !== undefined && !isCount(until)) throw new DecodeError('malformed entry envelope freshUntil');
   assertAllowedValue(value);
-  return { value, fence, loadMs, writtenAt, staleMs, graceMs, ttlMs, refreshAhead };
+  return { value, fence, loadMs, writtenAt, staleMs, graceMs, ttlMs, refreshAhead, freshUntil: version === FORMAT_VERSION && until !== 0 ? until : undefined };
 }
 
 /** v4's refreshAhead field: `null` (none), a fraction in [0, 1), or `{ beta }` with a positive finite beta. */

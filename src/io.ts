@@ -1,3 +1,4 @@
+import { isNoPerm } from './client/port.js';
 import { BreakerOpen, CacheClosedError, NodeSuspect, RedisPermissionError, RedisTimeout, RedisUnavailableError, redisText, type Subject } from './errors.js';
 import { NodeHealth, type CacheHealth, type HealthChange, type Probe, type ProbeTarget } from './health.js';
 import type { NodeOf, OwnKey } from './node-of.js';
@@ -401,6 +402,6 @@ const BREAKER_NODES = 1024;
 
 function classify(operation: string, err: unknown, subject: Subject): RedisUnavailableError {
   if (err instanceof RedisUnavailableError) return err;
-  if (err instanceof Error && err.message.startsWith('NOPERM')) return new RedisPermissionError(operation, err, subject);
+  if (isNoPerm(err)) return new RedisPermissionError(operation, err, subject);
   return new RedisUnavailableError(operation, err, subject);
 }

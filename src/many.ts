@@ -36,7 +36,6 @@ export interface ManyHost {
   readonly deps: ProtocolDeps;
   readonly batch: Batch;
   readonly prefix: string;
-  readonly maxValueBytes: number;
   /** Every key's call: its flight, close guard and outcome. */
   readonly calls: Calls;
   /** Resolves (and validates) the call's options for one key. */
@@ -65,7 +64,6 @@ export function getOrComputeMany(rt: Runtime, guard: Guard, keys: readonly strin
     deps: rt.deps,
     batch: rt.batch,
     prefix: rt.options.prefix,
-    maxValueBytes: rt.options.maxValueBytes,
     calls: rt.calls,
     resolveCall: (key) => guard.call(key, ttlOrOptions),
     one: (key, loader) => getOrCompute(rt, guard, key, loader, ttlOrOptions),
@@ -291,14 +289,14 @@ async function readAll(h: ManyHost, keys: readonly string[], serves: (key: strin
   const { deps: d } = h;
   const tickets = keys.map((key) => d.local.begin(key));
   const sent = d.clock.now();
-  const replies = await h.batch.run('read', keys, (scripts, i) => void scripts.read(entryKeys(h.prefix, keys[i] as string).value, h.maxValueBytes));
+  const replies = await d.store.readMany(h.batch, keys, keys.map((key) => entryKeys(h.prefix, key).value));
   return replies.map((reply, i) => {
     const key = keys[i] as string;
     if (!reply.ok) {
       if (reply.error instanceof CacheClosedError) throw reply.error;
       return undefined;
     }
-    return entryRead(d, key, tickets[i] as number, sent, d.store.found(key, reply.value as [number, Buffer | number] | null), serves(key));
+    return entryRead(d, key, tickets[i] as number, sent, reply.found, serves(key));
   });
 }
 

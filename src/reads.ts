@@ -78,8 +78,8 @@ async function getSome(rt: Runtime, keys: readonly string[]): Promise<Read[]> {
   const names = remote.map((i) => keys[i] as string);
   const tickets = names.map((key) => rt.local.begin(key));
   const sent = rt.options.clock.now();
-  const { maxValueBytes, prefix } = rt.options;
-  const replies = await rt.batch.run('read', names, (scripts, j) => void scripts.read(entryKeys(prefix, names[j] as string).value, maxValueBytes));
+  const { prefix } = rt.options;
+  const replies = await rt.deps.store.readMany(rt.batch, names, names.map((key) => entryKeys(prefix, key).value));
   replies.forEach((reply, j) => {
     const key = names[j] as string;
     if (!reply.ok) {
@@ -87,7 +87,7 @@ async function getSome(rt: Runtime, keys: readonly string[]): Promise<Read[]> {
       reads[remote[j] as number] = degradedRead(rt, key, reply.error);
       return;
     }
-    const found = entryRead(rt.deps, key, tickets[j] as number, sent, rt.deps.store.found(key, reply.value as [number, Buffer | number] | null));
+    const found = entryRead(rt.deps, key, tickets[j] as number, sent, reply.found);
     reads[remote[j] as number] = answer(rt, found);
   });
   return reads;

@@ -17,6 +17,7 @@ import { nodeProbe } from './health.js';
 import { Io } from './io.js';
 import { slotTag } from './keys.js';
 import { LruTier, NO_LOCAL_TIER, type LocalTier } from './local-tier.js';
+import { NodeClocks } from './node-clock.js';
 import { GrantRegistry, ReleaseRetries } from './lock/grant.js';
 import { RedlockLock } from './lock/redlock.js';
 import { defineScripts, type Scripts } from './lock/scripts.js';
@@ -70,6 +71,8 @@ export class Runtime {
   closed = false;
   /** The one shutdown: a second close() resolves only when the first has released everything. */
   private closing: Promise<void> | undefined;
+  /** Each node's clock as this process measures it: a fresh hit is then one plain read (node-clock.ts). */
+  private readonly clocks: NodeClocks;
   /** Removes the listener on the caller's client's reconnections (close()). */
   private readonly stopReadyListener: () => void;
 
@@ -87,6 +90,7 @@ export class Runtime {
     const memo = o.degradedMemo > 0 ? new LruDegradedMemo(o.degradedMemo, o.clock) : NO_DEGRADED_MEMO;
     this.memo = withDegradedKeys(memo, (key) => this.generations.degradedKeyOf(key), (key) => this.forget(key));
     this.port = portFor(o.redis);
+    this.clocks = new NodeClocks(o.clock, this.nodeOfKey, o.unsafe.clockSkewMs);
     this.io = this.newIo();
     const scripts = withReplicaAck(defineScripts(this.port), this.port, o.replicaAck);
     // The subscriber's heartbeat: a silently dead socket counts as down within 2 × redisTimeout.
@@ -101,16 +105,24 @@ export class Runtime {
     this.generations = new Generations(this.port, this.io, o.prefix, clearNotes, replicaConfirm(this.port, o.replicaAck), 2 * o.redisTimeout, o.clock);
     this.startBus();
     this.batch = new Batch(this.port, this.io, replicaConfirm(this.port, o.replicaAck));
-    this.stopReadyListener = this.port.onReady(() => this.io.connected()); // reconnected: stop skipping Redis at once
+    this.stopReadyListener = this.port.onReady(() => {
+      this.clocks.forget(); // maybe another server now (a failover): its clock is measured again
+      this.io.connected(); // reconnected: stop skipping Redis at once
+    });
   }
 
-  /** One breaker per node; a plain client is one node, so its breaker needs no slot tag per call (a Cluster's does). */
+  /** The node that owns a user key's entry; a plain client is one node, so it needs no slot tag per call (a Cluster's does). */
+  private readonly nodeOfKey = (key: string | undefined): string => {
+    if (!this.port.cluster) return key === undefined ? '' : STANDALONE;
+    return key === undefined ? '' : this.port.nodeOf(`{${slotTag(key)}}`);
+  };
+
+  /** One breaker per node. */
   private newIo(): Io {
     const { options: o, port } = this;
-    const nodeOfKey = port.cluster ? (key: string | undefined) => (key === undefined ? '' : port.nodeOf(`{${slotTag(key)}}`)) : (key: string | undefined) => (key === undefined ? '' : STANDALONE);
     // UNSAFE sharedBreaker (negative control only): every key charged to one breaker, so one dead master degrades every key (what the per-node breakers prevent).
     const shared = o.unsafe.sharedBreaker;
-    return new Io(o.redisTimeout, o.breakerThreshold, o.breakerCooldown, o.clock, this.onAnswer, shared ? () => STANDALONE : nodeOfKey, shared ? () => STANDALONE : (redisKey) => port.nodeOf(redisKey), (change) => this.emit('health', change), nodeProbe(port, o.prefix));
+    return new Io(o.redisTimeout, o.breakerThreshold, o.breakerCooldown, o.clock, this.onAnswer, shared ? () => STANDALONE : this.nodeOfKey, shared ? () => STANDALONE : (redisKey) => port.nodeOf(redisKey), (change) => this.emit('health', change), nodeProbe(port, o.prefix));
   }
 
   /** Redis answered (see Io): on a recovery the degraded copies go (degraded-memo.ts); unanswered releases are sent again (lock/grant.ts). */
@@ -150,7 +162,7 @@ export class Runtime {
     const emit = this.emit;
     const store = new Store(this.io, scripts, this.notes, o.maxValueBytes, {
       decodeError: (key, reason, error) => emit('decodeError', { key, reason, error }),
-    }, o.unsafe.unfencedWrites);
+    }, this.clocks, o.unsafe.unfencedWrites);
     // Fence-only grants (no lock) are the 'local' locker's: set(), computing after waitTimeout.
     const { local: l1, memo, waiters, grants, telemetry } = this;
     return { store, lockers: this.lockers, fenceOnly: this.lockers.local, local: l1, memo, waiters, wake: this.notes, grants, lifetime: this.lifetime.signal, clock: o.clock, emit, telemetry };

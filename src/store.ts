@@ -1,21 +1,37 @@
+import type { Batch, Reply } from './batch.js';
+import { isNoPerm, isWrongType } from './client/port.js';
 import { decodeEntry, encodeStorable } from './codec.js';
 import { entryState, type EntryFacts, type EntryState, type RefreshPolicy } from './entry.js';
 import type { Io } from './io.js';
 import type { EntryKeys } from './keys.js';
 import type { Grant } from './lock/types.js';
-import type { Scripts } from './lock/scripts.js';
+import type { ReadReply, Scripts } from './lock/scripts.js';
+import type { NodeClocks, TimeWindow } from './node-clock.js';
 import { graceWindow, physicalTtl, type ResolvedCall } from './options.js';
 import type { NoteKind } from './wait.js';
 import type { NoteRoute } from './wake.js';
 
 export type Found =
   | { readonly state: 'miss' }
-  | ({ readonly state: EntryState; readonly value: unknown; readonly pttl: number; readonly graceMs: number; readonly staleMs: number } & EntryFacts);
+  | ({ readonly state: EntryState; readonly value: unknown; readonly pttl: number; readonly graceMs: number; readonly staleMs: number; readonly freshUntil?: number | undefined } & EntryFacts);
 
 /** A value the store holds (fresh, stale, or kept for fail-safe). */
 export type Present = Exclude<Found, { readonly state: 'miss' }>;
 
 const MISS: Found = Object.freeze({ state: 'miss' });
+
+/** A plain read's answer: the bytes (empty for a missing key), or WRONG_TYPE for a key of another type. */
+type PlainReply = Buffer | typeof WRONG_TYPE;
+/** The read script's code for a key that is not a string; a plain read's WRONGTYPE reply maps to it. */
+const WRONG_TYPE = -1;
+/** The read script's code for bytes over the cap. */
+const TOO_LARGE = -2;
+/** A plain read Redis refused (NOPERM): the script reads instead. */
+const REFUSED = -3;
+
+
+/** One key's read in a batch: what the store holds, or why it could not be read (`Batch`'s error). */
+export type ReadResult = { readonly ok: true; readonly found: Found } | { readonly ok: false; readonly error: unknown };
 
 export interface StoreEvents {
   decodeError(key: string, reason: string, error?: unknown): void;
@@ -37,25 +53,153 @@ export class Store {
     /** The size cap of every read (maxValueBytes). */
     readonly maxValueBytes: number,
     private readonly events: StoreEvents,
+    /** Each node's clock, as this process knows it: whether a read can be a plain one (node-clock.ts). */
+    private readonly clocks: NodeClocks,
     /** Negative control only: skip the fence check on writes. */
     unfenced = false,
   ) {
     this.writeScript = unfenced ? scripts.writeUnfenced : scripts.write;
+    this.capEnd = String(maxValueBytes);
   }
 
   private readonly writeScript: Scripts['write'];
+  /** GETRANGE's end: bytes 0…maxValueBytes, so a value over the cap shows as one byte too many and no more of it leaves Redis. */
+  private readonly capEnd: string;
 
-  /** One round trip: bytes and PTTL together; oversized bytes never leave Redis. */
+  /**
+   * One round trip. A plain read (GETRANGE up to the cap) when this process knows the node's clock
+   * well enough; the entry's `freshUntil` then says whether it is fresh, stale or kept. Where that
+   * cannot be decided (no sample, an entry written before `freshUntil`, a read that ran too close to
+   * a boundary), the read script answers, with the PTTL Redis reports — a second round trip, rare.
+   */
   async read(key: string, keys: EntryKeys): Promise<Found> {
-    return this.found(key, await this.io.run('read', () => this.scripts.read(keys.value, this.maxValueBytes), key));
+    const node = this.clocks.nodeOf(key);
+    if (!this.plainAllowed || !this.clocks.plainReadable(node)) return this.scriptRead(key, keys, node);
+    const sent = this.clocks.now();
+    const reply = await this.io.run('read', () => this.plainRead(keys.value), key);
+    return this.judged(key, reply, this.clocks.timeWindow(node, sent, this.clocks.now())) ?? this.scriptRead(key, keys, node);
   }
 
-  /** The read script's raw answer for `key` as an entry (a miss when absent, oversized or undecodable). Never throws. */
-  found(key: string, raw: [number, Buffer | number] | null): Found {
+  /**
+   * False once Redis refused GETRANGE (an ACL user set up before reads needed it: NOPERM): every read
+   * is then the script, as before, rather than fail. The least-privilege ACL lists `+getrange`.
+   */
+  private plainAllowed = true;
+
+  /**
+   * Many keys (getMany, getOrComputeMany): plain reads or scripts, as `read` chooses per key, pipelined
+   * per slot; the keys a plain read could not decide go out once more as scripts. One result per key.
+   */
+  async readMany(batch: Batch, keys: readonly string[], valueKeys: readonly string[], scriptsOnly = false): Promise<ReadResult[]> {
+    const nodes = keys.map((key) => this.clocks.nodeOf(key));
+    const plain = nodes.map((node) => !scriptsOnly && this.plainAllowed && this.clocks.plainReadable(node));
+    const sent = this.clocks.now();
+    const replies = await batch.run('read', keys, (scripts, i) => void (plain[i] ? scripts.getRange(valueKeys[i] as string, this.capEnd) : scripts.read(valueKeys[i] as string, this.maxValueBytes)));
+    const received = this.clocks.now();
+    const results = new Array<ReadResult>(keys.length);
+    const undecided: number[] = [];
+    replies.forEach((reply, i) => {
+      const key = keys[i] as string;
+      const node = nodes[i] as string;
+      if (!plain[i]) {
+        results[i] = reply.ok ? { ok: true, found: this.scriptAnswered(key, node, sent, received, reply.value as ReadReply) } : this.scriptFailed(node, reply);
+        return;
+      }
+      const answer = reply.ok ? (reply.value as Buffer) : this.plainFailedInBatch(reply.error);
+      if (answer === undefined) results[i] = reply as ReadResult;
+      else {
+        const found = this.judged(key, answer, this.clocks.timeWindow(node, sent, received));
+        if (found) results[i] = { ok: true, found };
+        else undecided.push(i);
+      }
+    });
+    if (undecided.length === 0) return results;
+    const again = await this.readMany(batch, undecided.map((i) => keys[i] as string), undecided.map((i) => valueKeys[i] as string), true);
+    undecided.forEach((i, j) => (results[i] = again[j] as ReadResult));
+    return results;
+  }
+
+  /**
+   * GETRANGE up to the cap; a key of another type answers WRONG_TYPE instead of failing the read, and
+   * a refused GETRANGE (NOPERM) an empty window: the script answers (and every read after it).
+   */
+  private plainRead(valueKey: string): Promise<PlainReply | typeof REFUSED> {
+    return this.scripts.getRange(valueKey, this.capEnd).catch((err: unknown) => this.plainFailed(err));
+  }
+
+  private plainFailed(err: unknown): PlainReply | typeof REFUSED {
+    if (isWrongType(err)) return WRONG_TYPE;
+    if (isNoPerm(err)) {
+      this.plainAllowed = false;
+      return REFUSED;
+    }
+    throw err;
+  }
+
+  /** The read script: bytes and PTTL together (oversized bytes never leave Redis), and a sample of the node's clock. */
+  private async scriptRead(key: string, keys: EntryKeys, node: string): Promise<Found> {
+    const sent = this.clocks.now();
+    let raw: ReadReply;
+    try {
+      raw = await this.io.run('read', () => this.scripts.read(keys.value, this.maxValueBytes), key);
+    } catch (err) {
+      this.clocks.unclaim(node);
+      throw err;
+    }
+    return this.scriptAnswered(key, node, sent, this.clocks.now(), raw);
+  }
+
+  private scriptAnswered(key: string, node: string, sent: number, received: number, raw: ReadReply): Found {
+    if (raw === null) this.clocks.unclaim(node);
+    else this.clocks.sample(node, sent, received, raw[2] / 1000);
+    return this.found(key, raw);
+  }
+
+  /** A plain read's error reply in a batch (Batch wraps it): as plainFailed; undefined for any other failure (the key's read failed). */
+  private plainFailedInBatch(error: unknown): PlainReply | typeof REFUSED | undefined {
+    const cause = (error as { cause?: unknown } | undefined)?.cause;
+    if (!isWrongType(cause) && !isNoPerm(cause)) return undefined;
+    return this.plainFailed(cause);
+  }
+
+  private scriptFailed(node: string, reply: Reply): ReadResult {
+    this.clocks.unclaim(node);
+    return reply as ReadResult;
+  }
+
+  /**
+   * A plain read's answer as an entry, judged at both ends of the server-time window the read ran in;
+   * undefined when it cannot be (no window, no `freshUntil`, the ends disagree): the script decides.
+   */
+  private judged(key: string, reply: PlainReply | typeof REFUSED, window: TimeWindow | undefined): Found | undefined {
+    if (reply === REFUSED) return undefined;
+    if (reply === WRONG_TYPE) return this.found(key, [0, WRONG_TYPE]);
+    if (reply.length === 0) return MISS;
+    if (reply.length > this.maxValueBytes) return this.found(key, [0, TOO_LARGE]);
+    if (window === undefined) return undefined;
+    const found = this.found(key, [0, reply]);
+    if (found.state === 'miss') return found;
+    const until = found.freshUntil;
+    if (until === undefined) return undefined;
+    // The entry's physical expiry is freshUntil + graceMs (the write script's PX, from the same TIME).
+    const latest = until + found.graceMs - window[0];
+    const earliest = until + found.graceMs - window[1];
+    if (earliest <= 0) return undefined;
+    const state = entryState(earliest, found.staleMs, found.graceMs);
+    if (state !== entryState(latest, found.staleMs, found.graceMs)) return undefined;
+    // The least time left the window allows: L1 and the refresh point count from it.
+    return { ...found, state, pttl: earliest };
+  }
+
+  /**
+   * The read script's raw answer for `key` as an entry (a miss when absent, oversized or undecodable);
+   * also acquireRead's. `pttl` is Redis's own (0 for a plain read's bytes, judged by `judged`). Never throws.
+   */
+  found(key: string, raw: readonly [number, Buffer | number, ...unknown[]] | null): Found {
     if (raw === null) return MISS;
     const [pttl, body] = raw;
     if (typeof body === 'number') {
-      this.events.decodeError(key, body === -2 ? `larger than maxValueBytes (${this.maxValueBytes})` : 'not a string value');
+      this.events.decodeError(key, body === TOO_LARGE ? `larger than maxValueBytes (${this.maxValueBytes})` : 'not a string value');
       return MISS;
     }
     try {
@@ -70,6 +214,7 @@ export class Store {
         ttlMs: entry.ttlMs,
         loadMs: entry.loadMs,
         refreshAhead: entry.refreshAhead,
+        freshUntil: entry.freshUntil,
       };
     } catch (err) {
       this.events.decodeError(key, err instanceof Error ? err.message : 'undecodable', err);
@@ -113,6 +258,7 @@ export class Store {
           this.notes.channel(keys),
           this.notes.message(kind, key),
           this.notes.message('r', key),
+          ttl,
         ],
       ),
       key,
@@ -126,3 +272,6 @@ export class Store {
     await this.io.run('delete', () => this.scripts.invalidate(keys.value, keys.fence, fenceTtl, this.notes.channel(keys), this.notes.message('d', key)), key);
   }
 }
+
+
+

@@ -4,4 +4,6 @@ export interface UnsafeSwitches {
   incoherentL1?: boolean;
   /** Negative control (cluster campaign): one circuit breaker for the whole cache, not one per slot owner. */
   sharedBreaker?: boolean;
+  /** Negative control (fresh-hit tests): every sample of a node's clock is wrong by this many ms (node-clock.ts). */
+  clockSkewMs?: number;
 }

@@ -91,6 +91,11 @@ export class IoredisPort implements RedisPort {
    * first retries EVALSHA (its connection is marked as having run the script): two NOSCRIPTs. A
    * first run that never reached Redis still uses up `sent`. Both known, not fixed.
    */
+  getRange(key: string, end: string): Promise<Buffer> {
+    // ioredis's own command (with its Buffer variant): key prefix, Cluster routing and auto-pipelining as for any command.
+    return (this.client as unknown as { getrangeBuffer(key: string, start: number, end: string): Promise<Buffer> }).getrangeBuffer(key, 0, end);
+  }
+
   private read(script: Script, keys: readonly string[], args: readonly ScriptArg[], bytes: boolean): Promise<unknown> {
     if (!this.sent.has(script.sha)) {
       this.sent.add(script.sha);
@@ -167,16 +172,24 @@ export class IoredisPort implements RedisPort {
   pipeline(): PipelinePort {
     // An ioredis pipeline takes the client's registered scripts as methods when it is created, so the
     // calls are queued here and the pipeline is made at exec(), once every script they use is defined.
-    const queued: [Script, readonly string[], readonly ScriptArg[], boolean][] = [];
+    // A queued GETRANGE is a script-less entry: [undefined, [key, '0', end], [], true].
+    const queued: [Script | undefined, readonly ScriptArg[], readonly ScriptArg[], boolean][] = [];
     return {
       run: (script, keys, args, bytes = false) => {
         queued.push([script, keys, args, bytes]);
         return QUEUED;
       },
+      getRange: (key, end) => {
+        queued.push([undefined, [key, 0, end], [], true]);
+        return QUEUED;
+      },
       exec: async () => {
-        for (const [script] of queued) this.define(script);
+        for (const [script] of queued) if (script) this.define(script);
         const pipe = (this.client as unknown as { pipeline(): Record<string, Command> & { exec(): Promise<[Error | null, unknown][] | null> } }).pipeline();
-        for (const [script, keys, args, bytes] of queued) void (pipe[bytes ? `${script.name}Buffer` : script.name] as Command).call(pipe, ...keys, ...args);
+        for (const [script, keys, args, bytes] of queued) {
+          const name = script ? script.name : 'getrange';
+          void (pipe[bytes ? `${name}Buffer` : name] as Command).call(pipe, ...keys, ...args);
+        }
         return (await pipe.exec()) ?? [];
       },
     };

@@ -153,6 +153,10 @@ export class NodeRedisPort implements RedisPort {
     });
   }
 
+  getRange(key: string, end: string): Promise<Buffer> {
+    return this.send(key, ['GETRANGE', key, '0', end], BYTES) as Promise<Buffer>;
+  }
+
   subscriber(): SubscriberPort {
     // A Cluster duplicate for pub/sub only needs the slot map and its one pub/sub node: without
     // minimizeConnections its connect() would wait for a connection to every master.
@@ -170,9 +174,14 @@ export class NodeRedisPort implements RedisPort {
     // node-redis writes every command issued in one tick in one go (its own pipelining): queued runs
     // are sent at once, and exec() collects their answers in order.
     const sent: Promise<[Error | null, unknown]>[] = [];
+    const answer = (reply: Promise<unknown>): Promise<[Error | null, unknown]> => reply.then((v): [null, unknown] => [null, v], (e: unknown): [Error, undefined] => [e instanceof Error ? e : new Error(String(e)), undefined]);
     return {
       run: (script, keys, args, bytes = false) => {
-        sent.push(this.run(script, keys, args, bytes).then((v): [null, unknown] => [null, v], (e: unknown): [Error, undefined] => [e instanceof Error ? e : new Error(String(e)), undefined]));
+        sent.push(answer(this.run(script, keys, args, bytes)));
+        return QUEUED;
+      },
+      getRange: (key, end) => {
+        sent.push(answer(this.getRange(key, end)));
         return QUEUED;
       },
       exec: () => Promise.all(sent),

@@ -94,6 +94,12 @@ export interface RedisPort {
    * error, whose message starts with the server's error code (`NOPERM …`, `OOM …`): Io maps it.
    */
   run(script: Script, keys: readonly string[], args: readonly ScriptArg[], bytes?: boolean): Promise<unknown>;
+  /**
+   * `GETRANGE key 0 end`, the reply as a Buffer (an empty one for a missing key): a fresh hit's one
+   * plain read, auto-pipelined where the client does it. Rejects with the client's error (`WRONGTYPE …`
+   * for a key that is not a string).
+   */
+  getRange(key: string, end: string): Promise<Buffer>;
   /** A new connection of the same client (the only one the cache ever opens), for pub/sub only. */
   subscriber(): SubscriberPort;
   /** A new connection (on a Cluster, a set of them) for the per-key wake channels; see ShardSubscriberPort. */
@@ -137,11 +143,13 @@ export interface RedisPort {
 export interface PipelinePort {
   /** Queues the script; what it returns settles only with exec() and is never rejected (read exec()'s answers). */
   run(script: Script, keys: readonly string[], args: readonly ScriptArg[], bytes?: boolean): Promise<unknown>;
+  /** Queues RedisPort.getRange; its answer is in exec()'s list, as a script's. */
+  getRange(key: string, end: string): Promise<Buffer>;
   exec(): Promise<[Error | null, unknown][]>;
 }
 
 /** What a queued command returns: the answer is in exec()'s list, by position. */
-export const QUEUED: Promise<unknown> = Promise.resolve(undefined);
+export const QUEUED: Promise<never> = Promise.resolve(undefined as never);
 
 /** Reads a nested property without trusting the shape (adapters look at foreign client objects). */
 export function prop(o: unknown, ...path: string[]): unknown {
@@ -159,6 +167,16 @@ export function prop(o: unknown, ...path: string[]): unknown {
  */
 export function isUnknownCommand(err: unknown): boolean {
   return err instanceof Error && /^ERR unknown command/i.test(err.message);
+}
+
+/** An ACL refusal (the user lacks the command, key or channel). */
+export function isNoPerm(err: unknown): boolean {
+  return err instanceof Error && err.message.startsWith('NOPERM');
+}
+
+/** A command on a key holding another type (a hash, a list: not an entry). */
+export function isWrongType(err: unknown): boolean {
+  return err instanceof Error && err.message.startsWith('WRONGTYPE');
 }
 
 export function isNoScript(err: unknown): boolean {

@@ -74,17 +74,22 @@ end
 
 /**
  * read: KEYS[1]=value; ARGV[1]=max bytes.
- * → nil (absent) | {pttl, bytes} | {pttl, -1} (not a string) | {pttl, -2} (larger than the cap: never sent).
- * The size check happens here, before a single byte crosses the wire or reaches the decoder. Two
- * commands only: this runs on every cache hit.
+ * → nil (absent) | {pttl, bytes, µs} | {pttl, -1, µs} (not a string) | {pttl, -2, µs} (larger than the
+ * cap: never sent), where µs is the server's TIME in µs (an integer below 2^53 until the 2250s): the
+ * reader's sample of the node's clock (node-clock.ts). The size check happens here, before a single byte crosses the wire or reaches the
+ * decoder. A fresh hit is a plain GETRANGE instead (store.ts); this script answers where the plain
+ * read cannot decide: no clock sample yet, an entry without `freshUntil`, a read too close to a
+ * boundary between fresh, stale and kept to judge from the reader's clock.
  */
 export const READ = `
 local v = redis.pcall('GET', KEYS[1])
 if not v then return nil end
 local pttl = redis.call('PTTL', KEYS[1])
-if type(v) ~= 'string' then return {pttl, -1} end
-if string.len(v) > tonumber(ARGV[1]) then return {pttl, -2} end
-return {pttl, v}
+local t = redis.call('TIME')
+local us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+if type(v) ~= 'string' then return {pttl, -1, us} end
+if string.len(v) > tonumber(ARGV[1]) then return {pttl, -2, us} end
+return {pttl, v, us}
 `;
 
 /**
@@ -123,8 +128,12 @@ return {1, f, pttl, v}`);
 
 /**
  * write (fenced): KEYS[1]=value KEYS[2]=fence KEYS[3]=lock; ARGV[1]=token ARGV[2]=fence ARGV[3]=bytes
- * ARGV[4]=physical ttl ARGV[5]=channel ARGV[6]=message ARGV[7]=message if rejected.
- * Applies the fence rule (top of this file). Releases our lock either way and announces either way:
+ * ARGV[4]=physical ttl ARGV[5]=channel ARGV[6]=message ARGV[7]=message if rejected ARGV[8]=fresh ttl.
+ * Applies the fence rule (top of this file). The bytes end in the entry's `freshUntil` slot (a msgpack
+ * float64, codec.ts): its 8 bytes become TIME + the fresh ttl, in ms of this server's clock, so that
+ * a plain read can tell fresh from stale (node-clock.ts) and Redis's own expiry (PX, from the same
+ * clock) stays exactly the fresh time plus the grace. `struct.pack('>d')`: big-endian, as msgpack.
+ * Releases our lock either way and announces either way:
  * an accepted write with ARGV[6], a rejected one with ARGV[7] ("released without a value"), so waiters
  * are woken at once instead of polling.
  * → 1 accepted | 0 rejected: superseded (a newer write, set or delete raised w) | -1 rejected: the fence
@@ -135,7 +144,12 @@ local exists = redis.call('EXISTS', KEYS[2]) == 1
 local w = redis.call('HGET', KEYS[2], 'w')
 local ok = ${fenced ? "exists and tonumber(ARGV[2]) > tonumber(w or '0')" : 'true'}
 if ok then
-  redis.call('SET', KEYS[1], ARGV[3], 'PX', ARGV[4])
+  local body = ARGV[3]
+  if string.byte(body, -9) == 0xcb then
+    local t = redis.call('TIME')
+    body = string.sub(body, 1, -9) .. struct.pack('>d', tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000 + tonumber(ARGV[8]))
+  end
+  redis.call('SET', KEYS[1], body, 'PX', ARGV[4])
   redis.call('HSET', KEYS[2], 'w', ARGV[2])
   if redis.call('PTTL', KEYS[2]) < tonumber(ARGV[4]) then redis.call('PEXPIRE', KEYS[2], ARGV[4]) end
 end
@@ -231,15 +245,20 @@ redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return 1
 `;
 
+/** READ's answer: nil, or PTTL, the bytes (or -1 / -2) and the server's TIME in µs. */
+export type ReadReply = [pttl: number, body: Buffer | number, micros: number] | null;
+
 /** acquireRead's answer: ACQUIRE's pair, or when granted with an entry, the fence followed by READ's [pttl, bytes | -1 | -2]. */
 export type AcquireReadReply = [number, number] | [1, number, number, Buffer | number];
 
 /** WRITE's ARGV: token, fence, bytes, physical ttl, channel, note if accepted, note if rejected. */
-export type WriteArgs = [token: string, fence: string, bytes: Buffer, ttl: number, channel: string, accepted: string, rejected: string];
+export type WriteArgs = [token: string, fence: string, bytes: Buffer, ttl: number, channel: string, accepted: string, rejected: string, freshTtl: number];
 
 /** The registered commands, as methods the rest of the library calls. */
 export interface Scripts {
-  read: (valueKey: string, maxBytes: number) => Promise<[number, Buffer | number] | null>;
+  read: (valueKey: string, maxBytes: number) => Promise<ReadReply>;
+  /** Not a script: GETRANGE valueKey 0 end as a Buffer (a fresh hit: store.ts). */
+  getRange: (valueKey: string, end: string) => Promise<Buffer>;
   /**
    * `ignoreBackoff`: an explicit set() is never refused by a fleet-wide failBackoff (it runs no loader).
    * Optional only until every caller passes it; omitted means false.
@@ -260,11 +279,11 @@ export interface Scripts {
 
 // Versioned names: a script change gets a new name, so two library versions on one client never clash.
 const SCRIPTS = {
-  read: script('sgReadV2', 1, READ, true),
+  read: script('sgReadV3', 1, READ, true),
   acquire: script('sgAcquireV4', 3, ACQUIRE),
   acquireRead: script('sgAcquireReadV1', 4, ACQUIRE_READ),
-  write: script('sgWriteV5', 3, WRITE),
-  writeUnfenced: script('sgWriteUnfencedV5', 3, WRITE_UNFENCED),
+  write: script('sgWriteV6', 3, WRITE),
+  writeUnfenced: script('sgWriteUnfencedV6', 3, WRITE_UNFENCED),
   release: script('sgReleaseV4', 2, RELEASE),
   extend: script('sgExtendV1', 2, EXTEND),
   invalidate: script('sgInvalidateV5', 2, INVALIDATE),
@@ -275,10 +294,11 @@ const SCRIPTS = {
 type Name = keyof typeof SCRIPTS;
 
 /** Typed callers of the scripts on one client (through its port). */
-export function defineScripts(port: Pick<RedisPort, 'run'>): Scripts {
+export function defineScripts(port: Pick<RedisPort, 'run' | 'getRange'>): Scripts {
   const call = (name: Name, keys: readonly string[], args: readonly ScriptArg[], bytes = false): Promise<unknown> => port.run(SCRIPTS[name], keys, args, bytes);
   return {
-    read: (k, max) => call('read', [k], [max], true) as Promise<[number, Buffer | number] | null>,
+    read: (k, max) => call('read', [k], [max], true) as Promise<ReadReply>,
+    getRange: (k, end) => port.getRange(k, end),
     acquire: (l, f, b, token, ttl, fttl, ignoreBackoff = false) => call('acquire', [l, f, b], [token, ttl, fttl, ignoreBackoff ? '1' : '0']) as Promise<[number, number]>,
     acquireRead: (l, f, b, v, token, ttl, fttl, max) => call('acquireRead', [l, f, b, v], [token, ttl, fttl, '0', max], true) as Promise<AcquireReadReply>,
     write: (keys, args) => call('write', keys, args) as Promise<number>,

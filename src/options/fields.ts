@@ -52,6 +52,12 @@ export const nonNegativeMs: Parse<number> = (v, name, key) => {
   throw new InvalidOptionError(name, v, `a non-negative integer number of milliseconds ≤ ${MAX_MS}`, key);
 };
 
+/** Any finite number (a test-only clock skew, which may be negative). */
+export const finiteNumber: Parse<number> = (v, name) => {
+  if (typeof v === 'number' && Number.isFinite(v)) return v;
+  throw new InvalidOptionError(name, v, 'a finite number');
+};
+
 /** A count or a size (not a duration). */
 export const positiveCount: Parse<number> = (v, name) => {
   if (isInt(v, 1, MAX_MS)) return v;

@@ -18,6 +18,7 @@ import {
   intFrom,
   CLIENT_KINDS,
   MAX_MS,
+  finiteNumber,
   lockPolicy,
   nonNegativeMs,
   numberFrom,
@@ -231,7 +232,8 @@ export const UNSAFE_FIELDS = {
   unfencedWrites: field(boolean, false),
   incoherentL1: field(boolean, false),
   sharedBreaker: field(boolean, false),
-} satisfies { readonly [K in keyof UnsafeSwitches]-?: Field<boolean> };
+  clockSkewMs: field(finiteNumber, 0),
+} satisfies { readonly [K in keyof UnsafeSwitches]-?: Field<Required<UnsafeSwitches>[K]> };
 
 // ---------------------------------------------------------------- DEFAULTS
 

@@ -12,6 +12,7 @@ import { defineScripts } from '../../src/lock/scripts.js';
 import { StoreLock, type LockDeps } from '../../src/lock/single.js';
 import { resolveCacheOptions, resolveCallOptions, systemClock } from '../../src/options.js';
 import { Store } from '../../src/store.js';
+import { NodeClocks } from '../../src/node-clock.js';
 import { Bus } from '../../src/wait.js';
 import { broadcastNotes } from '../../src/wake.js';
 import { slotTag } from '../../src/keys.js';
@@ -29,7 +30,7 @@ function setup(cap = 1 << 20) {
   const deps: LockDeps = { io, scripts: defineScripts(portFor(client)), notes: broadcastNotes(new Bus(prefix)), clock: systemClock, onLost: () => undefined };
   const call = resolveCallOptions(resolveCacheOptions({ redis: client }).defaults, { ttl: 60_000, lockTtl: 10_000 }, 'k');
   const decodeErrors: string[] = [];
-  const store = new Store(io, deps.scripts, deps.notes, cap, { decodeError: (_key, reason) => decodeErrors.push(reason) });
+  const store = new Store(io, deps.scripts, deps.notes, cap, { decodeError: (_key, reason) => decodeErrors.push(reason) }, new NodeClocks(systemClock, () => 'standalone'));
   return { prefix, deps, call, store, decodeErrors, keys: (key: string) => entryKeys(prefix, key), single: new StoreLock(deps, 'single', true), local: new StoreLock(deps, 'local', false) };
 }
 

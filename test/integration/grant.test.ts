@@ -11,6 +11,7 @@ import { StoreLock, type LockDeps } from '../../src/lock/single.js';
 import type { Grant, ReleaseOutcome } from '../../src/lock/types.js';
 import { resolveCacheOptions, resolveCallOptions, systemClock } from '../../src/options.js';
 import { Store } from '../../src/store.js';
+import { NodeClocks } from '../../src/node-clock.js';
 import { Bus } from '../../src/wait.js';
 import { broadcastNotes } from '../../src/wake.js';
 import { dropConnection, familyClient, whenReady } from '../support/clients.js';
@@ -48,7 +49,7 @@ async function setup(client: RedisClient = h.cacheClient()) {
     if (!grant) throw new Error('not granted');
     return grant;
   };
-  const store = new Store(io, deps.scripts, deps.notes, 1 << 20, { decodeError: () => undefined });
+  const store = new Store(io, deps.scripts, deps.notes, 1 << 20, { decodeError: () => undefined }, new NodeClocks(systemClock, () => 'standalone'));
   return { prefix, bus, deps, call, acquire, settled, store, keys: (key: string) => entryKeys(prefix, key), local: new StoreLock(deps, 'local', false) };
 }
 

@@ -6,7 +6,7 @@
  */
 export const APP_COMMANDS = [
   '+evalsha', '+eval', '+script|load', '+subscribe', '+unsubscribe', '+ping', '+info',
-  '+get', '+set', '+del', '+type', '+pttl', '+pexpire', '+strlen', '+exists',
+  '+get', '+getrange', '+set', '+del', '+type', '+pttl', '+pexpire', '+strlen', '+exists',
   '+hset', '+hget', '+hexists', '+hincrby', '+time', '+publish',
   // Namespaces: clear() bumps a generation counter and counts acknowledgements (in scripts).
   '+incr',

@@ -5,6 +5,7 @@ import { describe, expect, it } from 'vitest';
 import { DecodeError, decodeEntry, encodeEntry, encodeStorable, FORMAT_VERSION } from '../../src/codec.js';
 import { UnstorableValueError } from '../../src/errors.js';
 import { FIXTURE_VALUES } from '../fixtures/entry-values.js';
+import { decodeEntry as previousDecodeEntry } from '../fixtures/previous-codec.js';
 
 const dir = new URL('../fixtures/entries/', import.meta.url);
 const envelope = (value: unknown) => ({ value, fence: 7, loadMs: 3, writtenAt: 1, staleMs: 0, graceMs: 0, ttlMs: 1000 });
@@ -12,19 +13,33 @@ const envelope = (value: unknown) => ({ value, fence: 7, loadMs: 3, writtenAt: 1
 describe('wire format', () => {
   const files = readdirSync(dir).filter((f) => f.endsWith('.bin'));
 
-  it('has a golden file for every pinned value of the current version', () => {
+  it('has a golden file for every pinned value of the current version, as sent and as the write script stamps it', () => {
     for (const name of Object.keys(FIXTURE_VALUES)) expect(files).toContain(`v${FORMAT_VERSION}-${name}.bin`);
+    for (const name of Object.keys(FIXTURE_VALUES)) expect(files).toContain(`v${FORMAT_VERSION}-stamped-${name}.bin`);
   });
 
   it.each(files)('decodes golden file %s to its pinned value and envelope', (file) => {
-    const name = file.replace(/^v\d+-/, '').replace(/\.bin$/, '');
+    const name = file.replace(/^v\d+-(stamped-)?/, '').replace(/\.bin$/, '');
     const version = Number(/^v(\d+)-/.exec(file)?.[1]);
     const e = decodeEntry(readFileSync(new URL(file, dir)));
+    expect(e.freshUntil).toBe(file.includes('-stamped-') ? 1_796_000_000_700.25 : undefined);
     expect(e.value).toEqual(FIXTURE_VALUES[name]);
     expect([e.fence, e.loadMs, e.writtenAt, e.staleMs]).toEqual([1_796_000_000_000_001, 42, 1_796_000_000_000, 500]);
     expect(e.graceMs).toBe(version === 1 ? 500 : 900); // v1 had no grace field: it equalled staleMs
     expect(e.ttlMs).toBe(version < 3 ? undefined : 700); // v1 and v2 did not carry the entry's ttl
     expect(e.refreshAhead).toEqual(version < 4 ? undefined : { beta: 1.5 }); // before v4 no entry carried its own refreshAhead
+  });
+
+  it.each(files.filter((f) => f.includes('-stamped-')))('the previous release decodes %s (this release\'s stamped entry) to the same fields', (file) => {
+    const bytes = readFileSync(new URL(file, dir));
+    const { freshUntil: _, ...now } = decodeEntry(bytes);
+    expect(previousDecodeEntry(bytes)).toEqual(now);
+  });
+
+  it('ends every entry in the freshUntil slot the write script stamps: a float64 0 in the last 9 bytes', () => {
+    const bytes = encodeEntry(envelope({ a: [1, 2] }));
+    expect([...bytes.subarray(-9)]).toEqual([0xcb, 0, 0, 0, 0, 0, 0, 0, 0]);
+    expect(decodeEntry(bytes).freshUntil).toBeUndefined();
   });
 
   it.each([[undefined], [0], [0.75], [{ beta: 2 }]])('round-trips the entry refreshAhead %o', (refreshAhead) => {
