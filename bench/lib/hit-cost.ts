@@ -294,8 +294,10 @@ export async function hitCost(url: string, sizes: HitSizes, log: (line: string) 
  * GET + decode of its own family (CPU and throughput; an L1 hit against the bare lru-cache get), then
  * ours ÷ bare per family side by side.
  */
-export function hitMarkdown(figures: HitFigure[], sizes: HitSizes): string[] {
-  if (figures.length === 0) return [];
+export function hitMarkdown(written: readonly (Omit<HitFigure, 'client' | 'commands'> & Partial<Pick<HitFigure, 'client' | 'commands'>>)[], sizes: HitSizes): string[] {
+  if (written.length === 0) return [];
+  // A results file written before the client families (bench/redraw.ts) has neither: its figures are ioredis's.
+  const figures: HitFigure[] = written.map((f) => ({ ...f, client: f.client ?? (f.variant === 'lru' ? 'none' : 'ioredis'), commands: f.commands ?? [] }));
   const f2 = (x: number | undefined) => (x === undefined || !Number.isFinite(x) ? '–' : x.toFixed(2));
   const find = (p: HitFigure, variant: HitVariant, client: HitClient | 'none') => figures.find((f) => f.processes === p.processes && f.keys === p.keys && f.variant === variant && f.client === client);
   const families = [...new Set(figures.map((f) => f.client).filter((c) => c !== 'none'))];
