@@ -1,50 +1,87 @@
-/** One hit-cost process (bench/lib/hit-cost.ts): builds its variant, warms up, then counts requests and CPU over the shared window. */
+/** One hit-cost process (bench/lib/hit-cost.ts): builds its variant on its client family (ioredis or node-redis), warms up, then counts requests and CPU over the shared window. */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { Session } from 'node:inspector';
 import { Redis } from 'ioredis';
 import { LRUCache } from 'lru-cache';
 import { Packr } from 'msgpackr';
+import { createClient, RESP_TYPES, type RedisClientType } from 'redis';
 import { baseLibrary, library } from './lib/library.js';
 import { entryKeys } from '../src/keys.js';
 import { READ } from '../src/lock/scripts.js';
-import { HIT_TTL, HIT_VALUE, type HitReport, type HitRequest } from './lib/hit-cost.js';
+import { HIT_MAX_VALUE_BYTES, HIT_TTL, HIT_VALUE, type HitReport, type HitRequest } from './lib/hit-cost.js';
 
 const now = (): number => performance.timeOrigin + performance.now();
 
+/** A node-redis client (package `redis`), connected as a caller would; errors are the commands' to report. */
+async function nodeRedis(url: string): Promise<RedisClientType> {
+  const c: RedisClientType = createClient({ url });
+  c.on('error', () => undefined);
+  await c.connect();
+  return c;
+}
+
 async function run(req: HitRequest, go: () => Promise<number>): Promise<HitReport> {
-  const redis = new Redis(req.url);
+  // The family's client: ioredis (also for lru, which sends nothing, as before the families) or node-redis.
+  const nr = req.client === 'node-redis' ? await nodeRedis(req.url) : undefined;
+  const redis = nr ? undefined : new Redis(req.url);
   const names = Array.from({ length: req.keys }, (_, i) => `k${i}`);
   let answer: (key: string) => unknown;
   let close = async (): Promise<void> => undefined;
   // The bare variants read the bytes the cache stored, their Redis keys computed once, up front, and decode them as the cache does.
   const packr = new Packr({ useRecords: true, moreTypes: true, structuredClone: false, mapsAsObjects: false });
   const raw = new Map(names.map((k) => [k, entryKeys(req.prefix, k).value]));
+  const cap = HIT_MAX_VALUE_BYTES;
+  // node-redis: bulk strings as Buffers, as the library's node-redis port asks for the entry bytes.
+  const bytes = nr?.withTypeMapping({ [RESP_TYPES.BLOB_STRING]: Buffer });
+  const asBytes = { typeMapping: { [RESP_TYPES.BLOB_STRING]: Buffer } };
   if (req.variant === 'bare') {
     // The hand-rolled client: GET and decode.
-    answer = async (key) => packr.unpack((await redis.getBuffer(raw.get(key) as string)) as Buffer);
+    if (bytes) answer = async (key) => packr.unpack((await bytes.get(raw.get(key) as string)) as Buffer);
+    else answer = async (key) => packr.unpack((await (redis as Redis).getBuffer(raw.get(key) as string)) as Buffer);
+  } else if (req.variant === 'bare-getrange') {
+    // GETRANGE 0 cap: the bytes up to the size cap, one plain command, and decode.
+    if (bytes) answer = async (key) => packr.unpack((await bytes.getRange(raw.get(key) as string, 0, cap)) as Buffer);
+    else answer = async (key) => packr.unpack(await (redis as Redis).getrangeBuffer(raw.get(key) as string, 0, cap));
   } else if (req.variant === 'script') {
-    // The bare client running our read script (the same Lua, EVALSHA through defineCommand) and decoding the bytes.
+    // The bare client running our read script (the same Lua, EVALSHA through defineCommand) and decoding the bytes (ioredis only).
+    if (!redis) throw new Error('script runs on ioredis only');
     redis.defineCommand('sgBenchRead', { numberOfKeys: 1, lua: READ });
     const read = (redis as unknown as { sgBenchReadBuffer(k: string, max: number): Promise<[number, Buffer]> }).sgBenchReadBuffer.bind(redis);
-    answer = async (key) => packr.unpack((await read(raw.get(key) as string, 1_048_576))[1]);
+    answer = async (key) => packr.unpack((await read(raw.get(key) as string, cap))[1]);
   } else if (req.variant === 'evalsha') {
-    // The same script by EVALSHA through ioredis's generic callBuffer (no Script wrapper).
-    const sha = (await redis.script('LOAD', READ)) as string;
-    answer = async (key) => packr.unpack(((await redis.callBuffer('evalsha', sha, 1, raw.get(key) as string, 1_048_576)) as [number, Buffer])[1]);
+    // The same script by EVALSHA as a plain command: ioredis's generic callBuffer (no Script wrapper), node-redis's sendCommand.
+    if (nr) {
+      const sha = await nr.scriptLoad(READ);
+      answer = async (key) => packr.unpack((await nr.sendCommand<[number, Buffer]>(['EVALSHA', sha, '1', raw.get(key) as string, String(cap)], asBytes))[1]);
+    } else {
+      const r = redis as Redis;
+      const sha = (await r.script('LOAD', READ)) as string;
+      answer = async (key) => packr.unpack(((await r.callBuffer('evalsha', sha, 1, raw.get(key) as string, cap)) as [number, Buffer])[1]);
+    }
   } else if (req.variant === 'getrange-pttl') {
     // GETRANGE 0 cap and PTTL, two commands sent together, no script.
-    answer = async (key) => {
-      const k = raw.get(key) as string;
-      const [bytes] = await Promise.all([redis.getrangeBuffer(k, 0, 1_048_576), redis.pttl(k)]);
-      return packr.unpack(bytes);
-    };
+    if (nr && bytes) {
+      answer = async (key) => {
+        const k = raw.get(key) as string;
+        const [b] = await Promise.all([bytes.getRange(k, 0, cap), nr.pTTL(k)]);
+        return packr.unpack(b as Buffer);
+      };
+    } else {
+      const r = redis as Redis;
+      answer = async (key) => {
+        const k = raw.get(key) as string;
+        const [b] = await Promise.all([r.getrangeBuffer(k, 0, cap), r.pttl(k)]);
+        return packr.unpack(b);
+      };
+    }
   } else if (req.variant === 'lru') {
     const lru = new LRUCache<string, object>({ max: req.keys * 2 });
     for (const k of names) lru.set(k, HIT_VALUE);
     answer = (key) => lru.get(key);
   } else {
     const { createCache } = req.variant === 'ours-base' || req.variant === 'ours-options-base' ? await baseLibrary() : (await library()).lib;
-    const cache = createCache({ redis, prefix: req.prefix, ...(req.variant === 'ours-l1' ? { local: { max: req.keys * 2 } } : {}) });
+    // The library detects the family from the client object.
+    const cache = createCache({ redis: nr ?? (redis as Redis), prefix: req.prefix, ...(req.variant === 'ours-l1' ? { local: { max: req.keys * 2 } } : {}) });
     const loader = () => HIT_VALUE;
     const signal = new AbortController().signal;
     // A new options object per call, as a handler writes it inline.
@@ -92,7 +129,8 @@ async function run(req: HitRequest, go: () => Promise<number>): Promise<HitRepor
   const wallMs = now() - opened.t;
   await profiler?.stop();
   await close();
-  redis.disconnect();
+  redis?.disconnect();
+  nr?.destroy();
   return {
     requests,
     cpuUs: cpu.user + cpu.system,
