@@ -9,7 +9,7 @@ import { createCache, GET_OR_COMPUTE_CHANNEL, type Cache, type CallOptions, type
 import { entryKeys } from '../../src/keys.js';
 import { afterAll, describe, expect, it, vi } from 'vitest';
 import { familyClient, useFamilyServer } from '../support/clients.js';
-import { countCommands, deferred, heldRebuild, missedCall, nextEvent, refreshOutcomes, untilPttlAtMost, useRedis, keysOf, prefixOf } from '../support/harness.js';
+import { ageEntry, countCommands, deferred, heldRebuild, missedCall, nextEvent, refreshOutcomes, untilPttlAtMost, useRedis, keysOf, prefixOf } from '../support/harness.js';
 
 const h = useRedis();
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -367,7 +367,7 @@ describe('getOrComputeMany keys are calls: the single-key edges hold per key', (
     // Make the entry due for an early refresh (its loader hangs, ignoring its signal), then lose the value without a note.
     const hung = deferred<void>();
     const refreshing = nextEvent(cache, 'refresh');
-    await h.admin.pexpire(keysOf(cache, 'ra').value, 1000);
+    await ageEntry(h.admin, keysOf(cache, 'ra').value, 1000);
     expect(await cache.getOrCompute('ra', () => (hung.resolve(), new Promise<string>(() => undefined)), { ttl: 60_000, refreshAhead: 0.5 })).toBe('v1');
     await refreshing;
     await hung.promise;
@@ -562,7 +562,7 @@ describe('every entry point × every edge (table)', () => {
     /** A fresh entry past its refresh point: the next hit with refreshAhead starts a background refresh. */
     async function due(cache: Cache, key: string): Promise<void> {
       await cache.getOrCompute(key, () => 'v1', 60_000);
-      await h.admin.pexpire(keysOf(cache, key).value, 1000);
+      await ageEntry(h.admin, keysOf(cache, key).value, 1000);
     }
     const RA: CallOptions = { ttl: 60_000, refreshAhead: 0.5 };
 
@@ -649,7 +649,7 @@ describe('every entry point × every edge (table)', () => {
       await seeding.set('k', 'v1', 60_000);
       const admin = new Redis(ackServer.server.adminUrl);
       try {
-        await admin.pexpire(keysOf(cache, 'k').value, 1000);
+        await ageEntry(admin, keysOf(cache, 'k').value, 1000);
         // The refresh's grant is not trusted: the attempt fails (a refreshError naming replicaAck) before any load.
         const failed = nextEvent(cache, 'refreshError');
         let loads = 0;

@@ -9,7 +9,7 @@ import { resolveCallOptions } from '../../src/options.js';
 import type { ProtocolDeps } from '../../src/protocol/deps.js';
 import { refreshAheadOnHit } from '../../src/protocol/refresh.js';
 import { describe, expect, it, vi } from 'vitest';
-import { countCommands, deferred, nextEvent, useRedis, keysOf, prefixOf, refreshOutcomes, untilPttlAtMost as waitPttl } from '../support/harness.js';
+import { ageEntry, countCommands, deferred, nextEvent, useRedis, keysOf, prefixOf, refreshOutcomes, untilPttlAtMost as waitPttl } from '../support/harness.js';
 
 const h = useRedis();
 const valueKey = (cache: Cache, key: string) => keysOf(cache, key).value;
@@ -69,9 +69,9 @@ describe('cost of a hit', () => {
     const reader = createCache({ redis: client, prefix: prefixOf(writer) });
     await client.ping();
     await writer.set('k', 'v1', 20_000);
-    // Past any refresh point without waiting for it: PEXPIRE leaves the entry 2 s of its 20 s ttl, as if
-    // written 18 s ago (a reader counts an entry's age from the ttl it carries and the PTTL Redis reports).
-    await h.admin.pexpire(valueKey(writer, 'k'), 2000);
+    // Past any refresh point without waiting for it: the entry is left 2 s of its 20 s ttl, as if
+    // written 18 s ago (a reader counts an entry's age from the ttl and the freshUntil it carries).
+    await ageEntry(h.admin, valueKey(writer, 'k'), 2000);
     const outcomes = refreshes(reader);
     const { state, loader } = counted();
     const sent = countCommands(client);

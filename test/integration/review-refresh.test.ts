@@ -8,7 +8,7 @@ import { createCache, InvalidOptionError, type Cache, type CallOptions, type Loa
 import { readFileSync } from 'node:fs';
 import { getEventListeners } from 'node:events';
 import { decodeEntry } from '../../src/codec.js';
-import { countCommands, deferred, nextEvent, useRedis, keysOf, prefixOf, refreshOutcomes, untilPttlAtMost as waitPttl } from '../support/harness.js';
+import { ageEntry, countCommands, deferred, nextEvent, useRedis, keysOf, prefixOf, refreshOutcomes, untilPttlAtMost as waitPttl } from '../support/harness.js';
 import { startProxy, type Proxy } from '../support/proxy.js';
 
 const h = useRedis();
@@ -308,9 +308,9 @@ describe('cost with the option off and validation (held)', () => {
     expect(await cache.ready()).toBe(true);
     const writer = h.cache({ prefix: `rv2-cost-${process.pid}` });
     await writer.set('k', 'v', 20_000);
-    // Far past any refresh point without waiting for it: PEXPIRE leaves the entry 2 s of its 20 s ttl, as
-    // if written 18 s ago (a reader counts an entry's age from the ttl it carries and the PTTL Redis reports).
-    await h.admin.pexpire(valueKey(writer, 'k'), 2000);
+    // Far past any refresh point without waiting for it: the entry is left 2 s of its 20 s ttl, as if
+    // written 18 s ago (a reader counts an entry's age from the ttl and the freshUntil it carries).
+    await ageEntry(h.admin, valueKey(writer, 'k'), 2000);
     const outcomes = outcomesOf(cache);
     const sent = countCommands(client);
     expect(await cache.getOrCompute('k', () => 'x', 20_000)).toBe('v');

@@ -238,3 +238,19 @@ export async function nodeRedisClusterClient(
   disposals.push(() => c.destroy());
   return c;
 }
+
+/**
+ * Ages a stored entry without waiting: from now on it has `freshLeftMs` of its fresh time left, as if
+ * written `ttl − freshLeftMs` ago. Readers judge freshness by the `freshUntil` the entry carries (in the
+ * server's clock) or, for entries without it, by its PTTL: both are moved (the entry's last 8 bytes,
+ * a float64, and its expiry = fresh time left + its grace). Runs on `admin`, a client of the test's own server.
+ */
+export async function ageEntry(admin: Redis, valueKey: string, freshLeftMs: number): Promise<void> {
+  const { decodeEntry } = await import('../../src/codec.js');
+  const bytes = await admin.getBuffer(valueKey);
+  if (!bytes) throw new Error(`ageEntry: no entry at ${valueKey}`);
+  const { graceMs } = decodeEntry(bytes);
+  const [s, us] = await admin.time();
+  bytes.writeDoubleBE(Number(s) * 1000 + Number(us) / 1000 + freshLeftMs, bytes.length - 8);
+  await admin.set(valueKey, bytes, 'PX', freshLeftMs + graceMs);
+}
