@@ -1,6 +1,6 @@
 import type { Batch, Reply } from './batch.js';
 import { isNoPerm, isWrongType } from './client/port.js';
-import { decodeEntry, encodeStorable } from './codec.js';
+import { decodeEntry, encodeStorable, type Envelope } from './codec.js';
 import { entryState, type EntryFacts, type EntryState, type RefreshPolicy } from './entry.js';
 import type { Io } from './io.js';
 import type { EntryKeys } from './keys.js';
@@ -173,52 +173,49 @@ export class Store {
    */
   private judged(key: string, reply: PlainReply | typeof REFUSED, window: TimeWindow | undefined): Found | undefined {
     if (reply === REFUSED) return undefined;
-    if (reply === WRONG_TYPE) return this.found(key, [0, WRONG_TYPE]);
+    if (reply === WRONG_TYPE) return this.unreadable(key, WRONG_TYPE);
     if (reply.length === 0) return MISS;
-    if (reply.length > this.maxValueBytes) return this.found(key, [0, TOO_LARGE]);
+    if (reply.length > this.maxValueBytes) return this.unreadable(key, TOO_LARGE);
     if (window === undefined) return undefined;
-    const found = this.found(key, [0, reply]);
-    if (found.state === 'miss') return found;
-    const until = found.freshUntil;
+    const entry = this.decoded(key, reply);
+    if (entry === undefined) return MISS;
+    const until = entry.freshUntil;
     if (until === undefined) return undefined;
-    // The entry's physical expiry is freshUntil + graceMs (the write script's PX, from the same TIME).
-    const latest = until + found.graceMs - window[0];
-    const earliest = until + found.graceMs - window[1];
-    if (earliest <= 0) return undefined;
-    const state = entryState(earliest, found.staleMs, found.graceMs);
-    if (state !== entryState(latest, found.staleMs, found.graceMs)) return undefined;
+    // The entry's physical expiry is freshUntil + graceMs (the write script's PX, from the same TIME):
+    // the time left at the window's latest end, and at its earliest.
+    const least = until + entry.graceMs - window[1];
+    if (least <= 0) return undefined;
+    const state = entryState(least, entry.staleMs, entry.graceMs);
+    if (state !== entryState(until + entry.graceMs - window[0], entry.staleMs, entry.graceMs)) return undefined;
     // The least time left the window allows: L1 and the refresh point count from it.
-    return { ...found, state, pttl: earliest };
+    return present(entry, state, least);
   }
 
   /**
    * The read script's raw answer for `key` as an entry (a miss when absent, oversized or undecodable);
-   * also acquireRead's. `pttl` is Redis's own (0 for a plain read's bytes, judged by `judged`). Never throws.
+   * also acquireRead's. `pttl` is Redis's own. Never throws.
    */
   found(key: string, raw: readonly [number, Buffer | number, ...unknown[]] | null): Found {
     if (raw === null) return MISS;
     const [pttl, body] = raw;
-    if (typeof body === 'number') {
-      this.events.decodeError(key, body === TOO_LARGE ? `larger than maxValueBytes (${this.maxValueBytes})` : 'not a string value');
-      return MISS;
-    }
+    if (typeof body === 'number') return this.unreadable(key, body);
+    const entry = this.decoded(key, body);
+    return entry === undefined ? MISS : present(entry, entryState(pttl, entry.staleMs, entry.graceMs), pttl);
+  }
+
+  /** A value that is not an entry (another type, over the cap): a decodeError, and a miss. */
+  private unreadable(key: string, code: number): Found {
+    this.events.decodeError(key, code === TOO_LARGE ? `larger than maxValueBytes (${this.maxValueBytes})` : 'not a string value');
+    return MISS;
+  }
+
+  /** The entry in `body`, or undefined (and a decodeError) when the bytes are not one. */
+  private decoded(key: string, body: Buffer): Envelope | undefined {
     try {
-      const entry = decodeEntry(body);
-      return {
-        state: entryState(pttl, entry.staleMs, entry.graceMs),
-        value: entry.value,
-        pttl,
-        graceMs: entry.graceMs,
-        staleMs: entry.staleMs,
-        fence: entry.fence,
-        ttlMs: entry.ttlMs,
-        loadMs: entry.loadMs,
-        refreshAhead: entry.refreshAhead,
-        freshUntil: entry.freshUntil,
-      };
+      return decodeEntry(body);
     } catch (err) {
       this.events.decodeError(key, err instanceof Error ? err.message : 'undecodable', err);
-      return MISS;
+      return undefined;
     }
   }
 
@@ -273,5 +270,18 @@ export class Store {
   }
 }
 
-
-
+/** A decoded entry as the store holds it: in `state`, with `pttl` ms of its physical life left. */
+function present(entry: Envelope, state: EntryState, pttl: number): Present {
+  return {
+    state,
+    value: entry.value,
+    pttl,
+    graceMs: entry.graceMs,
+    staleMs: entry.staleMs,
+    fence: entry.fence,
+    ttlMs: entry.ttlMs,
+    loadMs: entry.loadMs,
+    refreshAhead: entry.refreshAhead,
+    freshUntil: entry.freshUntil,
+  };
+}
