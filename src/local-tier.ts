@@ -14,7 +14,7 @@ export type Ticket = number;
  *
  * Coherence (the one rule): a value read from, or written to, the store enters L1 only if nothing
  * that could have made it old happened since its read began — no invalidation of that key (a delete,
- * a note from another process, a set in this one) and no flush. A read reply and a note travel on
+ * a note from another process, a set or rebuild write in this one) and no flush. A read reply and a note travel on
  * two sockets with no order between them; the ticket makes their order irrelevant.
  *
  * L1 is trusted only while the subscription that carries other processes' notes holds: `suspend()`
@@ -39,6 +39,7 @@ export interface LocalTier {
   /**
    * This process's own fenced write (ticket taken before it was sent) finished: keep `value` only if
    * the fence `accepted` it; a refused write means a newer write, set or delete exists, so drop the key.
+   * Either way every read begun before now can no longer fill the key (as after `invalidate`).
    */
   written(ticket: Ticket, key: string, value: unknown, freshMs: number, accepted: boolean, facts?: EntryFacts): void;
   /** This process's own delete finished: a read that was in flight across it must not refill L1. */
@@ -134,21 +135,13 @@ export class LruTier implements LocalTier {
 
   fill(ticket: Ticket, key: string, value: unknown, freshMs: number, facts?: EntryFacts): void {
     if (freshMs <= 0) return;
-    if (!this.incoherent) {
-      if (!this.trusted || ticket < this.floor) return;
-      const at = this.invalidatedAt.peek(key);
-      if (at !== undefined && at > ticket) return;
-    }
+    if (!this.incoherent && !this.admits(ticket, key)) return;
     this.lru.set(key, { value, freshUntil: this.clock.now() + freshMs, facts });
   }
 
   fillStale(ticket: Ticket, key: string, value: unknown, ms: number): void {
     if (ms <= 0) return;
-    if (!this.incoherent) {
-      if (!this.trusted || ticket < this.floor) return;
-      const at = this.invalidatedAt.peek(key);
-      if (at !== undefined && at > ticket) return;
-    }
+    if (!this.incoherent && !this.admits(ticket, key)) return;
     this.lru.set(key, { value, freshUntil: this.clock.now() + ms, facts: undefined, stale: true });
   }
 
@@ -158,8 +151,20 @@ export class LruTier implements LocalTier {
   }
 
   written(ticket: Ticket, key: string, value: unknown, freshMs: number, accepted: boolean, facts?: EntryFacts): void {
-    if (accepted || this.incoherent) this.fill(ticket, key, value, freshMs, facts);
-    else this.invalidate(key);
+    if (this.incoherent) return this.fill(ticket, key, value, freshMs, facts);
+    const keep = accepted && freshMs > 0 && this.admits(ticket, key);
+    // Our own write is a change of the key like any other: a read begun before it finished may carry
+    // the value it replaced, and that read's fill can run after this (its reply came first, but its
+    // continuation has more steps to go): it must be refused, not overwrite ours.
+    this.invalidate(key);
+    if (keep) this.lru.set(key, { value, freshUntil: this.clock.now() + freshMs, facts });
+  }
+
+  /** May a read or write whose ticket is `ticket` enter L1 for `key` (trusted, and nothing dropped the key since)? */
+  private admits(ticket: Ticket, key: string): boolean {
+    if (!this.trusted || ticket < this.floor) return false;
+    const at = this.invalidatedAt.peek(key);
+    return at === undefined || at <= ticket;
   }
 
   deleted(key: string): void {

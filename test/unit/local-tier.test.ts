@@ -27,6 +27,22 @@ describe('LruTier coherence', () => {
     expect(t.get('k')).toEqual({ value: 'new', freshUntil: 1000 });
   });
 
+  it('a read begun before this process\'s own write finished cannot overwrite the written value, whatever order their continuations run in', () => {
+    const { t } = tier();
+    // A set: it invalidates, then a read of the key starts (its ticket is after the set's invalidation),
+    // then the set's write is sent (ticket) and lands; the read carried the value the write replaced and
+    // its fill runs last (its reply came first, its continuation had more steps).
+    t.invalidate('k');
+    const read = t.begin('k');
+    const write = t.begin('k');
+    t.written(write, 'k', 'written', 1000, true);
+    t.fill(read, 'k', 'replaced', 1000);
+    expect(t.get('k')?.value).toBe('written');
+    // A read begun after the write finished fills as usual.
+    t.fill(t.begin('k'), 'k', 'newer', 1000);
+    expect(t.get('k')?.value).toBe('newer');
+  });
+
   it('an invalidation of another key does not refuse the fill', () => {
     const { t } = tier();
     const ticket = t.begin('k');
