@@ -19,7 +19,10 @@
  * bound is the measurement's: an entry is treated as fresh no later than its node's clock says it
  * expires, provided the node's clock did not jump by more than the window since the last sample
  * (a step of the server's clock moves Redis's own expiry too; samples are re-taken every few seconds
- * and after every reconnection, a failover among them).
+ * and after every reconnection, a failover among them). An entry that moved to another server (a
+ * failover, a slot migration) carries the old server's `freshUntil`: judged against the new one's
+ * clock, it is off by the two clocks' difference, as Redis's own expiry is (replicated as an
+ * absolute time).
  */
 import type { NodeOf } from './node-of.js';
 import type { Clock } from './options.js';
@@ -34,6 +37,12 @@ export const CLOCK_DRIFT = 5e-4;
  * it is used up (after about 25 s at the drift bound), so a node read often never falls back.
  */
 export const CLOCK_WINDOW_MS = 100;
+
+/**
+ * What a Cluster port calls the owner of a slot it has no map for yet (client/port.ts nodeOf): such a
+ * read may run on any master, so no sample is kept or used under this name.
+ */
+const UNKNOWN = 'unknown';
 
 interface Sample {
   /** The offset interval: server time = local monotonic time + offset. */
@@ -70,6 +79,7 @@ export class NodeClocks {
    * due (the caller then sends the script, which re-takes it: one such read per node at a time).
    */
   plainReadable(node: string): boolean {
+    if (node === UNKNOWN) return false;
     const s = this.samples.get(node);
     if (s !== undefined && this.width(s, this.clock.now()) <= CLOCK_WINDOW_MS / 4) return true;
     if (this.sampling.has(node)) return s !== undefined;
@@ -93,6 +103,7 @@ export class NodeClocks {
    */
   sample(node: string, sent: number, received: number, serverMs: number): void {
     this.sampling.delete(node);
+    if (node === UNKNOWN) return;
     const skewed = serverMs + this.skewMs;
     const next: Sample = { lo: skewed - received, hi: skewed - sent, at: received, wall: this.wall() };
     const current = this.samples.get(node);

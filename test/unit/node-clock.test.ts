@@ -70,6 +70,13 @@ describe('NodeClocks', () => {
     expect(c.timeWindow('n', t.mono, t.mono)).toBeUndefined();
   });
 
+  it('never reads plainly, samples or judges a node a Cluster port cannot name yet (\'unknown\')', () => {
+    const { c, t } = clocks();
+    c.sample('unknown', t.mono, t.mono, 5_000);
+    expect(c.timeWindow('unknown', t.mono, t.mono)).toBeUndefined();
+    expect(c.plainReadable('unknown')).toBe(false);
+  });
+
   it('shifts every sample by the negative control\'s skew', () => {
     const { c, t } = clocks(-10_000);
     c.sample('n', t.mono, t.mono, 5_000);
