@@ -24,7 +24,7 @@ const FOLLOW_CLIENT_FAMILY = [
   'refresh-ahead', 'telemetry', 'review', 'review-final', 'review-refresh',
   'batch-reads', 'many', 'namespace', 'clear', 'loader-control', 'grant', 'acquire-read', 'degraded-memo',
   'security', 'multiprocess', 'release-retry', 'redlock-giveup', 'replica-ack', 'cluster-breaker',
-  'cluster-failover', 'campaign', 'sharded-notes', 'shard-subscriber', 'lifecycle', 'namespace-fleet', 'hung-node', 'fresh-read',
+  'cluster-failover', 'campaign', 'sharded-notes', 'shard-subscriber', 'lifecycle', 'namespace-fleet', 'hung-node', 'fresh-read', 'fresh-read-edges',
 ].map((name) => `test/integration/${name}.test.ts`);
 const ALL = ['test/**/*.test.ts'];
 const otherFamily = process.env.SG_TEST_CLIENT !== undefined && process.env.SG_TEST_CLIENT !== 'ioredis';

@@ -14,8 +14,8 @@
  *     suspended and resumed, a clock stepped): such a jump is then uncertainty, never an error.
  * A plain read sent at `a0` and answered at `a1` ran at a server time within
  * `[a0 + lo − widen, a1 + hi + widen]`: the window `timeWindow` returns. Store decides the entry's state
- * at both ends; where they differ, or the window is wider than CLOCK_WINDOW_MS, the read is made again
- * with the script, whose answer (PTTL) is the server's own, and which takes a new sample. So the
+ * at both ends; where they differ, the read is made again with the script, whose answer (PTTL) is the
+ * server's own, and which takes a new sample. So the
  * bound is the measurement's: an entry is treated as fresh no later than its node's clock says it
  * expires, provided the node's clock did not jump by more than the window since the last sample
  * (a step of the server's clock moves Redis's own expiry too; samples are re-taken every few seconds
@@ -30,13 +30,13 @@ import type { Clock } from './options.js';
 /** How fast the two clocks may drift apart, per ms (500 ppm: the most NTP slews a clock). */
 export const CLOCK_DRIFT = 5e-4;
 /**
- * The widest server-time window a plain read may be judged on (ms). Wider (an old sample, a slow
- * reply, a stall of this process), the read is made again with the script. Only a read that ran
- * within this much of a boundary (fresh → stale → kept) can be undecided, so it costs little to be
- * generous: it must cover a reply delayed by a busy event loop. A sample is re-taken once a quarter of
- * it is used up (after about 25 s at the drift bound), so a node read often never falls back.
+ * A sample is re-taken (the next read of its node is the script) once it has widened by this much
+ * since it was taken: after 20 s at the drift bound, sooner if the clocks disagree. Its own round trip
+ * does not count: a node far away has wide samples, and judging a read at both ends of a wide window
+ * is as sound as of a narrow one (an entry only ever moves fresh → stale → kept), only more often
+ * undecided near a boundary.
  */
-export const CLOCK_WINDOW_MS = 100;
+export const RESAMPLE_AFTER_MS = 10;
 
 /**
  * What a Cluster port calls the owner of a slot it has no map for yet (client/port.ts nodeOf): such a
@@ -81,25 +81,25 @@ export class NodeClocks {
   plainReadable(node: string): boolean {
     if (node === UNKNOWN) return false;
     const s = this.samples.get(node);
-    if (s !== undefined && this.width(s, this.clock.now()) <= CLOCK_WINDOW_MS / 4) return true;
+    if (s !== undefined && this.widening(s, this.clock.now()) <= RESAMPLE_AFTER_MS) return true;
     if (this.sampling.has(node)) return s !== undefined;
     this.sampling.add(node);
     return false;
   }
 
-  /** The server-time window of a plain read of `node` sent at `sent` and answered at `received`; undefined if too wide to judge. */
+  /** The server-time window of a plain read of `node` sent at `sent` and answered at `received`; undefined without a sample. */
   timeWindow(node: string, sent: number, received: number): TimeWindow | undefined {
     const s = this.samples.get(node);
     if (s === undefined) return undefined;
     const widen = this.widening(s, received);
-    const lo = sent + s.lo - widen;
-    const hi = received + s.hi + widen;
-    return hi - lo <= CLOCK_WINDOW_MS ? [lo, hi] : undefined;
+    return [sent + s.lo - widen, received + s.hi + widen];
   }
 
   /**
    * A script read of `node` sent at `sent`, answered at `received`, ran at server time `serverMs`.
-   * Kept if it is tighter than the current sample (aged to now); the claim on the node ends either way.
+   * Kept if it is tighter than the current sample (aged to now), or contradicts it (the intervals do
+   * not meet: the server's clock stepped, or another server answers under the node's name); the claim
+   * on the node ends either way.
    */
   sample(node: string, sent: number, received: number, serverMs: number): void {
     this.sampling.delete(node);
@@ -107,7 +107,13 @@ export class NodeClocks {
     const skewed = serverMs + this.skewMs;
     const next: Sample = { lo: skewed - received, hi: skewed - sent, at: received, wall: this.wall() };
     const current = this.samples.get(node);
-    if (current === undefined || this.width(next, received) <= this.width(current, received)) this.samples.set(node, next);
+    if (current === undefined || this.width(next, received) <= this.width(current, received) || !this.meet(current, next)) this.samples.set(node, next);
+  }
+
+  /** Do the offset intervals of `current` (aged to `next`'s time) and `next` overlap? */
+  private meet(current: Sample, next: Sample): boolean {
+    const widen = this.widening(current, next.at);
+    return next.lo <= current.hi + widen && current.lo - widen <= next.hi;
   }
 
   /** A script read that failed: the node's claim ends (the next read tries again). */

@@ -150,9 +150,13 @@ export class Store {
   }
 
   private scriptAnswered(key: string, node: string, sent: number, received: number, raw: ReadReply): Found {
-    if (raw === null) this.clocks.unclaim(node);
-    else this.clocks.sample(node, sent, received, raw[2] / 1000);
-    return this.found(key, raw);
+    if (raw === null) {
+      this.clocks.unclaim(node);
+      return MISS;
+    }
+    const serverMs = raw[2] / 1000;
+    this.clocks.sample(node, sent, received, serverMs);
+    return this.found(key, raw, serverMs);
   }
 
   /** A plain read's error reply in a batch (Batch wraps it): as plainFailed; undefined for any other failure (the key's read failed). */
@@ -193,14 +197,20 @@ export class Store {
 
   /**
    * The read script's raw answer for `key` as an entry (a miss when absent, oversized or undecodable);
-   * also acquireRead's. `pttl` is Redis's own. Never throws.
+   * also acquireRead's. Never throws. With the server's time at the read (`serverMs`, the read
+   * script's TIME), an entry with `freshUntil` is judged by it, as a plain read is: PTTL counts whole
+   * ms from an expiry Redis set from its own ms clock, so near the boundary the two could disagree by
+   * up to a ms. Otherwise by Redis's PTTL.
    */
-  found(key: string, raw: readonly [number, Buffer | number, ...unknown[]] | null): Found {
+  found(key: string, raw: readonly [number, Buffer | number, ...unknown[]] | null, serverMs?: number): Found {
     if (raw === null) return MISS;
-    const [pttl, body] = raw;
+    const [reported, body] = raw;
     if (typeof body === 'number') return this.unreadable(key, body);
     const entry = this.decoded(key, body);
-    return entry === undefined ? MISS : present(entry, entryState(pttl, entry.staleMs, entry.graceMs), pttl);
+    if (entry === undefined) return MISS;
+    // Never below 0: a negative PTTL means "no expiry" (fresh) to entryState.
+    const pttl = entry.freshUntil !== undefined && serverMs !== undefined ? Math.max(0, entry.freshUntil + entry.graceMs - serverMs) : reported;
+    return present(entry, entryState(pttl, entry.staleMs, entry.graceMs), pttl);
   }
 
   /** A value that is not an entry (another type, over the cap): a decodeError, and a miss. */

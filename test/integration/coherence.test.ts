@@ -4,12 +4,13 @@
  * suspended while the subscription is away, a subscription retried until it holds).
  */
 import { once } from 'node:events';
+import type { Socket } from 'node:net';
 import { Redis, type RedisOptions } from 'ioredis';
 import { createClient } from 'redis';
 import { afterAll, describe, expect, it, vi } from 'vitest';
 import { createCache, type Cache, type CacheOptions, type RedisClient } from '../../src/index.js';
 import { dropConnection, familyClient, type TestClient } from '../support/clients.js';
-import { deferred, nextEvent, subscribed, useRedis } from '../support/harness.js';
+import { deferred, keysOf, nextEvent, subscribed, useRedis } from '../support/harness.js';
 import { APP_COMMANDS } from '../support/acl.js';
 import { startProxy, type Proxy } from '../support/proxy.js';
 import { freePort, startRedisServer, type RedisServer } from '../support/redis-server.js';
@@ -153,6 +154,48 @@ describe('L1 coherence in one process', () => {
     expect(armed).toBe(false);
     expect(await b.get('k')).toBeUndefined(); // the store refused the write
     expect(await a.get('k')).toBeUndefined(); // and L1 did not keep it
+  });
+
+  // The fault campaign's "no superseded read" (seed 808): a process served, for over a second after its
+  // own set() resolved, the value that set() replaced. A read sent while the set() was under way (after
+  // its invalidation, so its ticket held) ran in Redis just before the set's write, and both replies
+  // came in one chunk: the read's L1 fill ran a few promise steps after the write's, and won. Here the
+  // two go out in one TCP write (the socket corked), so Redis runs them back to back and answers both
+  // at once. Both kinds of read: the read script (no clock sample yet, as after every reconnection)
+  // lost the race before the fix; a plain read happened to fill first.
+  it.each([
+    ['get(), the read script (no clock sample yet)', false, false],
+    ['get(), a plain read (GETRANGE, the clock sampled)', true, false],
+    ['getMany(), the read script', false, true],
+    ['getMany(), a plain read', true, true],
+  ])("(c) a read answered just before this process's own set() wrote (%s) does not put the replaced value back in L1", async (_, sampled, many) => {
+    const client = h.client();
+    const a = ownCache({ redis: client, prefix: `coh-cw${sampled ? 'p' : 's'}${many ? 'm' : 'g'}${process.pid}`, ...L1 });
+    const b = peer(a);
+    expect(await a.ready()).toBe(true);
+    await b.set('k', 'old', 60_000);
+    if (sampled) {
+      await b.set('warm', 'w', 60_000);
+      expect(await a.get('warm')).toBe('w'); // the read script, which samples the node's clock
+    }
+    const { value, fence } = keysOf(a, 'k');
+    let read: Promise<unknown> | undefined;
+    const send = client.sendCommand.bind(client);
+    client.sendCommand = ((...args: Parameters<Redis['sendCommand']>) => {
+      const names = args[0].args.map(String);
+      // set()'s write: the only script naming both the value and the fence key (its acquire names the lock, fence and backoff keys).
+      if (read !== undefined || !args[0].name.startsWith('eval') || !names.includes(value) || !names.includes(fence)) return send(...args);
+      const socket = (client as unknown as { stream: Socket }).stream;
+      socket.cork();
+      read = many ? a.getMany(['k']).then(([v]) => v) : a.get('k'); // begun after set()'s invalidation: its ticket holds
+      const reply = send(...args);
+      process.nextTick(() => socket.uncork());
+      return reply;
+    });
+    await a.set('k', 'new', 60_000);
+    expect(await read).toBe('old'); // it ran before the write
+    expect(await b.get('k')).toBe('new');
+    expect(await a.get('k')).toBe('new');
   });
 });
 

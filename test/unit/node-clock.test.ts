@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { CLOCK_DRIFT, CLOCK_WINDOW_MS, NodeClocks } from '../../src/node-clock.js';
+import { CLOCK_DRIFT, NodeClocks, RESAMPLE_AFTER_MS } from '../../src/node-clock.js';
 
 /** A monotonic and a wall clock the test moves (together, unless it says otherwise). */
 function clocks(skewMs = 0) {
@@ -25,14 +25,15 @@ describe('NodeClocks', () => {
     expect(w[1]).toBeCloseTo(1_003 + 4_000 + CLOCK_DRIFT, 6);
   });
 
-  it('has no window for a node never sampled, and none once the window outgrows CLOCK_WINDOW_MS', () => {
+  it('has no window for a node never sampled; a far node\'s wide sample still gives one (judged at both ends)', () => {
     const { c, t, pass } = clocks();
     expect(c.timeWindow('n', t.mono, t.mono)).toBeUndefined();
-    c.sample('n', t.mono, t.mono, 5_000);
-    pass(0.9 * (CLOCK_WINDOW_MS / (2 * CLOCK_DRIFT)));
-    expect(c.timeWindow('n', t.mono, t.mono)).toBeDefined();
-    pass(0.2 * (CLOCK_WINDOW_MS / (2 * CLOCK_DRIFT)));
-    expect(c.timeWindow('n', t.mono, t.mono)).toBeUndefined();
+    pass(400); // a 400 ms round trip
+    c.sample('n', t.mono - 400, t.mono, 5_000);
+    pass(400);
+    const w = c.timeWindow('n', t.mono - 400, t.mono) as readonly [number, number];
+    expect(w[1] - w[0]).toBeCloseTo(800, 0);
+    expect(c.plainReadable('n')).toBe(true); // its own width is no reason to re-sample
   });
 
   it('widens by any disagreement of the monotonic and wall clocks since the sample (a suspended VM, a stepped clock)', () => {
@@ -41,8 +42,17 @@ describe('NodeClocks', () => {
     t.wall += 30; // the wall clock moved 30 ms, the monotonic clock did not
     const w = c.timeWindow('n', t.mono, t.mono) as readonly [number, number];
     expect(w[1] - w[0]).toBeCloseTo(60, 6);
-    t.wall += 30;
-    expect(c.timeWindow('n', t.mono, t.mono)).toBeUndefined(); // 120 ms > CLOCK_WINDOW_MS
+    expect(c.plainReadable('n')).toBe(false); // widened past RESAMPLE_AFTER_MS: this read re-samples
+  });
+
+  it('replaces a sample that a new one contradicts, however wide the new one (the server\'s clock stepped)', () => {
+    const { c, t, pass } = clocks();
+    pass(1);
+    c.sample('n', t.mono - 1, t.mono, 5_000); // offset ∈ [3999, 4000]
+    pass(100);
+    c.sample('n', t.mono - 50, t.mono, 15_101); // a 10 s step, read over 50 ms: offset ∈ [14000, 14051]
+    const w = c.timeWindow('n', t.mono, t.mono) as readonly [number, number];
+    expect(w[0]).toBeGreaterThan(t.mono + 13_000);
   });
 
   it('sends one script read per node to re-take a sample that aged, while the others stay plain', () => {
@@ -51,7 +61,7 @@ describe('NodeClocks', () => {
     expect(c.plainReadable('n')).toBe(false); // still none: every read is the script until one lands
     c.sample('n', t.mono, t.mono + 1, 5_000);
     expect(c.plainReadable('n')).toBe(true);
-    pass(CLOCK_WINDOW_MS / 4 / (2 * CLOCK_DRIFT)); // a quarter of the window used up
+    pass(1.01 * RESAMPLE_AFTER_MS / CLOCK_DRIFT); // widened by RESAMPLE_AFTER_MS
     expect(c.plainReadable('n')).toBe(false); // this one re-samples
     expect(c.plainReadable('n')).toBe(true); // the others still read plainly on the old sample
     c.unclaim('n'); // the re-sample failed
