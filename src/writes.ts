@@ -27,6 +27,9 @@ export async function set(rt: Runtime, key: string, value: unknown, call: Resolv
       throw new CacheClosedError(key);
     }
     const written = await writeFenced(rt, key, keys, grant, value, call);
+    // Again once written: a subscription lost while the write was out handed L1's copies to the memo,
+    // and one of them may be a value this set replaces.
+    rt.memo.invalidate(key);
     outcome = 'written';
     if (written === 'fenceLost') await deleteInstead(rt, key, keys);
     rt.forget(key); // a call starting now must not join a rebuild begun before this set
@@ -66,6 +69,7 @@ async function deleteInstead(rt: Runtime, key: string, keys: EntryKeys): Promise
     await rt.deps.store.invalidate(key, keys, rt.options.defaults.lockTtl);
   } finally {
     rt.local.deleted(key); // even if the delete failed: it may still be applied, and L1 must not outlive it
+    rt.memo.invalidate(key);
   }
 }
 
@@ -79,6 +83,7 @@ export async function remove(rt: Runtime, key: string): Promise<void> {
     rt.forget(key); // a call starting now must not join a rebuild begun before this delete
   } finally {
     rt.local.deleted(key);
+    rt.memo.invalidate(key); // again: L1's copies handed to the memo while the delete was out
   }
 }
 
@@ -102,6 +107,9 @@ export async function removeMany(rt: Runtime, keys: readonly string[]): Promise<
     });
     if (failed && !failed.ok) throw failed.error;
   } finally {
-    for (const key of keys) rt.local.deleted(key);
+    for (const key of keys) {
+      rt.local.deleted(key);
+      rt.memo.invalidate(key); // again, as delete()
+    }
   }
 }
