@@ -83,6 +83,17 @@ export function withDegradedKeys(memo: DegradedMemo, degradedKeyOf: (internal: s
       const degraded = degradedKeyOf(key);
       if (degraded !== undefined && degraded !== key) memo.keep(degraded, value, freshMs);
     },
+    copy: (key, value, freshMs, staleMs, untilMs) => {
+      memo.copy(key, value, freshMs, staleMs, untilMs);
+      // As keep(): namespaced calls read the degraded-path key while the generation is unknown.
+      const degraded = key.startsWith(RESERVED_KEY_START) ? degradedKeyOf(key) : undefined;
+      if (degraded !== undefined && degraded !== key) memo.copy(degraded, value, freshMs, staleMs, untilMs);
+    },
+    missed: (key) => {
+      memo.missed(key);
+      const degraded = key.startsWith(RESERVED_KEY_START) && !memo.idle ? degradedKeyOf(key) : undefined;
+      if (degraded !== undefined && degraded !== key) memo.missed(degraded);
+    },
     invalidate: (key) => {
       memo.invalidate(key);
       if (!key.startsWith(RESERVED_KEY_START) || memo.idle) return;

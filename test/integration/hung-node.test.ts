@@ -3,7 +3,8 @@ import { createCache, type Cache, type CacheOptions, type GetContext, type Healt
 import { getChannel } from '../../src/telemetry.js';
 import { NodeSuspect, RedisTimeout } from '../../src/errors.js';
 import { familyClient, whenReady } from '../support/clients.js';
-import { nextEvent } from '../support/harness.js';
+import { Redis } from 'ioredis';
+import { keysOf, nextEvent } from '../support/harness.js';
 import { startRedisServer, type RedisServer } from '../support/redis-server.js';
 
 /**
@@ -295,3 +296,103 @@ async function nextEventOrIdle(_cache: Cache): Promise<void> {
   }
   await new Promise((r) => setTimeout(r, 50));
 }
+
+describe('what memory holds for an outage, and when the node counts as hung', () => {
+  type Sub = { once(event: string, listener: () => void): unknown };
+  const catchSubscriber = (box: { sub?: Sub }) => (redis: RedisClient) => {
+    const c = redis as unknown as { duplicate: (...a: unknown[]) => Sub };
+    const original = c.duplicate.bind(c);
+    c.duplicate = (...a: unknown[]) => (box.sub = original(...a));
+  };
+  const subscriberDown = (box: { sub?: Sub }) =>
+    new Promise<void>((resolve) => {
+      for (const event of ['close', 'end']) box.sub?.once(event, resolve);
+    }).then(() => new Promise((r) => setImmediate(r)));
+
+  it('a value read with a stale window answers at once, as stale, while the node is suspect past its fresh time; only calls that allow stale get it', async () => {
+    const { cache, runs, loader } = await setup();
+    const stale: string[] = [];
+    cache.on('stale', (e) => stale.push(`${e.key}:${e.reason}`));
+    const opts = { ttl: 200, staleTtl: 60_000 };
+    const loadMany = (missing: readonly string[]) => new Map(missing.map((k) => [k, loader({ key: k })]));
+    const ns = cache.namespace('n');
+    expect(await cache.getOrCompute('s', loader, opts)).toBe('s#1');
+    expect(await cache.getOrCompute('s', loader, opts)).toBe('s#1'); // read from Redis: fresh, with a stale window
+    expect(await ns.getOrCompute('t', loader, opts)).toBe('t#1');
+    expect(await ns.getOrCompute('t', loader, opts)).toBe('t#1');
+    await whilePaused(async () => {
+      // The hung read takes redisTimeout (300 ms > ttl): the copy is past its fresh time, in its stale window.
+      expect(await cache.getOrCompute('s', loader, opts)).toBe('s#1');
+      expect(await cache.getOrCompute('s', loader, opts)).toBe('s#1');
+      expect(await cache.getOrComputeMany(['s'], loadMany, opts)).toEqual(['s#1']);
+      expect(await ns.getOrCompute('t', loader, opts)).toBe('t#1');
+      expect(await cache.get('s')).toBeUndefined(); // get() answers fresh values only
+      expect(await cache.getMany(['s'])).toEqual([undefined]);
+      expect(await cache.getOrCompute('s', loader, 200)).toBe('s#2'); // a call without staleTtl: its loader runs
+    });
+    expect(stale).toEqual(['s:window', 's:window', 's:window', 't:window']);
+    expect(Object.fromEntries(runs)).toEqual({ s: 2, t: 1 });
+  });
+
+  it('a value read with a fail-safe window is the fallback of a failing degraded loader while the node is suspect', async () => {
+    const { cache, loader } = await setup();
+    const stale: string[] = [];
+    cache.on('stale', (e) => stale.push(`${e.key}:${e.reason}`));
+    const opts = { ttl: 200, failSafeTtl: 60_000 };
+    expect(await cache.getOrCompute('f', loader, opts)).toBe('f#1');
+    expect(await cache.getOrCompute('f', loader, opts)).toBe('f#1'); // read from Redis: fresh, with a fail-safe window
+    const failing = () => Promise.reject(new Error('origin down'));
+    await whilePaused(async () => {
+      expect(await cache.getOrCompute('f', failing, opts)).toBe('f#1');
+      await expect(cache.getOrCompute('f', failing, 200)).rejects.toThrow('origin down'); // no failSafeTtl: the loader's error
+      // A loader that works runs (a fail-safe value is a fallback, not an answer), and its value is kept.
+      expect(await cache.getOrCompute('f', loader, opts)).toBe('f#2');
+      expect(await cache.getOrCompute('f', failing, opts)).toBe('f#2');
+    });
+    expect(stale).toEqual(['f:loaderError']);
+  });
+
+  it('a read that finds the key gone drops the copy of it: an outage after a delete nobody announced does not bring the old value back', async () => {
+    const { cache, runs, loader } = await setup();
+    const opts = { ttl: 60_000, staleTtl: 60_000 };
+    expect(await cache.getOrCompute('d', loader, opts)).toBe('d#1');
+    expect(await cache.get('d')).toBe('d#1'); // read from Redis: copied
+    const admin = new Redis(server.adminUrl);
+    try {
+      await admin.del(keysOf(cache, 'd').value); // gone without a note (an eviction, a delete from outside)
+    } finally {
+      admin.disconnect();
+    }
+    expect(await cache.get('d')).toBeUndefined(); // the read that finds it gone
+    await whilePaused(async () => {
+      expect(await cache.getOrCompute('d', loader, opts)).toBe('d#2');
+    });
+    expect(runs.get('d')).toBe(2);
+  });
+
+  it('copies handed from a large L1 never push a degraded value out of the memo; the most recently used copies are kept', async () => {
+    const box: { sub?: Sub } = {};
+    const { cache, runs, loader } = await setup({ local: { max: 10 }, degradedMemo: 3 }, catchSubscriber(box));
+    const keys = Array.from({ length: 10 }, (_, i) => `m${i}`);
+    for (const k of keys) expect(await cache.getOrCompute(k, loader, 60_000)).toBe(`${k}#1`);
+    // A degraded value while the subscription holds: Redis refuses writes (OOM), the lock cannot be taken.
+    const admin = new Redis(server.adminUrl);
+    try {
+      await admin.config('SET', 'maxmemory', '1');
+      expect(await cache.getOrCompute('dv', loader, 60_000)).toBe('dv#1');
+      await admin.config('SET', 'maxmemory', '0');
+    } finally {
+      admin.disconnect();
+    }
+    // L1 (10 slots) ends up without dv: m1..m9 used again, then m10 pushes dv out.
+    for (const k of keys.slice(1)) expect(await cache.getOrCompute(k, loader, 60_000)).toBe(`${k}#1`);
+    expect(await cache.getOrCompute('m10', loader, 60_000)).toBe('m10#1');
+    await whilePaused(async () => {
+      await subscriberDown(box); // L1's 10 copies handed to a memo of 3
+      expect(await cache.getOrCompute('dv', loader, 60_000)).toBe('dv#1');
+      for (const k of ['m8', 'm9', 'm10']) expect(await cache.getOrCompute(k, loader, 60_000)).toBe(`${k}#1`);
+    });
+    expect(runs.get('dv')).toBe(1);
+    expect(['m8', 'm9', 'm10'].map((k) => runs.get(k))).toEqual([1, 1, 1]);
+  });
+});
