@@ -15,8 +15,8 @@ import type { Clock } from './options.js';
  * for `redisTimeout` (after the stall credit below) and its node answered nothing else since it was
  * sent, the node is suspect. Every operation still in flight to it fails then — together ONE breaker
  * failure, however many keys were waiting — and nothing more is sent to it (operations fail at once
- * with `NodeSuspect`) until it answers anything: a background probe every `redisTimeout`, or a late
- * reply to an operation already given up on. One slow reply on a node that answers other operations
+ * with `NodeSuspect`) until it answers anything: a background probe (one outstanding at a time), or a
+ * late reply to an operation already given up on. One slow reply on a node that answers other operations
  * meanwhile times out alone, as before: it never makes the node suspect.
  *
  * Invariant: a timed-out command may still run on the server later (it sat in ioredis' offline queue,
@@ -248,7 +248,7 @@ export class Io {
     this.sendProbe(node);
   }
 
-  /** One probe of a suspect node at a time: its reply (even late, even an error reply) ends the suspicion. */
+  /** One probe of a suspect node at a time, outstanding until it settles: its reply (even an error reply) ends the suspicion. */
   private sendProbe(node: NodeHealth): void {
     const probe = this.probe;
     if (!probe || node.probing || !node.suspect || this.closed) return;
@@ -259,13 +259,13 @@ export class Io {
       node,
       target: node.probeTarget,
       probe: true,
-      deadline: start + this.timeoutMs,
+      // Never timed out: a probe unanswered stays the node's one probe until its reply or error (a
+      // silently dead socket would otherwise queue one more EXISTS per redisTimeout behind it).
+      deadline: Number.POSITIVE_INFINITY,
       settled: false,
       prev: undefined,
       next: undefined,
-      expire: () => {
-        node.probing = false;
-      },
+      expire: () => undefined,
       abandon: () => {
         node.probing = false;
       },
@@ -343,7 +343,7 @@ export class Io {
     const latest = (1 + MAX_STALL_CREDIT) * this.timeoutMs;
     this.lastSweep = this.clock.now();
     this.sweeper = setInterval(() => {
-      // A suspect node is probed again once its last probe timed out (one at a time, every redisTimeout).
+      // A suspect node is probed again once its last probe failed without a reply (a refused connection).
       for (const node of this.nodes.values()) if (node.suspect && !node.probing) this.sendProbe(node);
       if (!this.inFlight.first) {
         // Idle for a whole tick: stop, so an idle cache holds no timer.

@@ -298,6 +298,7 @@ async function nextEventOrIdle(_cache: Cache): Promise<void> {
 }
 
 describe('what memory holds for an outage, and when the node counts as hung', () => {
+  const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
   type Sub = { once(event: string, listener: () => void): unknown };
   const catchSubscriber = (box: { sub?: Sub }) => (redis: RedisClient) => {
     const c = redis as unknown as { duplicate: (...a: unknown[]) => Sub };
@@ -368,6 +369,25 @@ describe('what memory holds for an outage, and when the node counts as hung', ()
       expect(await cache.getOrCompute('d', loader, opts)).toBe('d#2');
     });
     expect(runs.get('d')).toBe(2);
+  });
+
+  it('a suspect node has one probe outstanding at a time, however long it stays silent', async () => {
+    const { cache, loader } = await setup();
+    // Count the probes the cache sends (the Io's probe function).
+    const io = (cache as unknown as { rt: { io: { probe: (target: unknown) => Promise<unknown> } } }).rt.io;
+    const probe = io.probe.bind(io);
+    let probes = 0;
+    io.probe = (target) => (probes++, probe(target));
+    server.pause();
+    try {
+      expect(await cache.getOrCompute('p', loader, 60_000)).toBe('p#1');
+      expect(cache.health().nodes[0]?.state).toBe('suspect');
+      await sleep(5 * 300); // five redisTimeouts of silence
+    } finally {
+      server.resume();
+    }
+    expect(await nextEvent(cache, 'health')).toMatchObject({ state: 'recovered' });
+    expect(probes).toBe(1);
   });
 
   it('copies handed from a large L1 never push a degraded value out of the memo; the most recently used copies are kept', async () => {
