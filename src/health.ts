@@ -13,7 +13,8 @@ import type { OwnKey } from './node-of.js';
  *          from memory (L1, the degraded memo) or run their loader here — and a probe (`EXISTS` on a
  *          key the node owns) is sent in the background, one at a time (a new one only once the last
  *          was answered or failed). Any reply from the node (the probe's, or a late reply to an
- *          operation already given up on) ends it.
+ *          operation already given up on) ends it. Also when the subscriber finds the node silent
+ *          and the cache's own operations heard nothing from it since (Io.silent).
  * open     the node's circuit breaker is open (breaker.ts): `breakerThreshold` consecutive failures
  *          (refused connections, error replies, separate suspicions); closed by a success after the
  *          cooldown, or by the client's reconnection.

@@ -90,7 +90,7 @@ export class Runtime {
     this.io = this.newIo();
     const scripts = withReplicaAck(defineScripts(this.port), this.port, o.replicaAck);
     // The subscriber's heartbeat: a silently dead socket counts as down within 2 × redisTimeout.
-    this.bus = new Bus(o.prefix, o.redisTimeout);
+    this.bus = new Bus(o.prefix, o.redisTimeout, o.clock);
     this.notes = this.newNotes();
     this.local = o.local ? new LruTier(o.local, o.clock, { incoherent: o.unsafe.incoherentL1 }) : NO_LOCAL_TIER;
     this.lockers = this.newLockers(scripts);
@@ -170,6 +170,12 @@ export class Runtime {
       onDown: () => {
         this.generations.suspend();
         this.local.suspend((key, value, freshMs) => this.memo.keep(key, value, freshMs)); // served only while Redis is unavailable
+        // The heartbeat found the node silent: if it answered our operations nothing since either, it is
+        // hung — suspect now, so the calls that L1 answered until now answer from memory at once instead
+        // of each waiting out a read. (A close alone is no such sign: a subscriber killed on a live
+        // server.) A Cluster's subscriber is on one node of many: it says nothing of the others.
+        const silentSince = this.bus.silentSince;
+        if (silentSince !== undefined && !this.port.cluster) this.io.silent(STANDALONE, silentSince);
       },
       onError: (error) => this.emit('degraded', { key: undefined, operation: 'subscribe', error }),
     });

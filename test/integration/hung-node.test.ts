@@ -4,7 +4,7 @@ import { getChannel } from '../../src/telemetry.js';
 import { NodeSuspect, RedisTimeout } from '../../src/errors.js';
 import { familyClient, whenReady } from '../support/clients.js';
 import { Redis } from 'ioredis';
-import { keysOf, nextEvent } from '../support/harness.js';
+import { keysOf, nextEvent, subscriptionDowns } from '../support/harness.js';
 import { startRedisServer, type RedisServer } from '../support/redis-server.js';
 
 /**
@@ -309,6 +309,12 @@ describe('what memory holds for an outage, and when the node counts as hung', ()
     new Promise<void>((resolve) => {
       for (const event of ['close', 'end']) box.sub?.once(event, resolve);
     }).then(() => new Promise((r) => setImmediate(r)));
+  type Inside = { rt: { bus: { heardAt: number }; io: { nodes: Map<string, { lastAnswer: number }> } } };
+  /** Until the subscriber has heard from Redis after the cache's last answered operation (its heartbeat PING answered since). */
+  const subscriberHeardLast = async (cache: Cache) => {
+    const rt = (cache as unknown as Inside).rt;
+    while (rt.bus.heardAt <= (rt.io.nodes.get('standalone')?.lastAnswer ?? Number.NEGATIVE_INFINITY)) await sleep(20);
+  };
 
   it('a value read with a stale window answers at once, as stale, while the node is suspect past its fresh time; only calls that allow stale get it', async () => {
     const { cache, runs, loader } = await setup();
@@ -369,6 +375,69 @@ describe('what memory holds for an outage, and when the node counts as hung', ()
       expect(await cache.getOrCompute('d', loader, opts)).toBe('d#2');
     });
     expect(runs.get('d')).toBe(2);
+  });
+
+  it('the subscriber finding the node silent makes it suspect: with L1 handed to the memo, not one call waits out a read', async () => {
+    const box: { sub?: Sub } = {};
+    const { cache, health, degraded, runs, loader } = await setup({ local: { max: 100 } }, catchSubscriber(box));
+    const keys = ['h0', 'h1', 'h2'];
+    for (const k of keys) expect(await cache.getOrCompute(k, loader, 60_000)).toBe(`${k}#1`);
+    await subscriberHeardLast(cache); // L1 answers everything: the main connection is quiet
+    await whilePaused(async () => {
+      await subscriberDown(box);
+      expect(cache.health().nodes[0]?.state).toBe('suspect'); // before any call
+      for (const k of keys) expect(await cache.getOrCompute(k, loader, 60_000)).toBe(`${k}#1`);
+      expect(await cache.getOrCompute('new', loader, 60_000)).toBe('new#1');
+    });
+    expect(keys.map((k) => runs.get(k))).toEqual([1, 1, 1]);
+    expect(waitedOut(degraded)).toBe(0);
+    expect(notSent(degraded)).toBe(4);
+    expect(health.map((e) => e.state)).toEqual(['suspect']);
+  });
+
+  it('a subscriber connection killed on a live server is no sign of a hung node: nothing is suspect, calls read Redis', async () => {
+    const { cache, health, degraded, loader } = await setup({ local: { max: 100 } });
+    expect(await cache.getOrCompute('k', loader, 60_000)).toBe('k#1');
+    await subscriberHeardLast(cache); // the main connection is quieter than the subscriber
+    const downs = subscriptionDowns(cache);
+    const admin = new Redis(server.adminUrl);
+    try {
+      await admin.client('KILL', 'TYPE', 'pubsub');
+    } finally {
+      admin.disconnect();
+    }
+    while (downs.count === 0) await sleep(10); // the cache saw its subscription go down
+    expect(cache.health().healthy).toBe(true);
+    expect(await cache.get('k')).toBe('k#1'); // read from Redis (L1 is not trusted until re-subscribed)
+    expect(health).toEqual([]);
+    expect(degraded).toEqual([]);
+  });
+
+  it('a stall of this process across a heartbeat PING is not silence: the subscription stays up and the node healthy', async () => {
+    const { cache, health } = await setup({ local: { max: 100 } });
+    const downs = subscriptionDowns(cache);
+    await subscriberHeardLast(cache);
+    // The next heartbeat PING is sent, then (in the check phase of the same turn, before its reply can be
+    // read) this process stalls 1.5 periods: the heartbeat's next tick runs late, with the reply unread.
+    const bus = (cache as unknown as { rt: { bus: { subscriber: { ping: () => Promise<unknown> } } } }).rt.bus;
+    const sub = bus.subscriber;
+    const ping = sub.ping.bind(sub);
+    let stalled = 0;
+    sub.ping = () => {
+      if (stalled++ === 0) {
+        setImmediate(() => {
+          const until = performance.now() + 450;
+          while (performance.now() < until) {
+            // blocked
+          }
+        });
+      }
+      return ping();
+    };
+    while (stalled < 3) await sleep(50); // two more heartbeats after the stalled one
+    expect(downs.count).toBe(0);
+    expect(health).toEqual([]);
+    expect(cache.health().healthy).toBe(true);
   });
 
   it('a suspect node has one probe outstanding at a time, however long it stays silent', async () => {
