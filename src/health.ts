@@ -25,7 +25,7 @@ export type NodeState = 'healthy' | 'suspect' | 'open';
 
 /** A node's health changed: the payload of the `health` event. */
 export interface HealthChange {
-  /** The node: `'standalone'` for a plain client, `host:port` of the master on a Cluster. */
+  /** The node: `'standalone'` for a plain client, `host:port` of the master on a Cluster, `redlock[i]` for the i-th Redlock node. */
   readonly node: string;
   /** `suspect` or `open`: the node became so; `recovered`: it answers again (healthy). */
   readonly state: 'suspect' | 'open' | 'recovered';

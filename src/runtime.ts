@@ -13,7 +13,7 @@ import { LruDegradedMemo, NO_DEGRADED_MEMO, type DegradedMemo } from './degraded
 import type { Emit } from './emit.js';
 import { CacheClosedError } from './errors.js';
 import { CallResolver, Guard } from './guards.js';
-import { nodeProbe } from './health.js';
+import { nodeProbe, type CacheHealth, type HealthChange } from './health.js';
 import { Io } from './io.js';
 import { slotTag } from './keys.js';
 import { LruTier, NO_LOCAL_TIER, type LocalTier } from './local-tier.js';
@@ -139,9 +139,9 @@ export class Runtime {
     const local = new StoreLock(lockDeps, 'local', false);
     const single = new StoreLock(lockDeps, 'single', true);
     const fallback = { throw: undefined, single, local };
-    const breaker = { threshold: o.breakerThreshold, cooldown: o.breakerCooldown };
+    const nodes = { threshold: o.breakerThreshold, cooldown: o.breakerCooldown, prefix: o.prefix, onHealth: (change: HealthChange) => this.emit('health', change) };
     // Without redlock nodes, the call's options refuse mode 'redlock' before it gets here.
-    const redlock = o.redlock ? new RedlockLock(lockDeps, o.redlock, fallback[o.redlock.onNoQuorum], breaker) : single;
+    const redlock = o.redlock ? new RedlockLock(lockDeps, o.redlock, fallback[o.redlock.onNoQuorum], nodes) : single;
     return { none: new StoreLock(lockDeps, 'none', false), local, single, redlock };
   }
 
@@ -212,6 +212,14 @@ export class Runtime {
     this.local.flush();
     this.memo.clear();
     this.calls.forgetAll();
+  }
+
+  /** See Cache.health(): the store's nodes, then the Redlock nodes. */
+  health(): CacheHealth {
+    const store = this.io.health();
+    if (!(this.lockers.redlock instanceof RedlockLock)) return store;
+    const nodes = [...store.nodes, ...this.lockers.redlock.health()];
+    return { healthy: nodes.every((n) => n.state === 'healthy'), nodes };
   }
 
   /** See Cache.ready(). */

@@ -485,3 +485,52 @@ describe('what memory holds for an outage, and when the node counts as hung', ()
     expect(['m8', 'm9', 'm10'].map((k) => runs.get(k))).toEqual([1, 1, 1]);
   });
 });
+
+describe('Redlock nodes are found hung by time too', () => {
+  let nodes: RedisServer[] = [];
+  beforeAll(async () => {
+    nodes = await Promise.all(Array.from({ length: 3 }, () => startRedisServer()));
+  });
+  afterAll(async () => {
+    for (const n of nodes) n.resume();
+    await Promise.all(nodes.map((n) => n.stop()));
+  });
+  /** Redis's count of script calls so far on `node` (INFO commandstats, as the admin user). */
+  const scriptCalls = async (node: RedisServer) => {
+    const admin = new Redis(node.adminUrl);
+    try {
+      const info = await admin.info('commandstats');
+      return ['eval', 'evalsha'].reduce((sum, c) => sum + Number(new RegExp(`cmdstat_${c}:calls=(\\d+)`).exec(info)?.[1] ?? 0), 0);
+    } finally {
+      admin.disconnect();
+    }
+  };
+
+  it('a hung majority: the first acquire waits one nodeTimeout, later ones send nothing to the hung nodes; health() lists every Redlock node', async () => {
+    const clients = nodes.map((n) => {
+      const { client, dispose } = familyClient(n.url);
+      disposals.push(dispose);
+      return client;
+    });
+    await Promise.all(clients.map((c) => whenReady(c)));
+    const { cache, health, runs, loader } = await setup({ lock: 'redlock', redlock: { nodes: clients, nodeTimeout: 300 } });
+    expect(await cache.getOrCompute('r', loader, 60_000)).toBe('r#1'); // every node answers
+    expect(cache.health()).toMatchObject({ healthy: true, nodes: [{ node: 'standalone' }, { node: 'redlock[0]' }, { node: 'redlock[1]' }, { node: 'redlock[2]' }] });
+    const hung = [nodes[1], nodes[2]] as RedisServer[];
+    const before = await Promise.all(hung.map(scriptCalls));
+    for (const n of hung) n.pause();
+    try {
+      // No quorum (onNoQuorum 'local'): each key's loader runs under the local lock, fenced, stored.
+      for (let i = 0; i < 5; i++) expect(await cache.getOrCompute(`q${i}`, loader, 60_000)).toBe(`q${i}#1`);
+      expect(cache.health().nodes.map((n) => `${n.node}:${n.state}`)).toEqual(['standalone:healthy', 'redlock[0]:healthy', 'redlock[1]:suspect', 'redlock[2]:suspect']);
+    } finally {
+      for (const n of hung) n.resume();
+    }
+    // Each hung node got the first acquire's vote and its undo by token (sent at the timeout, and again
+    // once the late reply came), and nothing for the four acquires after it.
+    const after = await Promise.all(hung.map(scriptCalls));
+    for (const [i, n] of after.entries()) expect(n - (before[i] as number)).toBeLessThanOrEqual(3);
+    expect([...runs.values()].every((n) => n === 1)).toBe(true);
+    expect(health.filter((h) => h.state === 'suspect').map((h) => h.node).sort()).toEqual(['redlock[1]', 'redlock[2]']);
+  });
+});
