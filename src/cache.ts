@@ -56,7 +56,7 @@ export class Cache extends EventEmitter<CacheEvents> {
 
   /** Each Redis node's state now (healthy, suspect, open) — cheap, for a health endpoint; changes are `health` events (health.ts). */
   health(): CacheHealth {
-    return this.rt.io.health();
+    return this.rt.health();
   }
 
   /** Counters since creation (a copy): see CacheStats for what each counts, and docs/observability.md. */

@@ -4,30 +4,38 @@ import type { Clock } from './options.js';
 /**
  * Values computed on the degraded path (Redis unavailable for the key), kept in process memory for
  * their ttl so that while Redis stays unavailable a process runs at most one loader per key per ttl
- * instead of one per call; and L1's fresh copies, handed over when L1 stops being trusted (its
- * subscription lost: during an outage, before they expire). Bounded (LRU, `degradedMemo` entries);
- * independent of L1, so it works with L1 off.
+ * instead of one per call; and copies of what the store held: L1's fresh copies, handed over when L1
+ * stops being trusted (its subscription lost: during an outage, before they expire), and the last
+ * value a store read found for a key whose entry has a stale or fail-safe window (so that window
+ * still holds while Redis is unavailable). Bounded: two LRUs of `degradedMemo` entries each, one for
+ * degraded values and one for copies, so copies never push a degraded value out; independent of L1,
+ * so it works with L1 off.
  *
  * Invariants (what makes serving from it sound):
  * - It is read only when Redis is unavailable for the key: a Redis operation for it failed, or was not
  *   sent because its node is suspect or its breaker open (io.ts) — then it answers first, before any
  *   loader, for every entry point that may serve a cached value (getOrCompute and its batch and
  *   namespaced forms, get, getMany; never forceFresh, which asks the origin). While Redis answers for
- *   a key, the key's store entry (fenced) is the truth and the memo is never consulted.
+ *   a key, the key's store entry (fenced) is the truth and the memo is never consulted. Copies are
+ *   written on the healthy path (a store read), but still read only there.
  * - Nothing older than an invalidation is served: `invalidate(key)` (this process's delete, set or
  *   rebuild write — called before it is sent, so even one that fails counts —, a note from another
  *   process, or a store read that found a value for the key) drops the entry and voids every degraded
  *   load of the key that began before it, so a loader that was already running cannot put its older
- *   value back. A read that finds no value keeps the entry: it says nothing newer.
+ *   value back. A read that finds no value (`missed`) drops a copy — the value it copied was deleted,
+ *   expired or evicted — and keeps a degraded value: it says nothing newer than one never stored.
  * - `clear()` (a node's open breaker closed: an outage ended; or the client reconnected) drops
  *   everything and voids every running load: once Redis is back its entries are the truth, and a
  *   memo entry kept across the recovery could later be served after the store had handed this
  *   process a newer value.
- * - An entry is served until `ttl` ms after its loader finished, never longer.
+ * - A degraded value is served until `ttl` ms after its loader finished, an L1 copy until its fresh
+ *   time ends, a read's copy within its entry's own windows (counted from when the read was sent):
+ *   as a value while fresh, and past that only to calls that allow a stale (`staleTtl`) or fail-safe
+ *   (`failSafeTtl`) value — never longer.
  */
 export interface DegradedMemo {
-  /** The kept value, if any and still within its ttl. */
-  get(key: string): { readonly value: unknown } | undefined;
+  /** The kept value, if any and still within its windows, with the part of them it is in now. */
+  get(key: string): MemoHit | undefined;
   /** Call before running a degraded loader; hand the result to `fill` or `abandon`. */
   begin(key: string): MemoTicket;
   /** Keeps `value` for `ttlMs` unless the key was invalidated or the memo cleared since `begin`. */
@@ -36,6 +44,16 @@ export interface DegradedMemo {
   abandon(ticket: MemoTicket): void;
   /** Keeps an L1 copy handed over as L1 stops being trusted, for the `freshMs` it had left (never longer). */
   keep(key: string, value: unknown, freshMs: number): void;
+  /**
+   * Keeps a copy of a value a store read found with a stale or fail-safe window, within the entry's
+   * own windows (ms from now): fresh for `freshMs`, stale until `staleMs`, fail-safe until `untilMs`.
+   */
+  copy(key: string, value: unknown, freshMs: number, staleMs: number, untilMs: number, sentAt: number): void;
+  /** A store read found no value: a copy of what the store held is gone with it (a degraded value stays). */
+  missed(key: string): void;
+  /** A store read found a value: the store is the truth again, every kept copy of the key goes. */
+  found(key: string): void;
+  /** The key changed (a write, set or delete here, a note from another process): also refuses every copy of a read sent before now. */
   invalidate(key: string): void;
   clear(): void;
   /**
@@ -45,6 +63,12 @@ export interface DegradedMemo {
   readonly idle: boolean;
 }
 
+/** A kept value and where it stands: `fresh` answers as a value; `stale` and `kept` only where the call allows (staleTtl, failSafeTtl). */
+export interface MemoHit {
+  readonly value: unknown;
+  readonly state: 'fresh' | 'stale' | 'kept';
+}
+
 /** One degraded load in progress. Opaque to callers. */
 export interface MemoTicket {
   readonly key: string;
@@ -52,34 +76,64 @@ export interface MemoTicket {
   voided: boolean;
 }
 
+/** Ends of a kept value's windows (clock ms): fresh, then stale, then fail-safe; all three equal for a degraded value or an L1 copy. */
 interface Kept {
   readonly value: unknown;
+  readonly freshUntil: number;
+  readonly staleUntil: number;
   readonly until: number;
 }
 
 export class LruDegradedMemo implements DegradedMemo {
+  /** Values degraded loads computed: what the memo is for. */
   private readonly kept: LRUCache<string, Kept>;
+  /**
+   * Copies of what the store held (L1's at a subscription loss, store reads with a stale or fail-safe
+   * window): their own LRU, so a large L1 or a stream of reads never pushes a degraded value out.
+   */
+  private readonly copies: LRUCache<string, Kept>;
   /** Loads in progress per key (usually one: the in-process flight). Invariant: a ticket is here from begin() until fill()/abandon(). */
   private readonly running = new Map<string, MemoTicket[]>();
   /** Moves on every clear(); a ticket from an older epoch never fills. */
   private epoch = 0;
 
+  /**
+   * When each key last changed (clock ms), for the most recent changes only: a read's copy is refused
+   * if its key changed since the read was sent. Invariant: a key absent here last changed at or before
+   * `changedFloor` (raised to an evicted entry's time), so what is forgotten refuses, never admits.
+   */
+  private readonly changedAt: LRUCache<string, number>;
+  private changedFloor = Number.NEGATIVE_INFINITY;
+
   constructor(max: number, private readonly clock: Clock) {
     this.kept = new LRUCache<string, Kept>({ max });
+    this.copies = new LRUCache<string, Kept>({ max });
+    this.changedAt = new LRUCache<string, number>({
+      max: Math.max(1024, max),
+      dispose: (at, _key, reason) => {
+        if (reason === 'evict' && at > this.changedFloor) this.changedFloor = at;
+      },
+    });
   }
 
   get idle(): boolean {
-    return this.kept.size === 0 && this.running.size === 0;
+    return this.kept.size === 0 && this.copies.size === 0 && this.running.size === 0;
   }
 
-  get(key: string): { readonly value: unknown } | undefined {
-    const kept = this.kept.get(key);
+  get(key: string): MemoHit | undefined {
+    // A degraded value is newer than any copy of the store's: a read that found a value dropped it.
+    return this.hit(this.kept, key) ?? this.hit(this.copies, key);
+  }
+
+  private hit(lru: LRUCache<string, Kept>, key: string): MemoHit | undefined {
+    const kept = lru.get(key);
     if (!kept) return undefined;
-    if (this.clock.now() >= kept.until) {
-      this.kept.delete(key);
+    const now = this.clock.now();
+    if (now >= kept.until) {
+      lru.delete(key);
       return undefined;
     }
-    return kept;
+    return { value: kept.value, state: now < kept.freshUntil ? 'fresh' : now < kept.staleUntil ? 'stale' : 'kept' };
   }
 
   begin(key: string): MemoTicket {
@@ -93,13 +147,32 @@ export class LruDegradedMemo implements DegradedMemo {
   fill(ticket: MemoTicket, value: unknown, ttlMs: number): void {
     this.abandon(ticket);
     if (ticket.voided || ticket.epoch !== this.epoch || ttlMs <= 0) return;
-    this.kept.set(ticket.key, { value, until: this.clock.now() + ttlMs });
+    const until = this.clock.now() + ttlMs;
+    this.kept.set(ticket.key, { value, freshUntil: until, staleUntil: until, until });
   }
 
   keep(key: string, value: unknown, freshMs: number): void {
     // A degraded load's own value (kept or to come) is at least as new: never replaced by an older copy.
     if (freshMs <= 0 || this.kept.has(key) || this.running.has(key)) return;
-    this.kept.set(key, { value, until: this.clock.now() + freshMs });
+    const until = this.clock.now() + freshMs;
+    this.copies.set(key, { value, freshUntil: until, staleUntil: until, until });
+  }
+
+  copy(key: string, value: unknown, freshMs: number, staleMs: number, untilMs: number, sentAt: number): void {
+    if (untilMs <= 0) return;
+    // A change of the key since the read was sent (a note that overtook its reply, this process's own
+    // write whose reply came first): the value read may be the one it replaced.
+    const changed = this.changedAt.peek(key);
+    if (sentAt <= this.changedFloor || (changed !== undefined && changed >= sentAt)) return;
+    const now = this.clock.now();
+    this.copies.set(key, { value, freshUntil: now + freshMs, staleUntil: now + staleMs, until: now + untilMs });
+  }
+
+  missed(key: string): void {
+    // The store held no value: a copy of an earlier one is older than the delete, expiry or eviction
+    // that removed it. A degraded value stays: a key computed while Redis was down was never stored,
+    // so a miss says nothing newer than it.
+    if (this.copies.size > 0) this.copies.delete(key);
   }
 
   abandon(ticket: MemoTicket): void {
@@ -110,18 +183,33 @@ export class LruDegradedMemo implements DegradedMemo {
     if (list.length === 0) this.running.delete(ticket.key);
   }
 
-  invalidate(key: string): void {
-    // The common case (Redis healthy: nothing kept, nothing running) costs two size checks: every
+  found(key: string): void {
+    // The common case (Redis healthy: nothing kept, nothing running) costs three size checks: every
     // store read that finds a value comes here.
-    if (this.kept.size === 0 && this.running.size === 0) return;
+    if (this.idle) return;
+    this.drop(key);
+  }
+
+  invalidate(key: string): void {
+    this.changedAt.set(key, this.clock.now());
+    if (this.idle) return;
+    this.drop(key);
+  }
+
+  private drop(key: string): void {
     this.kept.delete(key);
+    this.copies.delete(key);
     const list = this.running.get(key);
     if (list) for (const ticket of list) ticket.voided = true;
   }
 
   clear(): void {
     this.kept.clear();
+    this.copies.clear();
     this.epoch++;
+    // Every read in flight now was sent before the clear: none may copy.
+    this.changedFloor = this.clock.now();
+    this.changedAt.clear();
   }
 }
 
@@ -132,6 +220,9 @@ export const NO_DEGRADED_MEMO: DegradedMemo = {
   fill: () => undefined,
   abandon: () => undefined,
   keep: () => undefined,
+  copy: () => undefined,
+  missed: () => undefined,
+  found: () => undefined,
   invalidate: () => undefined,
   clear: () => undefined,
   // Degraded loads run untracked here (every call runs its own), so whether one is running is unknown.

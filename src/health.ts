@@ -11,8 +11,10 @@ import type { OwnKey } from './node-of.js';
  *          that time: the node is hung (a paused server, a full network buffer, a dead socket with no
  *          FIN). Nothing more is sent to it — operations fail at once (`NodeSuspect`), so calls answer
  *          from memory (L1, the degraded memo) or run their loader here — and a probe (`EXISTS` on a
- *          key the node owns) is sent every `redisTimeout` in the background. Any reply from the node
- *          (the probe's, or a late reply to an operation already given up on) ends it.
+ *          key the node owns) is sent in the background, one at a time (a new one only once the last
+ *          was answered or failed). Any reply from the node (the probe's, or a late reply to an
+ *          operation already given up on) ends it. Also when the subscriber finds the node silent
+ *          and the cache's own operations heard nothing from it since (Io.silent).
  * open     the node's circuit breaker is open (breaker.ts): `breakerThreshold` consecutive failures
  *          (refused connections, error replies, separate suspicions); closed by a success after the
  *          cooldown, or by the client's reconnection.
@@ -23,7 +25,7 @@ export type NodeState = 'healthy' | 'suspect' | 'open';
 
 /** A node's health changed: the payload of the `health` event. */
 export interface HealthChange {
-  /** The node: `'standalone'` for a plain client, `host:port` of the master on a Cluster. */
+  /** The node: `'standalone'` for a plain client, `host:port` of the master on a Cluster, `redlock[i]` for the i-th Redlock node. */
   readonly node: string;
   /** `suspect` or `open`: the node became so; `recovered`: it answers again (healthy). */
   readonly state: 'suspect' | 'open' | 'recovered';

@@ -16,8 +16,9 @@ import type { Clock } from './options.js';
  * for `redisTimeout` (after the stall credit below) and its node answered nothing else since it was
  * sent, the node is suspect. Every operation still in flight to it fails then — together ONE breaker
  * failure, however many keys were waiting — and nothing more is sent to it (operations fail at once
- * with `NodeSuspect`) until it answers anything: a background probe every `redisTimeout`, or a late
- * reply to an operation already given up on. One slow reply on a node that answers other operations
+ * with `NodeSuspect`) until it answers anything: a background probe (one outstanding at a time), or a
+ * late reply to an operation already given up on. The subscriber's heartbeat can find it hung first
+ * (`silent`). One slow reply on a node that answers other operations
  * meanwhile times out alone, as before: it never makes the node suspect.
  *
  * Invariant: a timed-out command may still run on the server later (it sat in ioredis' offline queue,
@@ -52,8 +53,8 @@ interface InFlight {
 
 const SETTLED = (): void => undefined;
 
-/** The most stall time one operation's deadline is moved by, in units of redisTimeout. */
-const MAX_STALL_CREDIT = 2;
+/** The most stall time one operation's deadline (or the subscriber's heartbeat, wait.ts) is moved by, in units of redisTimeout. */
+export const MAX_STALL_CREDIT = 2;
 
 export class Io {
   /** After close(): every operation rejects with CacheClosedError at once. */
@@ -194,7 +195,10 @@ export class Io {
 
   /** The node that owns `target`: a user key's entry, or a Redis key of its own. */
   private nodeOf(target: string | OwnKey | undefined): NodeHealth {
-    const name = typeof target === 'object' ? this.nodeOfRedisKey(target.redisKey) : this.nodeOfKey(target);
+    return this.nodeNamed(typeof target === 'object' ? this.nodeOfRedisKey(target.redisKey) : this.nodeOfKey(target));
+  }
+
+  private nodeNamed(name: string): NodeHealth {
     let node = this.nodes.get(name);
     if (!node) {
       // Node names come from the client's slot table: few, but a long-lived cache across many
@@ -230,15 +234,28 @@ export class Io {
   }
 
   /**
-   * `oldest` went unanswered past its deadline and its node answered nothing since it was sent: the
-   * node is hung. One breaker failure for the lot; every operation in flight to it fails now (they
+   * Another connection to node `name` (the subscriber's, its heartbeat unanswered) has heard nothing
+   * from it since `since`, for over `redisTimeout` of this process's running time (the heartbeat
+   * applies the stall credit, wait.ts): if
+   * no operation of ours was answered by the node since then either, it is hung, as if one of ours
+   * had found it — so calls stop waiting on it before any of them has to time out first.
+   */
+  silent(name: string, since: number): void {
+    if (this.closed || !this.probe) return;
+    const node = this.nodeNamed(name);
+    if (node.suspect || node.lastAnswer >= since) return;
+    this.suspect(node, since, undefined);
+  }
+
+  /**
+   * An operation sent at `since` (about `target`) went unanswered past its deadline and its node
+   * answered nothing since it was sent: the node is hung. One breaker failure for the lot; every operation in flight to it fails now (they
    * would wait behind it); a probe goes out.
    */
-  private suspect(oldest: InFlight): void {
-    const node = oldest.node;
-    node.becameSuspect(oldest.start, oldest.target);
+  private suspect(node: NodeHealth, since: number, target: ProbeTarget): void {
+    node.becameSuspect(since, target);
     const text = redisText(new RedisTimeout(this.timeoutMs));
-    this.failed(node, text, oldest.start);
+    this.failed(node, text, since);
     const stuck: InFlight[] = [];
     for (let entry = this.inFlight.first; entry; entry = entry.next) if (entry.node === node && !entry.probe) stuck.push(entry);
     for (const entry of stuck) {
@@ -249,7 +266,7 @@ export class Io {
     this.sendProbe(node);
   }
 
-  /** One probe of a suspect node at a time: its reply (even late, even an error reply) ends the suspicion. */
+  /** One probe of a suspect node at a time, outstanding until it settles: its reply (even an error reply) ends the suspicion. */
   private sendProbe(node: NodeHealth): void {
     const probe = this.probe;
     if (!probe || node.probing || !node.suspect || this.closed) return;
@@ -260,13 +277,13 @@ export class Io {
       node,
       target: node.probeTarget,
       probe: true,
-      deadline: start + this.timeoutMs,
+      // Never timed out: a probe unanswered stays the node's one probe until its reply or error (a
+      // silently dead socket would otherwise queue one more EXISTS per redisTimeout behind it).
+      deadline: Number.POSITIVE_INFINITY,
       settled: false,
       prev: undefined,
       next: undefined,
-      expire: () => {
-        node.probing = false;
-      },
+      expire: () => undefined,
       abandon: () => {
         node.probing = false;
       },
@@ -318,7 +335,7 @@ export class Io {
       // Found hung by time: its node answered nothing since this was sent (replies read in the poll
       // phase before this check count). Without a probe there is no way back from suspicion: count.
       if (!entry.probe && this.probe && entry.node.lastAnswer < entry.start && !entry.node.suspect) {
-        this.suspect(entry);
+        this.suspect(entry.node, entry.start, entry.target);
         continue;
       }
       const expire = entry.expire;
@@ -344,7 +361,7 @@ export class Io {
     const latest = (1 + MAX_STALL_CREDIT) * this.timeoutMs;
     this.lastSweep = this.clock.now();
     this.sweeper = setInterval(() => {
-      // A suspect node is probed again once its last probe timed out (one at a time, every redisTimeout).
+      // A suspect node is probed again once its last probe failed without a reply (a refused connection).
       for (const node of this.nodes.values()) if (node.suspect && !node.probing) this.sendProbe(node);
       if (!this.inFlight.first) {
         // Idle for a whole tick: stop, so an idle cache holds no timer.

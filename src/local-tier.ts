@@ -182,7 +182,11 @@ export class LruTier implements LocalTier {
     if (this.incoherent) return;
     if (keep && this.trusted) {
       const now = this.clock.now();
-      for (const [key, slot] of this.lru.entries()) if (!slot.stale && slot.freshUntil > now) keep(key, slot.value, slot.freshUntil - now);
+      // Least recently used first: if L1 holds more than the memo keeps, the most used copies are the ones left.
+      for (const key of this.lru.rkeys()) {
+        const slot = this.lru.peek(key);
+        if (slot && !slot.stale && slot.freshUntil > now) keep(key, slot.value, slot.freshUntil - now);
+      }
     }
     this.flush();
     this.trusted = false;

@@ -83,11 +83,30 @@ export function withDegradedKeys(memo: DegradedMemo, degradedKeyOf: (internal: s
       const degraded = degradedKeyOf(key);
       if (degraded !== undefined && degraded !== key) memo.keep(degraded, value, freshMs);
     },
-    invalidate: (key) => {
-      memo.invalidate(key);
+    copy: (key, value, freshMs, staleMs, untilMs, sentAt) => {
+      memo.copy(key, value, freshMs, staleMs, untilMs, sentAt);
+      // As keep(): namespaced calls read the degraded-path key while the generation is unknown.
+      const degraded = key.startsWith(RESERVED_KEY_START) ? degradedKeyOf(key) : undefined;
+      if (degraded !== undefined && degraded !== key) memo.copy(degraded, value, freshMs, staleMs, untilMs, sentAt);
+    },
+    missed: (key) => {
+      memo.missed(key);
+      const degraded = key.startsWith(RESERVED_KEY_START) && !memo.idle ? degradedKeyOf(key) : undefined;
+      if (degraded !== undefined && degraded !== key) memo.missed(degraded);
+    },
+    found: (key) => {
+      memo.found(key);
       if (!key.startsWith(RESERVED_KEY_START) || memo.idle) return;
       const degraded = degradedKeyOf(key);
       if (degraded === undefined || degraded === key) return;
+      memo.found(degraded);
+      forget(degraded);
+    },
+    invalidate: (key) => {
+      memo.invalidate(key);
+      const degraded = key.startsWith(RESERVED_KEY_START) ? degradedKeyOf(key) : undefined;
+      if (degraded === undefined || degraded === key) return;
+      // Recorded even while idle: a read in flight of the degraded-path key must not copy after it.
       memo.invalidate(degraded);
       forget(degraded);
     },

@@ -116,7 +116,9 @@ function answer(rt: Runtime, found: Found): Read {
  */
 export function degradedRead(rt: Runtime, key: string, error: unknown): Read {
   rt.emit('degraded', { key, operation: 'read', error });
-  const kept = rt.memo.get(key);
+  // get() answers a fresh value or nothing: a copy past its fresh time is not one.
+  const hit = rt.memo.get(key);
+  const kept = hit?.state === 'fresh' ? hit : undefined;
   rt.telemetry.readDegraded(kept !== undefined);
   return kept === undefined ? { value: undefined, outcome: 'miss' } : { value: kept.value, outcome: 'degraded' };
 }

@@ -13,7 +13,7 @@ import { LruDegradedMemo, NO_DEGRADED_MEMO, type DegradedMemo } from './degraded
 import type { Emit } from './emit.js';
 import { CacheClosedError } from './errors.js';
 import { CallResolver, Guard } from './guards.js';
-import { nodeProbe } from './health.js';
+import { nodeProbe, type CacheHealth, type HealthChange } from './health.js';
 import { Io } from './io.js';
 import { slotTag } from './keys.js';
 import { LruTier, NO_LOCAL_TIER, type LocalTier } from './local-tier.js';
@@ -94,7 +94,7 @@ export class Runtime {
     this.io = this.newIo();
     const scripts = withReplicaAck(defineScripts(this.port), this.port, o.replicaAck);
     // The subscriber's heartbeat: a silently dead socket counts as down within 2 × redisTimeout.
-    this.bus = new Bus(o.prefix, o.redisTimeout);
+    this.bus = new Bus(o.prefix, o.redisTimeout, o.clock);
     this.notes = this.newNotes();
     this.local = o.local ? new LruTier(o.local, o.clock, { incoherent: o.unsafe.incoherentL1 }) : NO_LOCAL_TIER;
     this.lockers = this.newLockers(scripts);
@@ -151,9 +151,9 @@ export class Runtime {
     const local = new StoreLock(lockDeps, 'local', false);
     const single = new StoreLock(lockDeps, 'single', true);
     const fallback = { throw: undefined, single, local };
-    const breaker = { threshold: o.breakerThreshold, cooldown: o.breakerCooldown };
+    const nodes = { threshold: o.breakerThreshold, cooldown: o.breakerCooldown, prefix: o.prefix, onHealth: (change: HealthChange) => this.emit('health', change) };
     // Without redlock nodes, the call's options refuse mode 'redlock' before it gets here.
-    const redlock = o.redlock ? new RedlockLock(lockDeps, o.redlock, fallback[o.redlock.onNoQuorum], breaker) : single;
+    const redlock = o.redlock ? new RedlockLock(lockDeps, o.redlock, fallback[o.redlock.onNoQuorum], nodes) : single;
     return { none: new StoreLock(lockDeps, 'none', false), local, single, redlock };
   }
 
@@ -182,6 +182,12 @@ export class Runtime {
       onDown: () => {
         this.generations.suspend();
         this.local.suspend((key, value, freshMs) => this.memo.keep(key, value, freshMs)); // served only while Redis is unavailable
+        // The heartbeat found the node silent: if it answered our operations nothing since either, it is
+        // hung — suspect now, so the calls that L1 answered until now answer from memory at once instead
+        // of each waiting out a read. (A close alone is no such sign: a subscriber killed on a live
+        // server.) A Cluster's subscriber is on one node of many: it says nothing of the others.
+        const silentSince = this.bus.silentSince;
+        if (silentSince !== undefined && !this.port.cluster) this.io.silent(STANDALONE, silentSince);
       },
       onError: (error) => this.emit('degraded', { key: undefined, operation: 'subscribe', error }),
     });
@@ -218,6 +224,14 @@ export class Runtime {
     this.local.flush();
     this.memo.clear();
     this.calls.forgetAll();
+  }
+
+  /** See Cache.health(): the store's nodes, then the Redlock nodes. */
+  health(): CacheHealth {
+    const store = this.io.health();
+    if (!(this.lockers.redlock instanceof RedlockLock)) return store;
+    const nodes = [...store.nodes, ...this.lockers.redlock.health()];
+    return { healthy: nodes.every((n) => n.state === 'healthy'), nodes };
   }
 
   /** See Cache.ready(). */

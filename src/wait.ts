@@ -1,6 +1,8 @@
 import { randomBytes } from 'node:crypto';
 import { eventsChannel } from './keys.js';
 import type { RedisPort, SubscriberPort } from './client/port.js';
+import { MAX_STALL_CREDIT } from './io.js';
+import { systemClock, type Clock } from './options.js';
 
 /**
  * Notification kinds on the shared channel:
@@ -172,6 +174,12 @@ export function subscribeRetryDelay(failures: number, random: number): number {
  * heartbeat PING unanswered for a whole period: a silently dead socket (no FIN, no RST) emits no
  * 'close' until TCP gives up, and every note sent meanwhile is lost; the Bus then drops the
  * connection itself (ioredis reconnects), which turns "silently dead" into down within two periods.
+ * A stall of this process is not that silence (as for the Io's timeouts, io.ts): a heartbeat tick
+ * that runs more than a quarter period late gives the PING another period (up to MAX_STALL_CREDIT
+ * periods in all), and the verdict waits past the poll phase that reads the replies that came in
+ * meanwhile. After such a verdict `silentSince` says since when the connection had heard nothing: the
+ * cache asks its Io whether the node answered anything else since then (a hung node, found without a
+ * caller waiting on it).
  * That is ioredis's contract; the node-redis adapter (client/node-redis.ts) gives the same events.
  */
 export class Bus {
@@ -195,11 +203,25 @@ export class Bus {
   private heartbeat: NodeJS.Timeout | undefined;
   /** A heartbeat PING sent and not yet answered. */
   private unanswered = false;
+  /** When the unanswered PING was sent, and when the heartbeat last ticked (clock ms). */
+  private pingSent = 0;
+  private lastTick = 0;
+  /** When the subscriber last heard from Redis (a reply or a message; clock ms). */
+  heardAt = Number.NEGATIVE_INFINITY;
+  /**
+   * Set when the heartbeat's verdict dropped the connection: since when it had heard nothing. A close
+   * for any other reason leaves it undefined — a connection that ended says nothing of a hung node.
+   */
+  silentSince: number | undefined;
   /** ready() callers waiting for the next onUp(). */
   private readonly waitingForUp = new Set<(up: boolean) => void>();
 
   /** `heartbeatMs`: PING period while subscribed; 0 = no heartbeat. */
-  constructor(prefix: string, private readonly heartbeatMs = 0) {
+  constructor(
+    prefix: string,
+    private readonly heartbeatMs = 0,
+    private readonly clock: Clock = systemClock,
+  ) {
     this.channel = eventsChannel(prefix);
   }
 
@@ -220,6 +242,7 @@ export class Bus {
 
   private readonly onMessage = (channel: string, message: string): void => {
     if (channel !== this.channel || this.stopped) return;
+    this.heardAt = this.clock.now();
     const note = parseNote(message);
     if (note) this.handlers?.onNote(note);
   };
@@ -263,9 +286,11 @@ export class Bus {
         if (this.inFlight === generation) this.inFlight = -1;
         // Answered on a connection that has since closed: the attempt sent on 'ready' decides.
         if (this.stopped || generation !== this.generation) return;
+        this.heardAt = this.clock.now();
         this.failures = 0;
         if (this.up) return;
         this.up = true;
+        this.silentSince = undefined;
         this.beat();
         this.handlers?.onUp();
         for (const settle of [...this.waitingForUp]) settle(true);
@@ -290,18 +315,38 @@ export class Bus {
 
   private beat(): void {
     if (this.heartbeatMs <= 0) return;
+    const period = this.heartbeatMs;
     this.unanswered = false;
+    this.lastTick = this.clock.now();
+    const generation = this.generation;
     this.heartbeat = setInterval(() => {
       const sub = this.subscriber;
       if (!sub) return;
+      const now = this.clock.now();
+      const stalled = now - this.lastTick - period > period / 4;
+      this.lastTick = now;
       if (this.unanswered) {
-        // A whole period without an answer: treat the socket as dead (the client reconnects).
-        sub.reconnect();
+        // This process stalled: the PING's silence is not Redis's (until it outlasts the stall credit).
+        if (stalled && now - this.pingSent < (1 + MAX_STALL_CREDIT) * period) return;
+        // A whole period without an answer: treat the socket as dead (the client reconnects) — once
+        // the poll phase has read any reply already in.
+        setImmediate(() => {
+          if (!this.unanswered || this.stopped || generation !== this.generation) return;
+          this.silentSince = this.heardAt;
+          sub.reconnect();
+        });
         return;
       }
       this.unanswered = true;
-      sub.ping().then(() => (this.unanswered = false), () => undefined);
-    }, this.heartbeatMs);
+      this.pingSent = now;
+      sub.ping().then(
+        () => {
+          this.unanswered = false;
+          this.heardAt = this.clock.now();
+        },
+        () => undefined,
+      );
+    }, period);
     this.heartbeat.unref();
   }
 

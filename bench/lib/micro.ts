@@ -168,7 +168,7 @@ export async function lockCost(
   const call = resolveCallOptions(resolved.defaults, { ttl: 1000, lockTtl: 10_000 }, 'k');
   const single = new StoreLock(deps, 'single', true);
   const rl = (nodes: Redis[]) =>
-    new RedlockLock(deps, { nodes, driftFactor: 0.01, retryCount: 0, retryDelay: 0, retryJitter: 0, nodeTimeout: 100, onNoQuorum: 'throw' }, undefined, { threshold: 5, cooldown: 2000 });
+    new RedlockLock(deps, { nodes, driftFactor: 0.01, retryCount: 0, retryDelay: 0, retryJitter: 0, nodeTimeout: 100, onNoQuorum: 'throw' }, undefined, { threshold: 5, cooldown: 2000, prefix: 'bench', onHealth: () => undefined });
   const three = rl(clients.slice(0, redlock3.length));
   const five = rl(clients);
   let i = 0;

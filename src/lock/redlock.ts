@@ -1,5 +1,6 @@
 import { portFor } from '../client/detect.js';
 import { CacheClosedError, NoQuorumError, OriginBackoffError } from '../errors.js';
+import { nodeProbe, type HealthChange, type NodeHealthReport } from '../health.js';
 import { Io } from '../io.js';
 import type { EntryKeys } from '../keys.js';
 import type { ResolvedCall, ResolvedRedlock } from '../options.js';
@@ -41,9 +42,19 @@ export function voteOutcome(n: number, ours: number, theirs: number, validityLef
 
 // ------------------------------------------------------------------ the lock
 
+/** What each Redlock node's Io needs: its breaker, the cache's prefix (probe keys) and where health changes go. */
+export interface RedlockNodes {
+  readonly threshold: number;
+  readonly cooldown: number;
+  readonly prefix: string;
+  readonly onHealth: (change: HealthChange) => void;
+}
+
 interface Node {
   readonly io: Io;
   readonly scripts: Scripts;
+  /** Stops listening to the node client's reconnections. */
+  readonly stopReadyListener: () => void;
 }
 
 /**
@@ -61,12 +72,24 @@ export class RedlockLock implements Locker {
     private readonly config: ResolvedRedlock,
     /** Where to go when no quorum is reachable (onNoQuorum 'single' or 'local'); undefined = throw. */
     private readonly fallback: Locker | undefined,
-    breaker: { threshold: number; cooldown: number },
+    nodes: RedlockNodes,
   ) {
-    this.nodes = config.nodes.map((client) => ({
-      io: new Io(config.nodeTimeout, breaker.threshold, breaker.cooldown, deps.clock),
-      scripts: defineScripts(portFor(client)),
-    }));
+    // Each node is found hung by time as the store's nodes are (io.ts): suspect after one unanswered
+    // nodeTimeout, then refused at once (a failed vote) until its probe answers. Named by its place in
+    // `redlock.nodes`, in health() and the health event.
+    this.nodes = config.nodes.map((client, i) => {
+      const port = portFor(client);
+      const name = `redlock[${String(i)}]`;
+      const io = new Io(config.nodeTimeout, nodes.threshold, nodes.cooldown, deps.clock, undefined, () => name, () => name, nodes.onHealth, nodeProbe(port, nodes.prefix));
+      // A fresh connection ends a suspicion and closes the breaker at once, as for the store: a probe
+      // sent on the connection it replaced may never settle (a client that drops unanswered commands).
+      return { io, scripts: defineScripts(port), stopReadyListener: port.onReady(() => io.connected()) };
+    });
+  }
+
+  /** Every Redlock node's state now (cache.health()). */
+  health(): NodeHealthReport[] {
+    return this.nodes.flatMap((node) => node.io.health().nodes);
   }
 
   /**
@@ -231,7 +254,10 @@ export class RedlockLock implements Locker {
   close(): void {
     this.closed = true;
     for (const wake of [...this.sleeps]) wake();
-    for (const node of this.nodes) node.io.close();
+    for (const node of this.nodes) {
+      node.io.close();
+      node.stopReadyListener();
+    }
   }
 
   /** Validity of a lock (re)set at some instant, counted from that instant. */

@@ -163,7 +163,9 @@ export interface CacheOptions {
   /**
    * Longest time any single Redis operation may take before the call degrades, in ms. Default `500`.
    * An operation unanswered this long while its node answered nothing else makes the node suspect:
-   * nothing more is sent to it (calls answer from memory at once) until it answers a background probe.
+   * nothing more is sent to it (calls answer from memory at once) until it answers a background probe
+   * (one at a time). So is a node the subscriber's heartbeat finds silent while it answered none of
+   * the cache's own operations since (not on a Cluster).
    * A stall of this process (a GC pause, synchronous work) that delays the timeout sweep by more than
    * a quarter of it is not counted against operations in flight (up to 2 × `redisTimeout` each), and
    * replies that arrived meanwhile are read before any operation is timed out.
@@ -189,7 +191,9 @@ export interface CacheOptions {
   /**
    * While Redis is unavailable for a key, the value its loader returned here is kept in process memory
    * for its `ttl` and served to later degraded calls, so a process runs at most one loader per key per
-   * ttl during an outage (with L1 on or off); L1's fresh copies join it when L1's subscription is lost.
+   * ttl during an outage (with L1 on or off). Copies of the store's values join it, in an LRU of the
+   * same size of their own: L1's fresh copies when L1's subscription is lost, and the last value read
+   * for a key with `staleTtl` or `failSafeTtl` (served past its fresh time only to calls that allow it).
    * While Redis is unavailable for a key (a failed operation, or its node suspect or breaker open) it
    * answers first, on every entry point but `forceFresh`. This caps how many keys are kept (LRU); `0` turns it off.
    * A kept value is never served once this process deleted, set or rebuilt the key, heard of another

@@ -16,7 +16,11 @@ export async function degraded(t: Trip, operation: string, error: unknown, fillL
   t.current = 'degraded';
   // forceFresh asks for the origin's value: never answered from memory, its load refills the memo.
   const kept = t.call.forceFresh === true ? undefined : d.memo.get(key);
-  if (kept) return kept.value;
+  if (kept?.state === 'fresh') return kept.value;
+  // A copy past its fresh time answers only where the call allows it, as the store's entry would: at
+  // once in its stale window (no refresh: Redis is unavailable), else as the fail-safe fallback.
+  if (kept?.state === 'stale' && t.call.staleTtl > 0) return t.serveStale(kept.value, 'window');
+  if (kept && t.call.failSafeTtl > 0) t.fallback ??= kept;
   const ticket = d.local.begin(key);
   const memoTicket = d.memo.begin(key);
   d.telemetry.loaderRun();
@@ -28,8 +32,9 @@ export async function degraded(t: Trip, operation: string, error: unknown, fillL
     d.memo.abandon(memoTicket);
   }
   if (result.kind !== 'value') {
-    if (result.kind === 'failed') d.emit('loaderError', { key, error: result.error });
-    throw result.error;
+    if (result.kind !== 'failed') throw result.error;
+    d.emit('loaderError', { key, error: result.error });
+    return t.failSafe(result.error, 'loaderError');
   }
   if (result.value !== undefined && !result.entry.skipped) {
     const { ttl } = entryCall(t.call, result.entry.overrides);

@@ -6,7 +6,7 @@
 import { freshRemaining, staleRemaining } from '../entry.js';
 import type { EntryKeys } from '../keys.js';
 import type { Ticket } from '../local-tier.js';
-import type { Found } from '../store.js';
+import type { Found, Present } from '../store.js';
 import type { ProtocolDeps } from './deps.js';
 
 /** How long a stale value may sit in L1 without the note that ends its window. */
@@ -28,9 +28,14 @@ export async function readEntry(d: ProtocolDeps, key: string, keys: EntryKeys, s
  * `forceFresh` call bypasses the entry it finds).
  */
 export function entryRead(d: ProtocolDeps, key: string, ticket: Ticket, sent: number, found: Found, serves = true): Found {
-  // The store holds a value for this key again: it is the truth, the degraded copy goes. A miss says
-  // nothing newer than the copy (this process's deletes and other processes' notes drop it anyway).
-  if (found.state !== 'miss') d.memo.invalidate(key);
+  // A miss: a copy of a value the store held is gone with it (deleted, expired, evicted); a degraded
+  // value, never stored, stays. A value: the store is the truth again, every kept copy goes, and one
+  // with a stale or fail-safe window is copied so that window still holds while Redis is unavailable.
+  if (found.state === 'miss') d.memo.missed(key);
+  else {
+    d.memo.found(key);
+    if (found.graceMs > 0 && found.pttl >= 0) keepCopy(d, key, found, sent);
+  }
   if (found.state === 'fresh') {
     // Redis measured PTTL somewhere between `sent` and now: count L1's copy from `sent`, so a slow reply
     // never makes L1 outlive the entry in Redis.
@@ -42,4 +47,11 @@ export function entryRead(d: ProtocolDeps, key: string, ticket: Ticket, sent: nu
     d.local.fillStale(ticket, key, found.value, Math.min(STALE_L1_MS, staleRemaining(found.pttl, found.graceMs, found.staleMs)) - (d.clock.now() - sent));
   }
   return found;
+}
+
+/** The memo's copy of a value read with a stale or fail-safe window: its windows counted from when the read was sent (never past the entry's). */
+function keepCopy(d: ProtocolDeps, key: string, found: Present, sent: number): void {
+  const { pttl, graceMs, staleMs } = found;
+  const elapsed = d.clock.now() - sent;
+  d.memo.copy(key, found.value, freshRemaining(pttl, graceMs) - elapsed, staleRemaining(pttl, graceMs, staleMs) - elapsed, pttl - elapsed, sent);
 }

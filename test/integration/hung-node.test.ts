@@ -3,7 +3,8 @@ import { createCache, type Cache, type CacheOptions, type GetContext, type Healt
 import { getChannel } from '../../src/telemetry.js';
 import { NodeSuspect, RedisTimeout } from '../../src/errors.js';
 import { familyClient, whenReady } from '../support/clients.js';
-import { nextEvent } from '../support/harness.js';
+import { Redis } from 'ioredis';
+import { keysOf, nextEvent, subscriptionDowns } from '../support/harness.js';
 import { startRedisServer, type RedisServer } from '../support/redis-server.js';
 
 /**
@@ -295,3 +296,241 @@ async function nextEventOrIdle(_cache: Cache): Promise<void> {
   }
   await new Promise((r) => setTimeout(r, 50));
 }
+
+describe('what memory holds for an outage, and when the node counts as hung', () => {
+  const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+  type Sub = { once(event: string, listener: () => void): unknown };
+  const catchSubscriber = (box: { sub?: Sub }) => (redis: RedisClient) => {
+    const c = redis as unknown as { duplicate: (...a: unknown[]) => Sub };
+    const original = c.duplicate.bind(c);
+    c.duplicate = (...a: unknown[]) => (box.sub = original(...a));
+  };
+  const subscriberDown = (box: { sub?: Sub }) =>
+    new Promise<void>((resolve) => {
+      for (const event of ['close', 'end']) box.sub?.once(event, resolve);
+    }).then(() => new Promise((r) => setImmediate(r)));
+  type Inside = { rt: { bus: { heardAt: number }; io: { nodes: Map<string, { lastAnswer: number }> } } };
+  /** Until the subscriber has heard from Redis after the cache's last answered operation (its heartbeat PING answered since). */
+  const subscriberHeardLast = async (cache: Cache) => {
+    const rt = (cache as unknown as Inside).rt;
+    while (rt.bus.heardAt <= (rt.io.nodes.get('standalone')?.lastAnswer ?? Number.NEGATIVE_INFINITY)) await sleep(20);
+  };
+
+  it('a value read with a stale window answers at once, as stale, while the node is suspect past its fresh time; only calls that allow stale get it', async () => {
+    const { cache, runs, loader } = await setup();
+    const stale: string[] = [];
+    cache.on('stale', (e) => stale.push(`${e.key}:${e.reason}`));
+    const opts = { ttl: 200, staleTtl: 60_000 };
+    const loadMany = (missing: readonly string[]) => new Map(missing.map((k) => [k, loader({ key: k })]));
+    const ns = cache.namespace('n');
+    expect(await cache.getOrCompute('s', loader, opts)).toBe('s#1');
+    expect(await cache.getOrCompute('s', loader, opts)).toBe('s#1'); // read from Redis: fresh, with a stale window
+    expect(await ns.getOrCompute('t', loader, opts)).toBe('t#1');
+    expect(await ns.getOrCompute('t', loader, opts)).toBe('t#1');
+    await whilePaused(async () => {
+      // The hung read takes redisTimeout (300 ms > ttl): the copy is past its fresh time, in its stale window.
+      expect(await cache.getOrCompute('s', loader, opts)).toBe('s#1');
+      expect(await cache.getOrCompute('s', loader, opts)).toBe('s#1');
+      expect(await cache.getOrComputeMany(['s'], loadMany, opts)).toEqual(['s#1']);
+      expect(await ns.getOrCompute('t', loader, opts)).toBe('t#1');
+      expect(await cache.get('s')).toBeUndefined(); // get() answers fresh values only
+      expect(await cache.getMany(['s'])).toEqual([undefined]);
+      expect(await cache.getOrCompute('s', loader, 200)).toBe('s#2'); // a call without staleTtl: its loader runs
+    });
+    expect(stale).toEqual(['s:window', 's:window', 's:window', 't:window']);
+    expect(Object.fromEntries(runs)).toEqual({ s: 2, t: 1 });
+  });
+
+  it('a value read with a fail-safe window is the fallback of a failing degraded loader while the node is suspect', async () => {
+    const { cache, loader } = await setup();
+    const stale: string[] = [];
+    cache.on('stale', (e) => stale.push(`${e.key}:${e.reason}`));
+    const opts = { ttl: 200, failSafeTtl: 60_000 };
+    expect(await cache.getOrCompute('f', loader, opts)).toBe('f#1');
+    expect(await cache.getOrCompute('f', loader, opts)).toBe('f#1'); // read from Redis: fresh, with a fail-safe window
+    const failing = () => Promise.reject(new Error('origin down'));
+    await whilePaused(async () => {
+      expect(await cache.getOrCompute('f', failing, opts)).toBe('f#1');
+      await expect(cache.getOrCompute('f', failing, 200)).rejects.toThrow('origin down'); // no failSafeTtl: the loader's error
+      // A loader that works runs (a fail-safe value is a fallback, not an answer), and its value is kept.
+      expect(await cache.getOrCompute('f', loader, opts)).toBe('f#2');
+      expect(await cache.getOrCompute('f', failing, opts)).toBe('f#2');
+    });
+    expect(stale).toEqual(['f:loaderError']);
+  });
+
+  it('a read that finds the key gone drops the copy of it: an outage after a delete nobody announced does not bring the old value back', async () => {
+    const { cache, runs, loader } = await setup();
+    const opts = { ttl: 60_000, staleTtl: 60_000 };
+    expect(await cache.getOrCompute('d', loader, opts)).toBe('d#1');
+    expect(await cache.get('d')).toBe('d#1'); // read from Redis: copied
+    const admin = new Redis(server.adminUrl);
+    try {
+      await admin.del(keysOf(cache, 'd').value); // gone without a note (an eviction, a delete from outside)
+    } finally {
+      admin.disconnect();
+    }
+    expect(await cache.get('d')).toBeUndefined(); // the read that finds it gone
+    await whilePaused(async () => {
+      expect(await cache.getOrCompute('d', loader, opts)).toBe('d#2');
+    });
+    expect(runs.get('d')).toBe(2);
+  });
+
+  it('the subscriber finding the node silent makes it suspect: with L1 handed to the memo, not one call waits out a read', async () => {
+    const box: { sub?: Sub } = {};
+    const { cache, health, degraded, runs, loader } = await setup({ local: { max: 100 } }, catchSubscriber(box));
+    const keys = ['h0', 'h1', 'h2'];
+    for (const k of keys) expect(await cache.getOrCompute(k, loader, 60_000)).toBe(`${k}#1`);
+    await subscriberHeardLast(cache); // L1 answers everything: the main connection is quiet
+    await whilePaused(async () => {
+      await subscriberDown(box);
+      expect(cache.health().nodes[0]?.state).toBe('suspect'); // before any call
+      for (const k of keys) expect(await cache.getOrCompute(k, loader, 60_000)).toBe(`${k}#1`);
+      expect(await cache.getOrCompute('new', loader, 60_000)).toBe('new#1');
+    });
+    expect(keys.map((k) => runs.get(k))).toEqual([1, 1, 1]);
+    expect(waitedOut(degraded)).toBe(0);
+    expect(notSent(degraded)).toBe(4);
+    expect(health.map((e) => e.state)).toEqual(['suspect']);
+  });
+
+  it('a subscriber connection killed on a live server is no sign of a hung node: nothing is suspect, calls read Redis', async () => {
+    const { cache, health, degraded, loader } = await setup({ local: { max: 100 } });
+    expect(await cache.getOrCompute('k', loader, 60_000)).toBe('k#1');
+    await subscriberHeardLast(cache); // the main connection is quieter than the subscriber
+    const downs = subscriptionDowns(cache);
+    const admin = new Redis(server.adminUrl);
+    try {
+      await admin.client('KILL', 'TYPE', 'pubsub');
+    } finally {
+      admin.disconnect();
+    }
+    while (downs.count === 0) await sleep(10); // the cache saw its subscription go down
+    expect(cache.health().healthy).toBe(true);
+    expect(await cache.get('k')).toBe('k#1'); // read from Redis (L1 is not trusted until re-subscribed)
+    expect(health).toEqual([]);
+    expect(degraded).toEqual([]);
+  });
+
+  it('a stall of this process across a heartbeat PING is not silence: the subscription stays up and the node healthy', async () => {
+    const { cache, health } = await setup({ local: { max: 100 } });
+    const downs = subscriptionDowns(cache);
+    await subscriberHeardLast(cache);
+    // The next heartbeat PING is sent, then (in the check phase of the same turn, before its reply can be
+    // read) this process stalls 1.5 periods: the heartbeat's next tick runs late, with the reply unread.
+    const bus = (cache as unknown as { rt: { bus: { subscriber: { ping: () => Promise<unknown> } } } }).rt.bus;
+    const sub = bus.subscriber;
+    const ping = sub.ping.bind(sub);
+    let stalled = 0;
+    sub.ping = () => {
+      if (stalled++ === 0) {
+        setImmediate(() => {
+          const until = performance.now() + 450;
+          while (performance.now() < until) {
+            // blocked
+          }
+        });
+      }
+      return ping();
+    };
+    while (stalled < 3) await sleep(50); // two more heartbeats after the stalled one
+    expect(downs.count).toBe(0);
+    expect(health).toEqual([]);
+    expect(cache.health().healthy).toBe(true);
+  });
+
+  it('a suspect node has one probe outstanding at a time, however long it stays silent', async () => {
+    const { cache, loader } = await setup();
+    // Count the probes the cache sends (the Io's probe function).
+    const io = (cache as unknown as { rt: { io: { probe: (target: unknown) => Promise<unknown> } } }).rt.io;
+    const probe = io.probe.bind(io);
+    let probes = 0;
+    io.probe = (target) => (probes++, probe(target));
+    server.pause();
+    try {
+      expect(await cache.getOrCompute('p', loader, 60_000)).toBe('p#1');
+      expect(cache.health().nodes[0]?.state).toBe('suspect');
+      await sleep(5 * 300); // five redisTimeouts of silence
+    } finally {
+      server.resume();
+    }
+    expect(await nextEvent(cache, 'health')).toMatchObject({ state: 'recovered' });
+    expect(probes).toBe(1);
+  });
+
+  it('copies handed from a large L1 never push a degraded value out of the memo; the most recently used copies are kept', async () => {
+    const box: { sub?: Sub } = {};
+    const { cache, runs, loader } = await setup({ local: { max: 10 }, degradedMemo: 3 }, catchSubscriber(box));
+    const keys = Array.from({ length: 10 }, (_, i) => `m${i}`);
+    for (const k of keys) expect(await cache.getOrCompute(k, loader, 60_000)).toBe(`${k}#1`);
+    // A degraded value while the subscription holds: Redis refuses writes (OOM), the lock cannot be taken.
+    const admin = new Redis(server.adminUrl);
+    try {
+      await admin.config('SET', 'maxmemory', '1');
+      expect(await cache.getOrCompute('dv', loader, 60_000)).toBe('dv#1');
+      await admin.config('SET', 'maxmemory', '0');
+    } finally {
+      admin.disconnect();
+    }
+    // L1 (10 slots) ends up without dv: m1..m9 used again, then m10 pushes dv out.
+    for (const k of keys.slice(1)) expect(await cache.getOrCompute(k, loader, 60_000)).toBe(`${k}#1`);
+    expect(await cache.getOrCompute('m10', loader, 60_000)).toBe('m10#1');
+    await whilePaused(async () => {
+      await subscriberDown(box); // L1's 10 copies handed to a memo of 3
+      expect(await cache.getOrCompute('dv', loader, 60_000)).toBe('dv#1');
+      for (const k of ['m8', 'm9', 'm10']) expect(await cache.getOrCompute(k, loader, 60_000)).toBe(`${k}#1`);
+    });
+    expect(runs.get('dv')).toBe(1);
+    expect(['m8', 'm9', 'm10'].map((k) => runs.get(k))).toEqual([1, 1, 1]);
+  });
+});
+
+describe('Redlock nodes are found hung by time too', () => {
+  let nodes: RedisServer[] = [];
+  beforeAll(async () => {
+    nodes = await Promise.all(Array.from({ length: 3 }, () => startRedisServer()));
+  });
+  afterAll(async () => {
+    for (const n of nodes) n.resume();
+    await Promise.all(nodes.map((n) => n.stop()));
+  });
+  /** Redis's count of script calls so far on `node` (INFO commandstats, as the admin user). */
+  const scriptCalls = async (node: RedisServer) => {
+    const admin = new Redis(node.adminUrl);
+    try {
+      const info = await admin.info('commandstats');
+      return ['eval', 'evalsha'].reduce((sum, c) => sum + Number(new RegExp(`cmdstat_${c}:calls=(\\d+)`).exec(info)?.[1] ?? 0), 0);
+    } finally {
+      admin.disconnect();
+    }
+  };
+
+  it('a hung majority: the first acquire waits one nodeTimeout, later ones send nothing to the hung nodes; health() lists every Redlock node', async () => {
+    const clients = nodes.map((n) => {
+      const { client, dispose } = familyClient(n.url);
+      disposals.push(dispose);
+      return client;
+    });
+    await Promise.all(clients.map((c) => whenReady(c)));
+    const { cache, health, runs, loader } = await setup({ lock: 'redlock', redlock: { nodes: clients, nodeTimeout: 300 } });
+    expect(await cache.getOrCompute('r', loader, 60_000)).toBe('r#1'); // every node answers
+    expect(cache.health()).toMatchObject({ healthy: true, nodes: [{ node: 'standalone' }, { node: 'redlock[0]' }, { node: 'redlock[1]' }, { node: 'redlock[2]' }] });
+    const hung = [nodes[1], nodes[2]] as RedisServer[];
+    const before = await Promise.all(hung.map(scriptCalls));
+    for (const n of hung) n.pause();
+    try {
+      // No quorum (onNoQuorum 'local'): each key's loader runs under the local lock, fenced, stored.
+      for (let i = 0; i < 5; i++) expect(await cache.getOrCompute(`q${i}`, loader, 60_000)).toBe(`q${i}#1`);
+      expect(cache.health().nodes.map((n) => `${n.node}:${n.state}`)).toEqual(['standalone:healthy', 'redlock[0]:healthy', 'redlock[1]:suspect', 'redlock[2]:suspect']);
+    } finally {
+      for (const n of hung) n.resume();
+    }
+    // Each hung node got the first acquire's vote and its undo by token (sent at the timeout, and again
+    // once the late reply came), and nothing for the four acquires after it.
+    const after = await Promise.all(hung.map(scriptCalls));
+    for (const [i, n] of after.entries()) expect(n - (before[i] as number)).toBeLessThanOrEqual(3);
+    expect([...runs.values()].every((n) => n === 1)).toBe(true);
+    expect(health.filter((h) => h.state === 'suspect').map((h) => h.node).sort()).toEqual(['redlock[1]', 'redlock[2]']);
+  });
+});

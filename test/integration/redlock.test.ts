@@ -280,7 +280,7 @@ describe('RedlockLock', () => {
     await storeClient.ping();
     const deps: LockDeps = { io: new Io(300, 5, 1000, systemClock), scripts: defineScripts(portFor(storeClient)), notes: broadcastNotes(new Bus('rlretry')), clock: systemClock, onLost: () => undefined };
     const config: ResolvedRedlock = { nodes: redlockNodes, driftFactor: 0.01, retryCount: 1, retryDelay: 10, retryJitter: 0, nodeTimeout: 100, onNoQuorum: 'local', ...tuning };
-    const lock = new RedlockLock(deps, config, new StoreLock(deps, 'local', false), { threshold: 5, cooldown: 1000 });
+    const lock = new RedlockLock(deps, config, new StoreLock(deps, 'local', false), { threshold: 5, cooldown: 1000, prefix: 'rlretry', onHealth: () => undefined });
     const call = resolveCallOptions(resolveCacheOptions({ redis: storeClient }).defaults, { ttl: 1000, lockTtl: 10_000, failBackoff: 5_000 }, 'k');
     return { lock, call };
   }

@@ -5,7 +5,7 @@ import { LruDegradedMemo, NO_DEGRADED_MEMO } from '../../src/degraded-memo.js';
 function memo(max = 10) {
   let now = 0;
   const m = new LruDegradedMemo(max, { now: () => now });
-  return { m, advance: (ms: number) => void (now += ms) };
+  return { m, advance: (ms: number) => void (now += ms), now: () => now };
 }
 
 describe('LruDegradedMemo', () => {
@@ -120,5 +120,63 @@ describe('LruDegradedMemo', () => {
     const m = NO_DEGRADED_MEMO;
     m.fill(m.begin('k'), 'v', 1000);
     expect(m.get('k')).toBeUndefined();
+  });
+
+  it('a read\'s copy (copy) is fresh, then stale, then kept within its windows, then gone; a later read replaces it', () => {
+    const { m, advance, now } = memo();
+    m.copy('r', 'v1', 100, 300, 1000, now());
+    expect(m.get('r')).toEqual({ value: 'v1', state: 'fresh' });
+    advance(100);
+    expect(m.get('r')).toEqual({ value: 'v1', state: 'stale' });
+    advance(200);
+    expect(m.get('r')).toEqual({ value: 'v1', state: 'kept' });
+    advance(700);
+    expect(m.get('r')).toBeUndefined();
+    m.copy('r', 'v2', 0, 0, 50, now());
+    m.found('r'); // a read that found a value drops the old copy before copying the new one
+    m.copy('r', 'v3', 10, 10, 50, now());
+    expect(m.get('r')).toEqual({ value: 'v3', state: 'fresh' });
+    m.copy('r', 'v4', 0, 0, 0, now()); // nothing left of its windows: not kept
+    expect(m.get('r')?.value).toBe('v3');
+  });
+
+  it('a read\'s copy is refused when its key changed since the read was sent (a note overtook the reply, an own write answered first)', () => {
+    const { m, advance, now } = memo();
+    const sent = now();
+    advance(5);
+    m.invalidate('r'); // a change lands while the read is out
+    advance(5);
+    m.copy('r', 'old', 100, 100, 100, sent);
+    expect(m.get('r')).toBeUndefined();
+    m.copy('r', 'new', 100, 100, 100, now()); // a read sent after the change copies
+    expect(m.get('r')?.value).toBe('new');
+    const before = now();
+    advance(1);
+    m.clear(); // an outage ended: reads sent before it copy nothing either
+    m.copy('x', 'old', 100, 100, 100, before);
+    expect(m.get('x')).toBeUndefined();
+  });
+
+  it('missed (a read found no value) drops a copy but keeps a degraded value', () => {
+    const { m, now } = memo();
+    m.copy('c', 'copied', 100, 100, 100, now());
+    m.keep('l', 'from L1', 100);
+    m.fill(m.begin('d'), 'degraded', 100);
+    for (const k of ['c', 'l', 'd']) m.missed(k);
+    expect(m.get('c')).toBeUndefined();
+    expect(m.get('l')).toBeUndefined();
+    expect(m.get('d')).toEqual({ value: 'degraded', state: 'fresh' });
+  });
+
+  it('copies have an LRU of their own: any number of them never pushes a degraded value out; a degraded value answers before a copy', () => {
+    const { m, now } = memo(2);
+    m.fill(m.begin('d'), 'degraded', 100);
+    for (let i = 0; i < 5; i++) m.keep(`k${i}`, i, 100);
+    expect(m.get('d')?.value).toBe('degraded');
+    expect(['k3', 'k4'].map((k) => m.get(k)?.value)).toEqual([3, 4]);
+    expect(m.get('k0')).toBeUndefined();
+    m.copy('d2', 'copy', 100, 100, 100, now());
+    m.fill(m.begin('d2'), 'newer', 100);
+    expect(m.get('d2')?.value).toBe('newer');
   });
 });
