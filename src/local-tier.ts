@@ -32,8 +32,14 @@ export interface LocalTier {
    * that is not in the store (computed while Redis was unavailable) has none and is never refreshed early.
    */
   fill(ticket: Ticket, key: string, value: unknown, freshMs: number, facts?: EntryFacts): void;
-  /** As `fill`, for a value read in its stale window: served with `stale: true`, never refreshed early. */
-  fillStale(ticket: Ticket, key: string, value: unknown, ms: number): void;
+  /** As `fill`, for a value read in its stale window: served with `stale: true`, never refreshed early. `tags`: the entry's, if tagged. */
+  fillStale(ticket: Ticket, key: string, value: unknown, ms: number, tags?: readonly string[]): void;
+  /**
+   * Tags were invalidated: drops every copy `reaches` names (by its key and tags) and refuses every
+   * fill of a tagged value whose read began before now (its tag records may have been read before the
+   * invalidation: the same ticket rule as a key's).
+   */
+  invalidateTagged(reaches: (key: string, tags: readonly string[]) => boolean): void;
   /** Drops the key and refuses every fill whose read began before now. */
   invalidate(key: string): void;
   /**
@@ -68,7 +74,8 @@ export interface LocalHit {
   readonly stale?: true;
   readonly facts: EntryFacts | undefined;
 }
-type Slot = LocalHit;
+/** A copy, with its entry's tags (a stale copy has no facts, but keeps them). */
+type Slot = LocalHit & { readonly tags?: readonly string[] | undefined };
 
 export interface LruTierSwitches {
   /**
@@ -101,6 +108,11 @@ export class LruTier implements LocalTier {
    * Read with `peek` so eviction order is seq order and the floor rises as little as it can.
    */
   private readonly invalidatedAt: LRUCache<string, number>;
+  /**
+   * Tickets below it are refused for tagged values (raised by every tag invalidation). Invariant:
+   * every tag invalidation that happened after a ticket was taken raised it above that ticket.
+   */
+  private tagFloor = 0;
   /** False from construction until the first `resume()`, and between `suspend()` and `resume()`. */
   private trusted = false;
   private readonly incoherent: boolean;
@@ -134,22 +146,31 @@ export class LruTier implements LocalTier {
 
   fill(ticket: Ticket, key: string, value: unknown, freshMs: number, facts?: EntryFacts): void {
     if (freshMs <= 0) return;
-    if (!this.incoherent) {
-      if (!this.trusted || ticket < this.floor) return;
-      const at = this.invalidatedAt.peek(key);
-      if (at !== undefined && at > ticket) return;
-    }
-    this.lru.set(key, { value, freshUntil: this.clock.now() + freshMs, facts });
+    const tags = facts?.tags;
+    if (!this.incoherent && !this.fillable(ticket, key, tags)) return;
+    this.lru.set(key, tags === undefined ? { value, freshUntil: this.clock.now() + freshMs, facts } : { value, freshUntil: this.clock.now() + freshMs, facts, tags });
   }
 
-  fillStale(ticket: Ticket, key: string, value: unknown, ms: number): void {
+  fillStale(ticket: Ticket, key: string, value: unknown, ms: number, tags?: readonly string[]): void {
     if (ms <= 0) return;
-    if (!this.incoherent) {
-      if (!this.trusted || ticket < this.floor) return;
-      const at = this.invalidatedAt.peek(key);
-      if (at !== undefined && at > ticket) return;
-    }
-    this.lru.set(key, { value, freshUntil: this.clock.now() + ms, facts: undefined, stale: true });
+    if (!this.incoherent && !this.fillable(ticket, key, tags)) return;
+    this.lru.set(key, { value, freshUntil: this.clock.now() + ms, facts: undefined, stale: true, tags });
+  }
+
+  /** The one rule: nothing that could have made the value old happened since `ticket`. */
+  private fillable(ticket: Ticket, key: string, tags: readonly string[] | undefined): boolean {
+    if (!this.trusted || ticket < this.floor) return false;
+    if (tags !== undefined && ticket < this.tagFloor) return false;
+    const at = this.invalidatedAt.peek(key);
+    return at === undefined || at <= ticket;
+  }
+
+  invalidateTagged(reaches: (key: string, tags: readonly string[]) => boolean): void {
+    // O(copies held): a tag note walks L1 once (bounded by `local.max`); an index is for a later step.
+    const reached: string[] = [];
+    for (const [key, slot] of this.lru.entries()) if (slot.tags !== undefined && reaches(key, slot.tags)) reached.push(key);
+    for (const key of reached) this.lru.delete(key);
+    this.tagFloor = ++this.seq;
   }
 
   invalidate(key: string): void {
@@ -196,6 +217,7 @@ export const NO_LOCAL_TIER: LocalTier = {
   begin: () => 0,
   fill: () => undefined,
   fillStale: () => undefined,
+  invalidateTagged: () => undefined,
   invalidate: () => undefined,
   written: () => undefined,
   deleted: () => undefined,
