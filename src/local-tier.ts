@@ -29,9 +29,10 @@ export interface LocalTier {
   /**
    * Keeps `value` for `freshMs` unless `key` was invalidated, or L1 flushed, since `begin`. `facts`
    * (the stored entry's fence, ttl, loader time) let a hit find the entry's refresh point; a value
-   * that is not in the store (computed while Redis was unavailable) has none and is never refreshed early.
+   * that is not in the store (computed while Redis was unavailable) has none and is never refreshed early;
+   * `tags` (default: the facts' own) are kept with the copy, so a tag's note drops it (a degraded copy has tags but no facts).
    */
-  fill(ticket: Ticket, key: string, value: unknown, freshMs: number, facts?: EntryFacts): void;
+  fill(ticket: Ticket, key: string, value: unknown, freshMs: number, facts?: EntryFacts, tags?: readonly string[]): void;
   /** As `fill`, for a value read in its stale window: served with `stale: true`, never refreshed early. `tags`: the entry's, if tagged. */
   fillStale(ticket: Ticket, key: string, value: unknown, ms: number, tags?: readonly string[]): void;
   /**
@@ -144,9 +145,8 @@ export class LruTier implements LocalTier {
     return this.seq;
   }
 
-  fill(ticket: Ticket, key: string, value: unknown, freshMs: number, facts?: EntryFacts): void {
+  fill(ticket: Ticket, key: string, value: unknown, freshMs: number, facts?: EntryFacts, tags = facts?.tags): void {
     if (freshMs <= 0) return;
-    const tags = facts?.tags;
     if (!this.incoherent && !this.fillable(ticket, key, tags)) return;
     this.lru.set(key, tags === undefined ? { value, freshUntil: this.clock.now() + freshMs, facts } : { value, freshUntil: this.clock.now() + freshMs, facts, tags });
   }
