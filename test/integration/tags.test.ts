@@ -11,7 +11,11 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { InvalidOptionError, type Cache, type CacheOptions, type CacheStats } from '../../src/index.js';
 import { UNSAFE } from '../../src/unsafe.js';
 import { decodeEntry as decodePrevious } from '../fixtures/previous-codec.js';
+import { createCache } from '../../src/index.js';
+import { familyClient } from '../support/family.js';
 import { countCommands, deferred, heldRebuild, keysOf, nextEvent, prefixOf, useRedis } from '../support/harness.js';
+import { startProxy } from '../support/proxy.js';
+import { asAppUser } from '../support/redis-server.js';
 
 const h = useRedis();
 let prefixes = 0;
@@ -205,6 +209,35 @@ describe('deleteByTag', () => {
     await b.deleteByTag('org:3');
     expect(await orders.get('1')).toBeUndefined();
     expect(await a.get('1')).toBeUndefined();
+  });
+
+  it("drops another process's degraded copies (L1 and the degraded memo) of tagged loads made while its Redis connection was dead", async () => {
+    const { hostname, port } = new URL(h.url);
+    const proxy = await startProxy({ host: hostname, port: Number(port) });
+    const { client, dispose } = familyClient(asAppUser(proxy.url));
+    const a = h.cache({ local: { max: 100 } });
+    const b = createCache({ redis: client, prefix: prefixOf(a), local: { max: 100 }, redisTimeout: 300 });
+    try {
+      await Promise.all([a.ready(), b.ready()]);
+      // b's data connection goes silently dead; its subscriber (another connection) keeps working.
+      const clients = (await h.admin.client('LIST')) as string;
+      const ports = clients.split('\n').filter((line) => / sub=0 /.test(line) && / psub=0 /.test(line)).map((line) => Number(/ addr=[^ ]*:(\d+) /.exec(line)?.[1]));
+      expect(ports.filter((p) => proxy.silence(p))).toHaveLength(1);
+      // A tagged load on b is degraded (Redis does not answer): it fills b's L1 and degraded memo.
+      const degraded = nextEvent(b, 'degraded');
+      expect(await b.getOrCompute('d', () => 'degraded-old', { ttl: 60_000, tags: ['org:3'] })).toBe('degraded-old');
+      await degraded;
+      expect(await b.getOrCompute('d', () => 'not-run', { ttl: 60_000, tags: ['org:3'] })).toBe('degraded-old');
+
+      await a.deleteByTag('org:3'); // b cannot acknowledge (its data connection is dead): resolves after 2 × redisTimeout
+
+      // The note reached b on its subscriber: neither its L1 nor its memo answers the old value.
+      expect(await b.getOrCompute('d', () => 'degraded-new', { ttl: 60_000, tags: ['org:3'] })).toBe('degraded-new');
+    } finally {
+      await b.close();
+      dispose();
+      await proxy.close();
+    }
   });
 
   it('bad tags are typed errors before any Redis traffic', async () => {
