@@ -179,6 +179,7 @@ export class Runtime {
       valid: (key, entryTags, grantedAt) => tags.valid(key, entryTags, grantedAt),
       records: (key, entryTags) => tags.records(key, entryTags),
       snapshotAtWrite: o.unsafe.tagSnapshotAtWrite,
+      cluster: port.cluster,
       timeNow: async () => {
         const [s, us] = (await this.io.run('write', () => port.command(o.prefix, ['TIME']))) as [string, string];
         return Number(s) * 1_000_000 + Number(us);

@@ -1,4 +1,5 @@
 import type { Batch, Reply } from './batch.js';
+import { InvalidOptionError } from './errors.js';
 import { isNoPerm, isWrongType } from './client/port.js';
 import { decodeEntry, encodeStorable, type Envelope } from './codec.js';
 import { entryState, type EntryFacts, type EntryState, type RefreshPolicy } from './entry.js';
@@ -49,6 +50,8 @@ export interface StoreTags {
   timeNow(): Promise<number>;
   /** The UNSAFE switch: a tagged write carries the time of the write instead of its grant's. */
   readonly snapshotAtWrite: boolean;
+  /** A Cluster client: no tags (their records would live in other slots, on other clocks). */
+  readonly cluster: boolean;
 }
 
 /** Entry reads and fenced writes on the store's Redis. Throws RedisUnavailableError; never a decode error. */
@@ -321,6 +324,15 @@ export class Store {
     );
     grant.markReleased();
     return accepted === 1 ? 'accepted' : accepted === -1 ? 'fenceLost' : 'superseded';
+  }
+
+  /**
+   * Throws InvalidOptionError (naming `ctx.setOptions.tags`) where tags cannot be written: on a Cluster
+   * client (the call's own `tags` are refused before any traffic; a loader's are refused here, before
+   * its write, so its callers see why instead of a degraded write).
+   */
+  assertTaggable(key: string, tags: readonly string[]): void {
+    if (this.tags?.cluster === true) throw new InvalidOptionError('ctx.setOptions.tags', tags, 'no tags on a Cluster client (not supported yet: docs/tags.md)', key);
   }
 
   /** The records of a tagged write; a store without tags cannot write one. */
