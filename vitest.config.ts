@@ -8,7 +8,7 @@ import { configDefaults, defineConfig } from 'vitest/config';
  * namespaces, loader control, grant releases, the grant's read of the entry (acquire-read), the degraded memo, the ACL and TLS tests
  * (security), the multi-process workers (test/support/worker.ts builds its cache with
  * familyClient), and the fault files of issue #13: release-retry, redlock-giveup, replica-ack and
- * cluster-breaker (a node-redis createCluster() there), shard-subscriber (the port's sharded pub/sub
+ * cluster-breaker (a node-redis createCluster() there), tags (deleteByTag, its forked worker too), shard-subscriber (the port's sharded pub/sub
  * on both majors of the family, standalone and Cluster), and cluster-failover (a node-redis 6
  * createCluster() here: ~75 s, alongside the campaign, which bounds this pass). The rest test the
  * library's own logic above the port (fence, model), pick their families themselves (client-versions,
@@ -24,7 +24,7 @@ const FOLLOW_CLIENT_FAMILY = [
   'refresh-ahead', 'telemetry', 'review', 'review-final', 'review-refresh',
   'batch-reads', 'many', 'namespace', 'clear', 'loader-control', 'grant', 'acquire-read', 'degraded-memo',
   'security', 'multiprocess', 'release-retry', 'redlock-giveup', 'replica-ack', 'cluster-breaker',
-  'cluster-failover', 'campaign', 'sharded-notes', 'shard-subscriber', 'lifecycle', 'namespace-fleet', 'hung-node', 'fresh-read', 'fresh-read-edges',
+  'cluster-failover', 'campaign', 'sharded-notes', 'shard-subscriber', 'lifecycle', 'namespace-fleet', 'hung-node', 'fresh-read', 'fresh-read-edges', 'tags',
 ].map((name) => `test/integration/${name}.test.ts`);
 const ALL = ['test/**/*.test.ts'];
 const otherFamily = process.env.SG_TEST_CLIENT !== undefined && process.env.SG_TEST_CLIENT !== 'ioredis';

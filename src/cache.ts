@@ -13,7 +13,9 @@ import { get, getMany } from './reads.js';
 import { Runtime } from './runtime.js';
 import type { CacheHealth } from './health.js';
 import type { CacheStats } from './telemetry.js';
-import { remove, removeMany, set } from './writes.js';
+import { deleteByTag, remove, removeMany, set } from './writes.js';
+import { InvalidOptionError } from './errors.js';
+import { tagsToDelete } from './options/fields.js';
 
 export type { Loader, LoaderContext } from './loader.js';
 
@@ -108,6 +110,8 @@ export class Cache extends EventEmitter<CacheEvents> {
    */
   async getOrComputeMany<T>(keys: readonly string[], loadMany: BatchLoader<T>, ttlOrOptions?: number | CallOptions): Promise<(T | undefined)[]> {
     this.guard.keys(keys);
+    // Tags on batches come in a later release: refused rather than silently dropped.
+    if (typeof ttlOrOptions === 'object' && ttlOrOptions !== null && ttlOrOptions.tags !== undefined) throw new InvalidOptionError('tags', ttlOrOptions.tags, 'no tags on getOrComputeMany (not supported yet: tag each key with getOrCompute or set)');
     return (await getOrComputeMany(this.rt, this.guard, keys, loadMany, ttlOrOptions)) as (T | undefined)[];
   }
 
@@ -149,6 +153,23 @@ export class Cache extends EventEmitter<CacheEvents> {
    */
   async set<T>(key: string, value: T, ttlOrOptions?: number | CallOptions): Promise<void> {
     return set(this.rt, key, value, this.guard.call(key, ttlOrOptions));
+  }
+
+  /**
+   * Invalidates every entry tagged `tag` (or any of the tags of an array), namespaced ones included,
+   * in every process: once this resolves, no call that starts afterwards returns an entry tagged so
+   * whose load was granted (or whose set() was made) before it — not from Redis, not from any L1, not
+   * from a loader that was paused across it (its write is refused). O(1) in the number of entries:
+   * one record per tag is set to the server's time and one note tells every process to drop its
+   * copies; it resolves once every subscribed process acknowledged (at most 2 × `redisTimeout`, as
+   * clear()). Bad tags are an InvalidOptionError before any Redis traffic; RedisUnavailableError if
+   * Redis fails. Not on a Cluster client yet. See docs/tags.md.
+   */
+  async deleteByTag(tag: string | readonly string[]): Promise<void> {
+    const tags = tagsToDelete(tag);
+    this.guard.open();
+    if (this.rt.port.cluster) throw new InvalidOptionError('tags', tag, 'no tags on a Cluster client (not supported yet: docs/tags.md)');
+    return deleteByTag(this.rt, '', tags);
   }
 
   /** Removes the entry everywhere (store and every process's L1); bumps the fence so no in-flight rebuild resurrects it. */

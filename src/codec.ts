@@ -23,6 +23,13 @@ import { UnstorableValueError } from './errors.js';
  *   A trailing element, not a new version: readers of v4 before it destructure nine elements and ignore
  *   the rest, so a fleet mid-upgrade reads every entry. Absent or 0 (an entry written before it, or
  *   by a script that did not stamp it): `undefined`, and readers judge by the read script's PTTL.
+ * A tagged entry (docs/tags.md) has two more elements before the slot, which stays last:
+ *   [4, value, fence, loadMs, writtenAtMs, staleMs, graceMs, ttlMs, refreshAhead, tags, grantedAt, freshUntil]
+ * - tags: the entry's tags (an array of strings, the call's and its loader's);
+ * - grantedAt: the server's TIME in µs when its grant (or its set()'s) was taken: the entry is
+ *   invalid once a tag's record in Redis is missing or not below it (lock/scripts.ts, THE TAG RULE).
+ *   The previous release (0.1.0) destructures nine elements and ignores the rest: it reads the value of
+ *   a tagged entry (without knowing its tags). An untagged entry keeps ten elements, byte for byte.
  * Golden files in test/fixtures pin it; a format change gets a new version number, and the decoder
  * keeps reading every older one.
  */
@@ -41,6 +48,10 @@ export interface Envelope {
   readonly refreshAhead?: RefreshPolicy | undefined;
   /** When its fresh time ends, server clock ms; undefined when not stamped (see the format above). */
   readonly freshUntil?: number | undefined;
+  /** The entry's tags; undefined (or empty) for an untagged entry. */
+  readonly tags?: readonly string[] | undefined;
+  /** A tagged entry's grant time, the server's TIME in µs (see the format above). */
+  readonly grantedAt?: number | undefined;
 }
 
 /**
@@ -72,17 +83,22 @@ class DisallowedTypeError extends DecodeError {
 
 /** The placeholder `freshUntil` the write script stamps: msgpack float64 (0xcb) of 0, the last 9 bytes. */
 const FRESH_UNTIL_SLOT = Buffer.from([0xcb, 0, 0, 0, 0, 0, 0, 0, 0]);
-/** msgpack fixarray headers: nine elements (what the packer writes), ten (with the slot). */
+/** msgpack fixarray headers: nine elements (what the packer writes), ten (with the slot); eleven and twelve for a tagged entry. */
 const NINE = 0x99;
 const TEN = 0x9a;
+const ELEVEN = 0x9b;
+const TWELVE = 0x9c;
 
 /** The entry's bytes, ending in the `freshUntil` slot the write script stamps (or `e.freshUntil`, for tests and fixtures). */
 export function encodeEntry(e: Envelope): Buffer {
-  const nine = packr.pack([FORMAT_VERSION, e.value, e.fence, e.loadMs, e.writtenAt, e.staleMs, e.graceMs, e.ttlMs, e.refreshAhead ?? null]);
-  // The packer writes an array of nine as one header byte; a slot appended makes it ten.
-  if (nine[0] !== NINE) throw new Error(`unexpected envelope header 0x${nine[0]?.toString(16) ?? ''}`);
-  const bytes = Buffer.concat([nine, FRESH_UNTIL_SLOT]);
-  bytes[0] = TEN;
+  const tagged = e.tags !== undefined && e.tags.length > 0;
+  const fields: unknown[] = [FORMAT_VERSION, e.value, e.fence, e.loadMs, e.writtenAt, e.staleMs, e.graceMs, e.ttlMs, e.refreshAhead ?? null];
+  if (tagged) fields.push([...(e.tags)], e.grantedAt ?? 0);
+  const packed = packr.pack(fields);
+  // The packer writes an array of nine (eleven) as one header byte; a slot appended makes it ten (twelve).
+  if (packed[0] !== (tagged ? ELEVEN : NINE)) throw new Error(`unexpected envelope header 0x${packed[0]?.toString(16) ?? ''}`);
+  const bytes = Buffer.concat([packed, FRESH_UNTIL_SLOT]);
+  bytes[0] = tagged ? TWELVE : TEN;
   if (e.freshUntil !== undefined) bytes.writeDoubleBE(e.freshUntil, bytes.length - 8);
   return bytes;
 }
@@ -171,7 +187,13 @@ export function decodeEntry(bytes: Buffer): Envelope {
     throw new DecodeError('undecodable entry bytes', { cause: err });
   }
   if (!Array.isArray(raw) || raw.length < 6) throw new DecodeError('not an entry envelope');
-  const [version, value, fence, loadMs, writtenAt, staleMs, grace, ttl, refresh, until] = raw as unknown[];
+  const [version, value, fence, loadMs, writtenAt, staleMs, grace, ttl, refresh] = raw as unknown[];
+  // A tagged entry has its tags and grant time before the slot, which is always last (see the format above).
+  const tagged = version === FORMAT_VERSION && raw.length >= 12;
+  const until: unknown = version === FORMAT_VERSION ? raw[tagged ? 11 : 9] : undefined;
+  const tags = tagged ? decodeTags(raw[9]) : undefined;
+  const grantedAt: unknown = tagged ? raw[10] : undefined;
+  if (tagged && !isCount(grantedAt)) throw new DecodeError('malformed entry envelope grantedAt');
   if (version !== 1 && version !== 2 && version !== 3 && version !== FORMAT_VERSION) throw new DecodeError(`unknown entry format version ${String(version)}`);
   const graceMs = version === 1 ? staleMs : grace;
   if (!isCount(fence) || !isCount(loadMs) || !isCount(writtenAt) || !isCount(staleMs) || !isCount(graceMs)) throw new DecodeError('malformed entry envelope fields');
@@ -183,7 +205,15 @@ export function decodeEntry(bytes: Buffer): Envelope {
   const refreshAhead = version === FORMAT_VERSION ? decodeRefreshPolicy(refresh) : undefined;
   if (until !== undefined && !isCount(until)) throw new DecodeError('malformed entry envelope freshUntil');
   assertAllowedValue(value);
-  return { value, fence, loadMs, writtenAt, staleMs, graceMs, ttlMs, refreshAhead, freshUntil: version === FORMAT_VERSION && until !== 0 ? until : undefined };
+  const freshUntil = until !== 0 ? (until) : undefined;
+  if (tags === undefined) return { value, fence, loadMs, writtenAt, staleMs, graceMs, ttlMs, refreshAhead, freshUntil };
+  return { value, fence, loadMs, writtenAt, staleMs, graceMs, ttlMs, refreshAhead, freshUntil, tags, grantedAt: grantedAt as number };
+}
+
+/** A tagged entry's tags: a non-empty array of non-empty strings (frozen). */
+function decodeTags(v: unknown): readonly string[] {
+  if (!Array.isArray(v) || v.length === 0 || !v.every((t) => typeof t === 'string' && t.length > 0)) throw new DecodeError('malformed entry envelope tags');
+  return Object.freeze(v as string[]);
 }
 
 /** v4's refreshAhead field: `null` (none), a fraction in [0, 1), or `{ beta }` with a positive finite beta. */

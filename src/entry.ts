@@ -66,6 +66,8 @@ export interface EntryFacts {
   readonly loadMs: number;
   /** The refresh-ahead policy its loader chose (`ctx.setOptions`), which overrides the reader's; `undefined` = the reader's applies. */
   readonly refreshAhead?: RefreshPolicy | undefined;
+  /** Its tags (docs/tags.md); undefined for an untagged entry. L1 keeps them, so a tag's note drops the copy. */
+  readonly tags?: readonly string[] | undefined;
 }
 
 /** Which refresh-ahead policy a hit on an entry follows: the entry's own (set by its loader), else the caller's option. */

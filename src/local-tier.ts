@@ -29,11 +29,18 @@ export interface LocalTier {
   /**
    * Keeps `value` for `freshMs` unless `key` was invalidated, or L1 flushed, since `begin`. `facts`
    * (the stored entry's fence, ttl, loader time) let a hit find the entry's refresh point; a value
-   * that is not in the store (computed while Redis was unavailable) has none and is never refreshed early.
+   * that is not in the store (computed while Redis was unavailable) has none and is never refreshed early;
+   * `tags` (default: the facts' own) are kept with the copy, so a tag's note drops it (a degraded copy has tags but no facts).
    */
-  fill(ticket: Ticket, key: string, value: unknown, freshMs: number, facts?: EntryFacts): void;
-  /** As `fill`, for a value read in its stale window: served with `stale: true`, never refreshed early. */
-  fillStale(ticket: Ticket, key: string, value: unknown, ms: number): void;
+  fill(ticket: Ticket, key: string, value: unknown, freshMs: number, facts?: EntryFacts, tags?: readonly string[]): void;
+  /** As `fill`, for a value read in its stale window: served with `stale: true`, never refreshed early. `tags`: the entry's, if tagged. */
+  fillStale(ticket: Ticket, key: string, value: unknown, ms: number, tags?: readonly string[]): void;
+  /**
+   * Tags were invalidated: drops every copy `reaches` names (by its key and tags) and refuses every
+   * fill of a tagged value whose read began before now (its tag records may have been read before the
+   * invalidation: the same ticket rule as a key's).
+   */
+  invalidateTagged(reaches: (key: string, tags: readonly string[]) => boolean): void;
   /** Drops the key and refuses every fill whose read began before now. */
   invalidate(key: string): void;
   /**
@@ -69,7 +76,8 @@ export interface LocalHit {
   readonly stale?: true;
   readonly facts: EntryFacts | undefined;
 }
-type Slot = LocalHit;
+/** A copy, with its entry's tags (a stale copy has no facts, but keeps them). */
+type Slot = LocalHit & { readonly tags?: readonly string[] | undefined };
 
 export interface LruTierSwitches {
   /**
@@ -102,6 +110,11 @@ export class LruTier implements LocalTier {
    * Read with `peek` so eviction order is seq order and the floor rises as little as it can.
    */
   private readonly invalidatedAt: LRUCache<string, number>;
+  /**
+   * Tickets below it are refused for tagged values (raised by every tag invalidation). Invariant:
+   * every tag invalidation that happened after a ticket was taken raised it above that ticket.
+   */
+  private tagFloor = 0;
   /** False from construction until the first `resume()`, and between `suspend()` and `resume()`. */
   private trusted = false;
   private readonly incoherent: boolean;
@@ -133,16 +146,32 @@ export class LruTier implements LocalTier {
     return this.seq;
   }
 
-  fill(ticket: Ticket, key: string, value: unknown, freshMs: number, facts?: EntryFacts): void {
+  fill(ticket: Ticket, key: string, value: unknown, freshMs: number, facts?: EntryFacts, tags = facts?.tags): void {
     if (freshMs <= 0) return;
-    if (!this.incoherent && !this.admits(ticket, key)) return;
-    this.lru.set(key, { value, freshUntil: this.clock.now() + freshMs, facts });
+    if (!this.incoherent && !this.fillable(ticket, key, tags)) return;
+    this.lru.set(key, tags === undefined ? { value, freshUntil: this.clock.now() + freshMs, facts } : { value, freshUntil: this.clock.now() + freshMs, facts, tags });
   }
 
-  fillStale(ticket: Ticket, key: string, value: unknown, ms: number): void {
+  fillStale(ticket: Ticket, key: string, value: unknown, ms: number, tags?: readonly string[]): void {
     if (ms <= 0) return;
-    if (!this.incoherent && !this.admits(ticket, key)) return;
-    this.lru.set(key, { value, freshUntil: this.clock.now() + ms, facts: undefined, stale: true });
+    if (!this.incoherent && !this.fillable(ticket, key, tags)) return;
+    this.lru.set(key, { value, freshUntil: this.clock.now() + ms, facts: undefined, stale: true, tags });
+  }
+
+  /** The one rule: nothing that could have made the value old happened since `ticket`. */
+  private fillable(ticket: Ticket, key: string, tags: readonly string[] | undefined): boolean {
+    if (!this.trusted || ticket < this.floor) return false;
+    if (tags !== undefined && ticket < this.tagFloor) return false;
+    const at = this.invalidatedAt.peek(key);
+    return at === undefined || at <= ticket;
+  }
+
+  invalidateTagged(reaches: (key: string, tags: readonly string[]) => boolean): void {
+    // O(copies held): a tag note walks L1 once (bounded by `local.max`); an index is for a later step.
+    const reached: string[] = [];
+    for (const [key, slot] of this.lru.entries()) if (slot.tags !== undefined && reaches(key, slot.tags)) reached.push(key);
+    for (const key of reached) this.lru.delete(key);
+    this.tagFloor = ++this.seq;
   }
 
   invalidate(key: string): void {
@@ -152,19 +181,13 @@ export class LruTier implements LocalTier {
 
   written(ticket: Ticket, key: string, value: unknown, freshMs: number, accepted: boolean, facts?: EntryFacts): void {
     if (this.incoherent) return this.fill(ticket, key, value, freshMs, facts);
-    const keep = accepted && freshMs > 0 && this.admits(ticket, key);
+    const tags = facts?.tags;
+    const keep = accepted && freshMs > 0 && this.fillable(ticket, key, tags);
     // Our own write is a change of the key like any other: a read begun before it finished may carry
     // the value it replaced, and that read's fill can run after this (its reply came first, but its
     // continuation has more steps to go): it must be refused, not overwrite ours.
     this.invalidate(key);
-    if (keep) this.lru.set(key, { value, freshUntil: this.clock.now() + freshMs, facts });
-  }
-
-  /** May a read or write whose ticket is `ticket` enter L1 for `key` (trusted, and nothing dropped the key since)? */
-  private admits(ticket: Ticket, key: string): boolean {
-    if (!this.trusted || ticket < this.floor) return false;
-    const at = this.invalidatedAt.peek(key);
-    return at === undefined || at <= ticket;
+    if (keep) this.lru.set(key, tags === undefined ? { value, freshUntil: this.clock.now() + freshMs, facts } : { value, freshUntil: this.clock.now() + freshMs, facts, tags });
   }
 
   deleted(key: string): void {
@@ -205,6 +228,7 @@ export const NO_LOCAL_TIER: LocalTier = {
   begin: () => 0,
   fill: () => undefined,
   fillStale: () => undefined,
+  invalidateTagged: () => undefined,
   invalidate: () => undefined,
   written: () => undefined,
   deleted: () => undefined,

@@ -1,6 +1,7 @@
 import { announceClear } from './clearing.js';
 import { callOf, computeDegraded } from './compute.js';
-import { CacheClosedError } from './errors.js';
+import { CacheClosedError, InvalidOptionError } from './errors.js';
+import { deleteByTag } from './writes.js';
 import type { KeyedOps, NamespaceHost } from './namespace.js';
 import { degradedReads } from './reads.js';
 import type { Runtime } from './runtime.js';
@@ -21,6 +22,11 @@ export function namespaceHost(rt: Runtime, ops: KeyedOps): NamespaceHost {
     invalidateDegraded: (key) => {
       rt.memo.invalidate(key);
       rt.forget(key);
+    },
+    deleteByTag: (path, tags) => {
+      if (rt.closed) return Promise.reject(new CacheClosedError());
+      if (rt.port.cluster) return Promise.reject(new InvalidOptionError('tags', tags, 'no tags on a Cluster client (not supported yet: docs/tags.md)'));
+      return deleteByTag(rt, path, tags);
     },
     clear: (path) => {
       if (rt.closed) return Promise.reject(new CacheClosedError());

@@ -38,6 +38,22 @@ export function withReplicaAck(scripts: Scripts, port: RedisPort, ack: Readonly<
       if (accepted === 1) await confirm(keys[0]);
       return accepted;
     },
+    acquireTagged: async (lockKey, ...rest) => {
+      const answer = await scripts.acquireTagged(lockKey, ...rest);
+      if (answer[0] === 1) await confirm(lockKey);
+      return answer;
+    },
+    acquireReadTagged: async (lockKey, ...rest) => {
+      const answer = await scripts.acquireReadTagged(lockKey, ...rest);
+      if (answer[0] === 1) await confirm(lockKey);
+      return answer;
+    },
+    // A tagged write refused by a tag deleted the stored value: confirmed either way.
+    writeTagged: async (keys, args, tags) => {
+      const accepted = await scripts.writeTagged(keys, args, tags);
+      await confirm(keys[0]);
+      return accepted;
+    },
     invalidate: async (valueKey, ...rest) => {
       const answer = await scripts.invalidate(valueKey, ...rest);
       await confirm(valueKey);

@@ -28,7 +28,8 @@ import type { LockMode, ResolvedCache } from './options.js';
 import { ready } from './readiness.js';
 import type { ProtocolDeps } from './protocol/deps.js';
 import { replicaConfirm, withReplicaAck } from './replica-ack.js';
-import { Store } from './store.js';
+import { Store, type StoreTags } from './store.js';
+import { noteReaches, parseTagNote, TagRecords } from './tags.js';
 import { Telemetry } from './telemetry.js';
 import { Bus, Waiters, type Note } from './wait.js';
 import { broadcastNotes, ShardedWake, type WakeChannels } from './wake.js';
@@ -64,6 +65,8 @@ export class Runtime {
   readonly batch: Batch;
   /** Every namespace path's generation (cached while subscribed). */
   readonly generations: Generations;
+  /** The tag records: read-side checks, deleteByTag (tags.ts). */
+  readonly tags: TagRecords;
   readonly telemetry = new Telemetry();
   /** The checks of the public operations; `reservedGuard` is the namespaces' view (their `\0` keys allowed). */
   readonly guard: Guard;
@@ -81,7 +84,8 @@ export class Runtime {
     readonly emit: Emit,
   ) {
     this.options = o;
-    const resolver = new CallResolver(o);
+    this.port = portFor(o.redis);
+    const resolver = new CallResolver(o, this.port.cluster);
     this.guard = new Guard(o, resolver, () => this.closed, false);
     this.reservedGuard = new Guard(o, resolver, () => this.closed, true);
     // Every running loader listens to the lifetime signal (and detaches when done): not a leak.
@@ -89,12 +93,22 @@ export class Runtime {
     this.retries = new ReleaseRetries(o.clock);
     const memo = o.degradedMemo > 0 ? new LruDegradedMemo(o.degradedMemo, o.clock) : NO_DEGRADED_MEMO;
     this.memo = withDegradedKeys(memo, (key) => this.generations.degradedKeyOf(key), (key) => this.forget(key));
-    this.port = portFor(o.redis);
     this.clocks = new NodeClocks(o.clock, this.nodeOfKey, o.unsafe.clockSkewMs);
     this.io = this.newIo();
     const scripts = withReplicaAck(defineScripts(this.port), this.port, o.replicaAck);
     // The subscriber's heartbeat: a silently dead socket counts as down within 2 × redisTimeout.
     this.bus = new Bus(o.prefix, o.redisTimeout, o.clock);
+    this.tags = new TagRecords({
+      port: this.port,
+      io: this.io,
+      prefix: o.prefix,
+      channel: this.bus.channel,
+      message: (key) => this.bus.message('g', key),
+      confirm: replicaConfirm(this.port, o.replicaAck),
+      // As clear(): a subscriber that has not acknowledged within 2 × redisTimeout is one the heartbeat counts as down by then.
+      ackWaitMs: 2 * o.redisTimeout,
+      clock: o.clock,
+    });
     this.notes = this.newNotes();
     this.local = o.local ? new LruTier(o.local, o.clock, { incoherent: o.unsafe.incoherentL1 }) : NO_LOCAL_TIER;
     this.lockers = this.newLockers(scripts);
@@ -147,7 +161,7 @@ export class Runtime {
       this.telemetry.lockLost();
       this.emit('lockLost', { key, error });
     };
-    const lockDeps: LockDeps = { io: this.io, scripts, notes: this.notes, clock: o.clock, onLost, retries: this.retries };
+    const lockDeps: LockDeps = { io: this.io, scripts, notes: this.notes, clock: o.clock, onLost, retries: this.retries, tagRecords: (key, tags) => this.tags.records(key, tags) };
     const local = new StoreLock(lockDeps, 'local', false);
     const single = new StoreLock(lockDeps, 'single', true);
     const fallback = { throw: undefined, single, local };
@@ -160,9 +174,21 @@ export class Runtime {
   private newParts(scripts: Scripts): Omit<ProtocolDeps, 'loads'> {
     const o = this.options;
     const emit = this.emit;
+    const { tags, port } = this;
+    const storeTags: StoreTags = {
+      valid: (key, entryTags, grantedAt) => tags.valid(key, entryTags, grantedAt),
+      records: (key, entryTags) => tags.records(key, entryTags),
+      snapshotAtWrite: o.unsafe.tagSnapshotAtWrite,
+      cluster: port.cluster,
+      timeNow: async () => {
+        const [s, us] = (await this.io.run('write', () => port.command(o.prefix, ['TIME']))) as [string, string];
+        return Number(s) * 1_000_000 + Number(us);
+      },
+    };
     const store = new Store(this.io, scripts, this.notes, o.maxValueBytes, {
       decodeError: (key, reason, error) => emit('decodeError', { key, reason, error }),
-    }, this.clocks, o.unsafe.unfencedWrites);
+      tagInvalidated: () => this.telemetry.tagInvalidated(),
+    }, this.clocks, o.unsafe.unfencedWrites, storeTags);
     // Fence-only grants (no lock) are the 'local' locker's: set(), computing after waitTimeout.
     const { local: l1, memo, waiters, grants, telemetry } = this;
     return { store, lockers: this.lockers, fenceOnly: this.lockers.local, local: l1, memo, waiters, wake: this.notes, grants, lifetime: this.lifetime.signal, clock: o.clock, emit, telemetry };
@@ -195,6 +221,14 @@ export class Runtime {
 
   /** Another process's write, set or delete drops this process's copy before any waiter re-reads. */
   private onNote(note: Note): void {
+    if (note.kind === 'g') {
+      const heard = parseTagNote(note.key);
+      if (heard) {
+        this.tagsInvalidated(heard.scope, heard.tags);
+        this.tags.ack(heard.id);
+      }
+      return;
+    }
     if (note.kind === 'c' || note.kind === 'a') {
       const clear = parseClearNote(note.key);
       if (clear && note.kind === 'a') this.clearedEverything();
@@ -217,6 +251,18 @@ export class Runtime {
    */
   forget(key: string): void {
     this.calls.forget(key);
+  }
+
+  /**
+   * Tags were invalidated (here, or a note from another process): L1 drops every copy they reach (and
+   * refuses tagged fills whose read began before now); the degraded memo, which does not know tags,
+   * is cleared, as are degraded loads in progress; calls starting now join no flight begun before
+   * (its load may have been granted before the invalidation, or its read checked the records before it).
+   */
+  tagsInvalidated(scope: string, tags: readonly string[]): void {
+    this.local.invalidateTagged((key, entryTags) => noteReaches(scope, tags, key, entryTags));
+    this.memo.clear();
+    this.calls.forgetAll();
   }
 
   /** Everything was cleared (here, or a note from another process): nothing kept from before may answer a call. */

@@ -1,11 +1,13 @@
 import type { Batch, Reply } from './batch.js';
+import { InvalidOptionError } from './errors.js';
 import { isNoPerm, isWrongType } from './client/port.js';
 import { decodeEntry, encodeStorable, type Envelope } from './codec.js';
 import { entryState, type EntryFacts, type EntryState, type RefreshPolicy } from './entry.js';
 import type { Io } from './io.js';
 import type { EntryKeys } from './keys.js';
 import type { Grant } from './lock/types.js';
-import type { ReadReply, Scripts } from './lock/scripts.js';
+import type { ReadReply, Scripts, WriteArgs } from './lock/scripts.js';
+import { RECORD_TTL_MS } from './tags.js';
 import type { NodeClocks, TimeWindow } from './node-clock.js';
 import { graceWindow, physicalTtl, type ResolvedCall } from './options.js';
 import type { NoteKind } from './wait.js';
@@ -13,7 +15,7 @@ import type { NoteRoute } from './wake.js';
 
 export type Found =
   | { readonly state: 'miss' }
-  | ({ readonly state: EntryState; readonly value: unknown; readonly pttl: number; readonly graceMs: number; readonly staleMs: number; readonly freshUntil?: number | undefined } & EntryFacts);
+  | ({ readonly state: EntryState; readonly value: unknown; readonly pttl: number; readonly graceMs: number; readonly staleMs: number; readonly freshUntil?: number | undefined; readonly grantedAt?: number | undefined } & EntryFacts);
 
 /** A value the store holds (fresh, stale, or kept for fail-safe). */
 export type Present = Exclude<Found, { readonly state: 'miss' }>;
@@ -35,6 +37,21 @@ export type ReadResult = { readonly ok: true; readonly found: Found } | { readon
 
 export interface StoreEvents {
   decodeError(key: string, reason: string, error?: unknown): void;
+  /** A tagged entry read from Redis was invalid by a tag (THE TAG RULE): read as a miss. */
+  tagInvalidated?(key: string): void;
+}
+
+/** What the store needs of the tag records (tags.ts). */
+export interface StoreTags {
+  /** THE TAG RULE on the records now: one round trip. Throws RedisUnavailableError. */
+  valid(key: string, tags: readonly string[], grantedAt: number): Promise<boolean>;
+  records(key: string, tags: readonly string[]): readonly string[];
+  /** Negative control only (UNSAFE.tagSnapshotAtWrite): the server's TIME in µs now, taken in place of the grant's. */
+  timeNow(): Promise<number>;
+  /** The UNSAFE switch: a tagged write carries the time of the write instead of its grant's. */
+  readonly snapshotAtWrite: boolean;
+  /** A Cluster client: no tags (their records would live in other slots, on other clocks). */
+  readonly cluster: boolean;
 }
 
 /** Entry reads and fenced writes on the store's Redis. Throws RedisUnavailableError; never a decode error. */
@@ -57,6 +74,8 @@ export class Store {
     private readonly clocks: NodeClocks,
     /** Negative control only: skip the fence check on writes. */
     unfenced = false,
+    /** The tag records (absent: a store that reads and writes no tags, e.g. in a test). */
+    private readonly tags?: StoreTags,
   ) {
     this.writeScript = unfenced ? scripts.writeUnfenced : scripts.write;
     this.capEnd = String(maxValueBytes);
@@ -74,10 +93,28 @@ export class Store {
    */
   async read(key: string, keys: EntryKeys): Promise<Found> {
     const node = this.clocks.nodeOf(key);
-    if (!this.plainAllowed || !this.clocks.plainReadable(node)) return this.scriptRead(key, keys, node);
+    if (!this.plainAllowed || !this.clocks.plainReadable(node)) return this.vetted(key, await this.scriptRead(key, keys, node));
     const sent = this.clocks.now();
     const reply = await this.io.run('read', () => this.plainRead(keys.value), key);
-    return this.judged(key, reply, this.clocks.timeWindow(node, sent, this.clocks.now())) ?? this.scriptRead(key, keys, node);
+    const found = this.judged(key, reply, this.clocks.timeWindow(node, sent, this.clocks.now()));
+    if (found === undefined) return this.vetted(key, await this.scriptRead(key, keys, node));
+    // An untagged entry: no other command, no other await.
+    return found.state === 'miss' || found.tags === undefined ? found : this.vetted(key, found);
+  }
+
+  /**
+   * A tagged entry as THE TAG RULE judges it now (one round trip to its records): itself, or a miss
+   * (counted in `tagInvalidations`) when a tag was invalidated since its grant or its record is
+   * missing. Anything else is returned as is. `counted` false: the re-read under a grant of a call
+   * whose own read was counted already. Throws RedisUnavailableError.
+   */
+  async vetted(key: string, found: Found, counted = true): Promise<Found> {
+    if (found.state === 'miss' || found.tags === undefined) return found;
+    // An entry whose tags cannot be checked (no record keeper, no grant time) is unknown: invalid.
+    const valid = this.tags !== undefined && found.grantedAt !== undefined && (await this.tags.valid(key, found.tags, found.grantedAt));
+    if (valid) return found;
+    if (counted) this.events.tagInvalidated?.(key);
+    return MISS;
   }
 
   /**
@@ -113,9 +150,27 @@ export class Store {
         else undecided.push(i);
       }
     });
-    if (undecided.length === 0) return results;
-    const again = await this.readMany(batch, undecided.map((i) => keys[i] as string), undecided.map((i) => valueKeys[i] as string), true);
-    undecided.forEach((i, j) => (results[i] = again[j] as ReadResult));
+    if (undecided.length > 0) {
+      const again = await this.readMany(batch, undecided.map((i) => keys[i] as string), undecided.map((i) => valueKeys[i] as string), true);
+      undecided.forEach((i, j) => (results[i] = again[j] as ReadResult));
+    }
+    return scriptsOnly ? results : this.vettedMany(keys, results);
+  }
+
+  /** readMany's tagged entries, each vetted (their checks in parallel); a check that fails fails that key's read. */
+  private async vettedMany(keys: readonly string[], results: ReadResult[]): Promise<ReadResult[]> {
+    const tagged = results.flatMap((r, i) => (r.ok && r.found.state !== 'miss' && r.found.tags !== undefined ? [i] : []));
+    if (tagged.length === 0) return results;
+    await Promise.all(
+      tagged.map(async (i) => {
+        const r = results[i] as { readonly ok: true; readonly found: Found };
+        try {
+          results[i] = { ok: true, found: await this.vetted(keys[i] as string, r.found) };
+        } catch (error) {
+          results[i] = { ok: false, error };
+        }
+      }),
+    );
     return results;
   }
 
@@ -237,9 +292,9 @@ export class Store {
     this.encode(key, value, 0, call, 0, call.ttl);
   }
 
-  private encode(key: string, value: unknown, fence: number, call: ResolvedCall, loadMs: number, ttl: number, refreshAhead?: RefreshPolicy): Buffer {
+  private encode(key: string, value: unknown, fence: number, call: ResolvedCall, loadMs: number, ttl: number, refreshAhead?: RefreshPolicy, tags?: readonly string[], grantedAt?: number): Buffer {
     const graceMs = graceWindow(call.staleTtl, call.failSafeTtl);
-    return encodeStorable(key, { value, fence, loadMs: Math.round(loadMs), writtenAt: Date.now(), staleMs: call.staleTtl, graceMs, ttlMs: ttl, refreshAhead }, this.maxValueBytes);
+    return encodeStorable(key, { value, fence, loadMs: Math.round(loadMs), writtenAt: Date.now(), staleMs: call.staleTtl, graceMs, ttlMs: ttl, refreshAhead, tags, grantedAt }, this.maxValueBytes);
   }
 
   /**
@@ -251,27 +306,49 @@ export class Store {
    * `ttl` is this write's fresh time (`writeTtl(call)`: `call.ttl` drawn with `ttlJitter`); the entry carries it.
    * `refreshAhead`: the loader's own policy for this entry (`ctx.setOptions`), carried for every reader; omitted = the readers' option applies.
    */
-  async write(key: string, keys: EntryKeys, grant: Grant, value: unknown, call: ResolvedCall, loadMs: number, kind: NoteKind, ttl = call.ttl, refreshAhead?: RefreshPolicy): Promise<Written> {
-    const bytes = this.encode(key, value, grant.fence, call, loadMs, ttl, refreshAhead);
+  async write(key: string, keys: EntryKeys, grant: Grant, value: unknown, call: ResolvedCall, loadMs: number, kind: NoteKind, ttl = call.ttl, refreshAhead?: RefreshPolicy, tags?: readonly string[]): Promise<Written> {
+    const tagged = tags !== undefined && tags.length > 0;
+    // THE TAG RULE: a tagged entry carries its grant's time G. A grant without one (none is expected
+    // here) writes 0: every record is at least 0, so such a write is refused, never wrongly accepted.
+    let grantedAt = tagged ? (grant.grantedAt ?? 0) : undefined;
+    if (tagged && this.tags?.snapshotAtWrite === true) grantedAt = await this.tags.timeNow(); // the negative control
+    const bytes = this.encode(key, value, grant.fence, call, loadMs, ttl, refreshAhead, tagged ? tags : undefined, grantedAt);
+    const args: WriteArgs = [
+      grant.token,
+      String(grant.fence),
+      bytes,
+      physicalTtl(ttl, call.staleTtl, call.failSafeTtl),
+      this.notes.channel(keys),
+      this.notes.message(kind, key),
+      this.notes.message('r', key),
+      ttl,
+    ];
+    const entry: [string, string, string] = [keys.value, keys.fence, keys.lock];
     const accepted = await this.io.run(
       kind === 's' ? 'set' : 'write',
-      () => this.writeScript(
-        [keys.value, keys.fence, keys.lock],
-        [
-          grant.token,
-          String(grant.fence),
-          bytes,
-          physicalTtl(ttl, call.staleTtl, call.failSafeTtl),
-          this.notes.channel(keys),
-          this.notes.message(kind, key),
-          this.notes.message('r', key),
-          ttl,
-        ],
-      ),
+      () =>
+        tagged
+          ? this.scripts.writeTagged(entry, args, { records: this.tagRecords(key, tags), grantedAt: grantedAt ?? 0, recordTtl: RECORD_TTL_MS, deleted: this.notes.message('d', key) })
+          : this.writeScript(entry, args),
       key,
     );
     grant.markReleased();
     return accepted === 1 ? 'accepted' : accepted === -1 ? 'fenceLost' : 'superseded';
+  }
+
+  /**
+   * Throws InvalidOptionError (naming `ctx.setOptions.tags`) where tags cannot be written: on a Cluster
+   * client (the call's own `tags` are refused before any traffic; a loader's are refused here, before
+   * its write, so its callers see why instead of a degraded write).
+   */
+  assertTaggable(key: string, tags: readonly string[]): void {
+    if (this.tags?.cluster === true) throw new InvalidOptionError('ctx.setOptions.tags', tags, 'no tags on a Cluster client (not supported yet: docs/tags.md)', key);
+  }
+
+  /** The records of a tagged write; a store without tags cannot write one. */
+  private tagRecords(key: string, tags: readonly string[]): readonly string[] {
+    if (this.tags === undefined) throw new Error('stampede-guard: a tagged write on a store without tag records');
+    return this.tags.records(key, tags);
   }
 
   /** Bumps the fence (so no in-flight rebuild can write), deletes the value and announces it. */
@@ -293,5 +370,7 @@ function present(entry: Envelope, state: EntryState, pttl: number): Present {
     loadMs: entry.loadMs,
     refreshAhead: entry.refreshAhead,
     freshUntil: entry.freshUntil,
+    tags: entry.tags,
+    grantedAt: entry.grantedAt,
   };
 }

@@ -71,6 +71,12 @@ export interface CacheStats {
   refreshWon: number;
   /** Early-refresh attempts that found the lock held (by another process, or by a rebuild or `forceFresh` here): nothing was loaded. */
   refreshLost: number;
+  /**
+   * Tagged entries read from Redis and found invalid by a tag (docs/tags.md): a tag invalidated since
+   * their grant, or a tag record missing. Each was read as a miss (and counts in `misses` when it
+   * answered a call that way).
+   */
+  tagInvalidations: number;
 }
 
 /** The outcomes of an early refresh that the counters keep (the `refresh` event also reports `already-refreshed` and `abandoned`). */
@@ -156,7 +162,7 @@ export type OwnWriter = 'load' | 'set';
 
 /** Owns the counters. Invariant: fields only ever increase; stats() copies them. */
 export class Telemetry {
-  private readonly c: CacheStats = { hits: 0, localHits: 0, staleServed: 0, misses: 0, loaderRuns: 0, coalesced: 0, waited: 0, lockLost: 0, writeRejected: 0, degraded: 0, refreshStarted: 0, refreshWon: 0, refreshLost: 0 };
+  private readonly c: CacheStats = { hits: 0, localHits: 0, staleServed: 0, misses: 0, loaderRuns: 0, coalesced: 0, waited: 0, lockLost: 0, writeRejected: 0, degraded: 0, refreshStarted: 0, refreshWon: 0, refreshLost: 0, tagInvalidations: 0 };
 
   /**
    * The fence of this process's latest write per key and what wrote it (a load, or `set()`), recorded
@@ -189,6 +195,10 @@ export class Telemetry {
 
   writeRejected(): void {
     this.c.writeRejected++;
+  }
+
+  tagInvalidated(): void {
+    this.c.tagInvalidations++;
   }
 
   refresh(outcome: RefreshCounted): void {

@@ -6,4 +6,6 @@ export interface UnsafeSwitches {
   sharedBreaker?: boolean;
   /** Negative control (fresh-hit tests): every sample of a node's clock is wrong by this many ms (node-clock.ts). */
   clockSkewMs?: number;
+  /** Negative control (tags tests): a tagged write carries the server's time at the write instead of its grant's (store.ts). */
+  tagSnapshotAtWrite?: boolean;
 }

@@ -10,12 +10,14 @@ import { systemClock, type Clock } from './options.js';
  *   u the loader's value could not be stored (waiters must not rebuild in turn; they reject) ·
  *   c a namespace was cleared (the key is its path; see namespace.ts) ·
  *   a the whole cache was cleared (cache.clear(); a kind of its own, so a process of an older version,
- *     which ignores kinds it does not know, is never counted as having dropped its L1).
+ *     which ignores kinds it does not know, is never counted as having dropped its L1) ·
+ *   g tags were invalidated (deleteByTag; the key names the tags, their scope and an acknowledgement
+ *     id: tags.ts). Wakes no waiter: it names no entry.
  * Every kind wakes waiters on the key (and tells them which kind woke them); w/s/d also drop other
  * processes' L1 copy.
  */
-export type NoteKind = 'w' | 's' | 'd' | 'e' | 'r' | 'u' | 'c' | 'a';
-const KINDS = new Set<string>(['w', 's', 'd', 'e', 'r', 'u', 'c', 'a']);
+export type NoteKind = 'w' | 's' | 'd' | 'e' | 'r' | 'u' | 'c' | 'a' | 'g';
+const KINDS = new Set<string>(['w', 's', 'd', 'e', 'r', 'u', 'c', 'a', 'g']);
 
 /** How a `Waiter.next()` ended: the kind of note that woke it, its poll delay, or its caller's abort (or close). */
 export type Wake = NoteKind | 'timeout' | 'aborted';

@@ -1,5 +1,5 @@
 /**
- * set(), delete() and deleteMany(): explicit changes of an entry. Each drops this process's copies
+ * set(), delete(), deleteMany() and deleteByTag(): explicit changes of entries. Each drops this process's copies
  * first (L1, the degraded memo), raises or uses the key's fence so no rebuild in flight can land an
  * older value after it, and ends with `forget`: a call starting after the change joins no flight begun
  * before it.
@@ -46,9 +46,10 @@ async function writeFenced(rt: Runtime, key: string, keys: EntryKeys, grant: Gra
   const ttl = writeTtl(call);
   const sent = clock.now();
   rt.telemetry.ownWrite(key, grant.fence, 'set');
-  const written = await rt.deps.store.write(key, keys, grant, value, call, 0, 's', ttl);
+  const tags = call.tags !== undefined && call.tags.length > 0 ? call.tags : undefined;
+  const written = await rt.deps.store.write(key, keys, grant, value, call, 0, 's', ttl, undefined, tags);
   // Redis started the entry's ttl between `sent` and now: L1's copy counts from `sent`.
-  rt.local.written(ticket, key, value, ttl - (clock.now() - sent), written === 'accepted', { fence: grant.fence, ttlMs: ttl, loadMs: 0 });
+  rt.local.written(ticket, key, value, ttl - (clock.now() - sent), written === 'accepted', { fence: grant.fence, ttlMs: ttl, loadMs: 0, tags });
   if (written !== 'accepted') {
     rt.telemetry.writeRejected();
     rt.emit('writeRejected', { key, fence: grant.fence });
@@ -111,5 +112,20 @@ export async function removeMany(rt: Runtime, keys: readonly string[]): Promise<
       rt.local.deleted(key);
       rt.memo.invalidate(key); // again, as delete()
     }
+  }
+}
+
+/**
+ * See Cache.deleteByTag() (`scope` '') and Namespace.deleteByTag() (`scope` its path): this process's
+ * copies go before anything is sent (even an invalidation that then fails ends them) and again once it
+ * is done (a read that raced it); every other process drops its own on the note, acknowledged.
+ */
+export async function deleteByTag(rt: Runtime, scope: string, tags: readonly string[]): Promise<void> {
+  if (rt.closed) throw new CacheClosedError();
+  rt.tagsInvalidated(scope, tags);
+  try {
+    await rt.tags.invalidate(scope, tags);
+  } finally {
+    rt.tagsInvalidated(scope, tags);
   }
 }

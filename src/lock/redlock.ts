@@ -9,6 +9,7 @@ import { announceInStore, ReleaseOnce, silentInStore } from './grant.js';
 import { newToken, type LockDeps } from './single.js';
 import type { Grant, Locker, ReleaseOutcome, ReleaseResult } from './types.js';
 import { Watchdog, type Extension } from './watchdog.js';
+import { RECORD_TTL_MS } from '../tags.js';
 
 // ------------------------------------------------------------------ pure rules (table-tested)
 
@@ -191,13 +192,16 @@ export class RedlockLock implements Locker {
     const { io, scripts, clock } = this.deps;
     let granted: number;
     let fence: number;
+    let grantedAt: number | undefined;
     // Every way out but a grant frees the nodes now and again once every vote is in (a straggler may grant late).
     const giveUp = async (): Promise<void> => {
       await this.releaseNodes(keys.lock, token);
       void allAnswered.then(() => this.releaseNodes(keys.lock, token));
     };
     try {
-      [granted, fence] = await io.run('acquire', () => scripts.acquire(keys.lock, keys.fence, keys.backoff, '', 0, call.lockTtl, false), key);
+      // The fence and the grant's time G (THE TAG RULE) are the main store's.
+      const tags = { records: call.tags === undefined ? [] : (this.deps.tagRecords?.(key, call.tags) ?? []), recordTtl: RECORD_TTL_MS };
+      [granted, fence, grantedAt] = (await io.run('acquire', () => scripts.acquireTagged(keys.lock, keys.fence, keys.backoff, '', 0, call.lockTtl, false, tags), key)) as [number, number, number | undefined];
     } catch (err) {
       await giveUp();
       throw err;
@@ -211,7 +215,7 @@ export class RedlockLock implements Locker {
       await giveUp();
       return null;
     }
-    return new RedlockGrant(this.deps, this, key, keys, token, fence, call.lockTtl, call.failBackoff, clock.now() + left, allAnswered);
+    return new RedlockGrant(this.deps, this, key, keys, token, fence, call.lockTtl, call.failBackoff, clock.now() + left, allAnswered, grantedAt);
   }
 
   private async noQuorum(key: string, keys: EntryKeys, call: ResolvedCall, granted: number): Promise<Grant | null> {
@@ -293,6 +297,7 @@ class RedlockGrant implements Grant {
     validUntil: number,
     /** Settles when every node answered the acquisition (a straggler may grant its vote late). */
     private readonly allAnswered: Promise<unknown>,
+    readonly grantedAt: number | undefined,
   ) {
     const extendOnce = async (): Promise<Extension> => {
       const kept = await lock.extendNodes(key, keys, token, ttl);

@@ -1,4 +1,4 @@
-import { script, type RedisPort, type ScriptArg } from '../client/port.js';
+import { script, type RedisPort, type Script, type ScriptArg } from '../client/port.js';
 
 /**
  * Lua scripts, run through the client port (EVALSHA with a NOSCRIPT fallback, whatever the client).
@@ -73,6 +73,43 @@ end
 `;
 
 /**
+ * THE TAG RULE (tagged entries only; docs/tags.md quotes it).
+ *
+ * Each tag has a record, a string key holding a server TIME in µs (digits, below 2^53): the time of
+ * its last invalidation (deleteByTag), or of its (re-)creation. A tagged entry carries its tags and
+ * `grantedAt` G, the server's TIME in µs taken by the script that granted its write (a rebuild's
+ * acquire, or set()'s), after that script created the records of the call's tags that were missing
+ * (value G − 1: below G, so they do not refuse this grant).
+ *
+ *   A tagged entry is valid iff every one of its tags has a record and every record is below G.
+ *   The fenced write of a tagged entry is refused (as superseded: note 'd', the stored value deleted
+ *   and the fence's mark raised, as a write followed at once by the invalidation it lost to) when it
+ *   is not valid at the time of the write: a tag invalidated since the grant, or a record missing.
+ *
+ * So a value whose grant came before a deleteByTag of one of its tags is never stored after it, and a
+ * stored one is never valid after it, whatever the loader chose as tags (ctx.setOptions: their records
+ * are compared with the grant, not the write). A record that is lost (eviction, a restart without
+ * persistence) makes every entry carrying it invalid (unknown means invalid): the refused write
+ * re-creates it (value TIME: entries granted before stay invalid), so it costs one rebuild, never a
+ * resurrection. deleteByTag sets a record only where one exists (a missing record already invalidates
+ * everything that carries it), keeping its TTL; a write extends its records' TTL to at least the
+ * entry's own, so a record outlives the entries it governs unless it is evicted.
+ * As for the fence's re-seed, this holds unless two of these scripts ran in the same microsecond on
+ * either side of a record's loss, or the Redis host clock went backwards. Standalone Redis only: on a
+ * Cluster the records would live on other nodes, with other clocks (refused for now).
+ */
+const TAG_GRANT = `
+local function tag_grant(first, ttl)
+  local t = redis.call('TIME')
+  local g = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  for i = first, #KEYS do
+    if redis.call('EXISTS', KEYS[i]) == 0 then redis.call('SET', KEYS[i], string.format('%.0f', g - 1), 'PX', ttl) end
+  end
+  return g
+end
+`;
+
+/**
  * read: KEYS[1]=value; ARGV[1]=max bytes.
  * → nil (absent) | {pttl, bytes, µs} | {pttl, -1, µs} (not a string) | {pttl, -2, µs} (larger than the
  * cap: never sent), where µs is the server's TIME in µs (an integer below 2^53 until the 2250s): the
@@ -111,6 +148,13 @@ ${granted}
 export const ACQUIRE = acquireThen(`return {1, bump_fence(KEYS[2], ARGV[3])}`);
 
 /**
+ * acquireTagged: ACQUIRE with KEYS[4…]=the call's tag records and ARGV[5]=a record's ttl when created.
+ * Granted: → {1, fence, G}, G the grant's time (THE TAG RULE), after the missing records were created.
+ */
+export const ACQUIRE_TAGGED = `${TAG_GRANT}${acquireThen(`local f = bump_fence(KEYS[2], ARGV[3])
+return {1, f, tag_grant(4, ARGV[5])}`)}`;
+
+/**
  * acquireRead: ACQUIRE with KEYS[4]=value and ARGV[5]=max bytes; when granted, the entry is read in
  * the same atomic step, so the rebuilder's re-read ("someone may have just written") costs no round
  * trip of its own: → {1, fence} granted, no entry | {1, fence, pttl, bytes | -1 | -2} granted, READ's
@@ -127,6 +171,19 @@ if string.len(v) > tonumber(ARGV[5]) then return {1, f, pttl, -2} end
 return {1, f, pttl, v}`);
 
 /**
+ * acquireReadTagged: ACQUIRE_READ with KEYS[5…]=the call's tag records and ARGV[6]=a record's ttl when
+ * created: → {1, fence, G} granted, no entry | {1, fence, G, pttl, bytes | -1 | -2} | {0, …} | {2, …}.
+ */
+export const ACQUIRE_READ_TAGGED = `${TAG_GRANT}${acquireThen(`local f = bump_fence(KEYS[2], ARGV[3])
+local g = tag_grant(5, ARGV[6])
+local v = redis.pcall('GET', KEYS[4])
+if not v then return {1, f, g} end
+local pttl = redis.call('PTTL', KEYS[4])
+if type(v) ~= 'string' then return {1, f, g, pttl, -1} end
+if string.len(v) > tonumber(ARGV[5]) then return {1, f, g, pttl, -2} end
+return {1, f, g, pttl, v}`)}`;
+
+/**
  * write (fenced): KEYS[1]=value KEYS[2]=fence KEYS[3]=lock; ARGV[1]=token ARGV[2]=fence ARGV[3]=bytes
  * ARGV[4]=physical ttl ARGV[5]=channel ARGV[6]=message ARGV[7]=message if rejected ARGV[8]=fresh ttl.
  * Applies the fence rule (top of this file). The bytes end in the entry's `freshUntil` slot (a msgpack
@@ -139,10 +196,11 @@ return {1, f, pttl, v}`);
  * → 1 accepted | 0 rejected: superseded (a newer write, set or delete raised w) | -1 rejected: the fence
  * was lost (no hash, or w is still its seed `s`: nothing accepted since the re-seed).
  */
-const writeScript = (fenced: boolean): string => `${NOTE}
+const writeScript = (fenced: boolean, tagged = false): string => `${NOTE}
 local exists = redis.call('EXISTS', KEYS[2]) == 1
 local w = redis.call('HGET', KEYS[2], 'w')
 local ok = ${fenced ? "exists and tonumber(ARGV[2]) > tonumber(w or '0')" : 'true'}
+${tagged ? TAG_CHECK : ''}
 if ok then
   local body = ARGV[3]
   if string.byte(body, -9) == 0xcb then
@@ -151,9 +209,9 @@ if ok then
   end
   redis.call('SET', KEYS[1], body, 'PX', ARGV[4])
   redis.call('HSET', KEYS[2], 'w', ARGV[2])
-  if redis.call('PTTL', KEYS[2]) < tonumber(ARGV[4]) then redis.call('PEXPIRE', KEYS[2], ARGV[4]) end
+  if redis.call('PTTL', KEYS[2]) < tonumber(ARGV[4]) then redis.call('PEXPIRE', KEYS[2], ARGV[4]) end${tagged ? TAG_EXTEND : ''}
 end
-if redis.call('GET', KEYS[3]) == ARGV[1] then redis.call('DEL', KEYS[3]) end
+if redis.call('GET', KEYS[3]) == ARGV[1] then redis.call('DEL', KEYS[3]) end${tagged ? TAG_REFUSED : ''}
 if ok then
   note(ARGV[5], ARGV[6])
   return 1
@@ -163,12 +221,57 @@ if not exists or w == redis.call('HGET', KEYS[2], 's') then return -1 end
 return 0
 `;
 
+/**
+ * The tagged write's check (THE TAG RULE): KEYS[4…]=the entry's tag records, ARGV[9]=G, ARGV[10]=a
+ * record's ttl when re-created, ARGV[11]=the note of a write refused by a tag alone. Runs only where the
+ * fence accepts; a missing record is re-created (value TIME) so that the next grant's write can land.
+ */
+const TAG_CHECK = `
+local stale_tag = false
+if ok then
+  local g = tonumber(ARGV[9])
+  for i = 4, #KEYS do
+    local r = redis.call('GET', KEYS[i])
+    if not r then
+      local t = redis.call('TIME')
+      redis.call('SET', KEYS[i], t[1] .. string.format('%06d', tonumber(t[2])), 'PX', ARGV[10])
+      stale_tag = true
+    elseif tonumber(r) >= g then
+      stale_tag = true
+    end
+  end
+  ok = not stale_tag
+end
+`;
+
+/** An accepted tagged write: its records live at least as long as the entry. */
+const TAG_EXTEND = `
+  for i = 4, #KEYS do
+    if redis.call('PTTL', KEYS[i]) < tonumber(ARGV[4]) then redis.call('PEXPIRE', KEYS[i], ARGV[4]) end
+  end`;
+
+/**
+ * Refused by a tag alone (the fence accepted it): the write happened, then the invalidation it lost
+ * to: the stored value (older than this grant) goes, the mark rises to this token (no older rebuild
+ * lands either), and a 'd' note drops every L1 copy and wakes the waiters.
+ */
+const TAG_REFUSED = `
+if stale_tag then
+  redis.call('DEL', KEYS[1])
+  redis.call('HSET', KEYS[2], 'w', ARGV[2])
+  note(ARGV[5], ARGV[11])
+  return 0
+end`;
+
 // A missing 'w' only exists in a hash seeded by an older library version (before w was seeded); a
 // hash seeded by an older version has no 's' either (a refusal there reads as superseded).
 export const WRITE = writeScript(true);
 
 /** The negative control's write: WRITE without the fence check (tests only, see `unsafeUnfencedWrites`). */
 export const WRITE_UNFENCED = writeScript(false);
+
+/** WRITE of a tagged entry: KEYS[4…] its tag records, ARGV[9…11] as TAG_CHECK says. */
+export const WRITE_TAGGED = writeScript(true, true);
 
 /**
  * release: KEYS[1]=lock KEYS[2]=backoff; ARGV[1]=token ARGV[2]=channel ARGV[3]=message ('' = announce
@@ -254,6 +357,20 @@ export type AcquireReadReply = [number, number] | [1, number, number, Buffer | n
 /** WRITE's ARGV: token, fence, bytes, physical ttl, channel, note if accepted, note if rejected. */
 export type WriteArgs = [token: string, fence: string, bytes: Buffer, ttl: number, channel: string, accepted: string, rejected: string, freshTtl: number];
 
+/** A tagged call's part of an acquisition: its tags' record keys, and how long a record created by the grant lives. */
+export interface TagGrantArgs {
+  readonly records: readonly string[];
+  readonly recordTtl: number;
+}
+
+/** A tagged write's part: the entry's tag records, its grant time G (µs), a re-created record's ttl, the note of a write refused by a tag. */
+export interface TagWriteArgs {
+  readonly records: readonly string[];
+  readonly grantedAt: number;
+  readonly recordTtl: number;
+  readonly deleted: string;
+}
+
 /** The registered commands, as methods the rest of the library calls. */
 export interface Scripts {
   read: (valueKey: string, maxBytes: number) => Promise<ReadReply>;
@@ -267,6 +384,12 @@ export interface Scripts {
   /** acquire, and when granted READ's answer for the entry in the same step (never ignores a backoff: a set() reads nothing). */
   acquireRead: (lockKey: string, fenceKey: string, backoffKey: string, valueKey: string, token: string, lockTtl: number, fenceTtl: number, maxBytes: number) => Promise<AcquireReadReply>;
   write: (keys: [string, string, string], args: WriteArgs) => Promise<number>;
+  /** ACQUIRE_TAGGED: → {1, fence, G} | {0, pttl} | {2, pttl}. */
+  acquireTagged: (lockKey: string, fenceKey: string, backoffKey: string, token: string, lockTtl: number, fenceTtl: number, ignoreBackoff: boolean, tags: TagGrantArgs) => Promise<number[]>;
+  /** ACQUIRE_READ_TAGGED: → {1, fence, G} | {1, fence, G, pttl, bytes | -1 | -2} | {0, …} | {2, …}. */
+  acquireReadTagged: (lockKey: string, fenceKey: string, backoffKey: string, valueKey: string, token: string, lockTtl: number, fenceTtl: number, maxBytes: number, tags: TagGrantArgs) => Promise<unknown[]>;
+  /** WRITE_TAGGED. */
+  writeTagged: (keys: [string, string, string], args: WriteArgs, tags: TagWriteArgs) => Promise<number>;
   /** Tests only: the unfenced write of the negative control. */
   writeUnfenced: (keys: [string, string, string], args: WriteArgs) => Promise<number>;
   release: (lockKey: string, backoffKey: string, token: string, channel: string, message: string, backoffMs: number) => Promise<number>;
@@ -293,6 +416,25 @@ const SCRIPTS = {
 
 type Name = keyof typeof SCRIPTS;
 
+/**
+ * A script whose last keys are a variable number of tag records: one registered name per key count
+ * (the client port sends a fixed key count per script), all with the same Lua (the same SHA).
+ */
+function variadic(name: string, fixedKeys: number, lua: string): (records: number) => Script {
+  const byCount = new Map<number, Script>();
+  return (records) => {
+    let s = byCount.get(records);
+    if (s === undefined) byCount.set(records, (s = script(`${name}k${records}`, fixedKeys + records, lua)));
+    return s;
+  };
+}
+
+const TAGGED = {
+  acquire: variadic('sgAcquireTaggedV1', 3, ACQUIRE_TAGGED),
+  acquireRead: variadic('sgAcquireReadTaggedV1', 4, ACQUIRE_READ_TAGGED),
+  write: variadic('sgWriteTaggedV1', 3, WRITE_TAGGED),
+} as const;
+
 /** Typed callers of the scripts on one client (through its port). */
 export function defineScripts(port: Pick<RedisPort, 'run' | 'getRange'>): Scripts {
   const call = (name: Name, keys: readonly string[], args: readonly ScriptArg[], bytes = false): Promise<unknown> => port.run(SCRIPTS[name], keys, args, bytes);
@@ -302,6 +444,11 @@ export function defineScripts(port: Pick<RedisPort, 'run' | 'getRange'>): Script
     acquire: (l, f, b, token, ttl, fttl, ignoreBackoff = false) => call('acquire', [l, f, b], [token, ttl, fttl, ignoreBackoff ? '1' : '0']) as Promise<[number, number]>,
     acquireRead: (l, f, b, v, token, ttl, fttl, max) => call('acquireRead', [l, f, b, v], [token, ttl, fttl, '0', max], true) as Promise<AcquireReadReply>,
     write: (keys, args) => call('write', keys, args) as Promise<number>,
+    acquireTagged: (l, f, b, token, ttl, fttl, ignoreBackoff, tags) =>
+      port.run(TAGGED.acquire(tags.records.length), [l, f, b, ...tags.records], [token, ttl, fttl, ignoreBackoff ? '1' : '0', tags.recordTtl]) as Promise<number[]>,
+    acquireReadTagged: (l, f, b, v, token, ttl, fttl, max, tags) =>
+      port.run(TAGGED.acquireRead(tags.records.length), [l, f, b, v, ...tags.records], [token, ttl, fttl, '0', max, tags.recordTtl], true) as Promise<unknown[]>,
+    writeTagged: (keys, args, tags) => port.run(TAGGED.write(tags.records.length), [...keys, ...tags.records], [...args, tags.grantedAt, tags.recordTtl, tags.deleted]) as Promise<number>,
     writeUnfenced: (keys, args) => call('writeUnfenced', keys, args) as Promise<number>,
     release: (l, b, token, ch, msg, backoff) => call('release', [l, b], [token, ch, msg, backoff]) as Promise<number>,
     extend: (l, f, token, ttl) => call('extend', [l, f], [token, ttl]) as Promise<number>,

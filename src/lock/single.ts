@@ -9,6 +9,7 @@ import type { AcquireReadReply, Scripts } from './scripts.js';
 import { announceInStore, ReleaseOnce, silentInStore, type ReleaseRetries } from './grant.js';
 import type { AcquireOptions, Grant, Locker, ReleaseOutcome, ReleaseResult } from './types.js';
 import { Watchdog, type Extension } from './watchdog.js';
+import { RECORD_TTL_MS } from '../tags.js';
 
 export function newToken(): string {
   return randomBytes(16).toString('base64url'); // 128 random bits per grant
@@ -23,6 +24,8 @@ export interface LockDeps {
   readonly onLost: (key: string, err: LockLostError) => void;
   /** Unanswered releases, retried once Redis answers again (optional: without it a failed release waits out its lease). */
   readonly retries?: ReleaseRetries;
+  /** The tag records that govern the entry of `key` tagged `tags` (tags.ts). */
+  readonly tagRecords?: (key: string, tags: readonly string[]) => readonly string[];
 }
 
 /**
@@ -43,15 +46,21 @@ export class StoreLock implements Locker {
     const { scripts } = this.deps;
     // Only an exclusive grant's rebuilder re-reads (src/protocol/rebuild.ts): a fence-only grant reads nothing.
     const readUpTo = this.exclusive && opts.ignoreBackoff !== true ? opts.readUpTo : undefined;
+    // Every single-key grant takes its time G (THE TAG RULE): a loader may tag its entry (ctx.setOptions).
+    const tags = { records: call.tags === undefined ? [] : (this.deps.tagRecords?.(key, call.tags) ?? []), recordTtl: RECORD_TTL_MS };
     const send =
       readUpTo === undefined
-        ? () => scripts.acquire(keys.lock, keys.fence, keys.backoff, attempt.token, attempt.lockTtl, call.lockTtl, opts.ignoreBackoff === true)
-        : () => scripts.acquireRead(keys.lock, keys.fence, keys.backoff, keys.value, attempt.token, attempt.lockTtl, call.lockTtl, readUpTo);
+        ? () => scripts.acquireTagged(keys.lock, keys.fence, keys.backoff, attempt.token, attempt.lockTtl, call.lockTtl, opts.ignoreBackoff === true, tags)
+        : () => scripts.acquireReadTagged(keys.lock, keys.fence, keys.backoff, keys.value, attempt.token, attempt.lockTtl, call.lockTtl, readUpTo, tags);
     const reply = await this.deps.io.run(opts.operation ?? 'acquire', send, key, attempt.undo).catch((error: unknown) => {
       attempt.failed(error);
       throw error;
     });
-    return attempt.answered(reply, readUpTo !== undefined);
+    if (reply[0] !== 1) return attempt.answered(reply as [number, number], false);
+    // Granted: {1, fence, G} and, for acquireReadTagged with an entry, READ's [pttl, bytes].
+    const [, fence, grantedAt, ...read] = reply as [1, number, number, number, Buffer | number];
+    const answer: AcquireReadReply = read.length === 2 ? [1, fence, read[0], read[1]] : [1, fence];
+    return attempt.answered(answer, readUpTo !== undefined, grantedAt);
   }
 
   /**
@@ -104,12 +113,12 @@ export class StoreLock implements Locker {
         // cannot free another holder's lock. (A timeout was already undone by Io; the breaker sent nothing.)
         if (error instanceof RedisUnavailableError && error.failure !== 'timeout' && error.failure !== 'breaker') undo?.();
       },
-      answered: (reply, read) => {
+      answered: (reply, read, grantedAt) => {
         const [granted, fenceOrPttl] = reply;
         if (granted === 2) throw new OriginBackoffError(key, fenceOrPttl);
         if (granted !== 1) return null;
         const readAtGrant = read ? (reply.length === 4 ? ([reply[2], reply[3]] as [number, Buffer | number]) : null) : undefined;
-        return new StoreGrant(this.deps, key, keys, token, fenceOrPttl, this.mode, this.exclusive, call.lockTtl, call.failBackoff, started, readAtGrant);
+        return new StoreGrant(this.deps, key, keys, token, fenceOrPttl, this.mode, this.exclusive, call.lockTtl, call.failBackoff, started, readAtGrant, grantedAt);
       },
     };
   }
@@ -129,8 +138,8 @@ interface Attempt {
   readonly undo: (() => void) | undefined;
   /** The acquisition failed: undo unless it surely sent nothing or Io already undid it. */
   failed(error: unknown): void;
-  /** The script's reply (`read`: acquireRead's): a grant, null (held), or throws OriginBackoffError. */
-  answered(reply: AcquireReadReply, read: boolean): Grant | null;
+  /** The script's reply (`read`: acquireRead's): a grant, null (held), or throws OriginBackoffError. `grantedAt`: the grant's G. */
+  answered(reply: AcquireReadReply, read: boolean, grantedAt?: number): Grant | null;
 }
 
 class StoreGrant implements Grant {
@@ -153,6 +162,7 @@ class StoreGrant implements Grant {
     acquiredAt: number,
     /** acquireRead's entry, until takeRead() hands it over. */
     private readAtGrant: [number, Buffer | number] | null | undefined,
+    readonly grantedAt: number | undefined,
   ) {
     this.ttl = ttl;
     const extendOnce = async (): Promise<Extension> =>

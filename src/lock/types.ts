@@ -26,6 +26,12 @@ export interface Grant {
   readonly fence: number;
   /** The random lock token ('' for a fence-only grant). */
   readonly token: string;
+  /**
+   * The server's TIME in µs taken by the script that granted it, after it created the call's missing
+   * tag records (THE TAG RULE, lock/scripts.ts): a tagged entry written under this grant carries it.
+   * Undefined for grants taken in a batch (getOrComputeMany), which write no tags.
+   */
+  readonly grantedAt?: number | undefined;
   /** The mode this rebuild actually ran under (after any fallback). */
   readonly mode: LockMode;
   /** True when the grant excluded other rebuilders, so re-reading the store after winning pays off. */

@@ -117,6 +117,34 @@ export const lockPolicy: Parse<LockPolicy> = (v, name, key) => {
   throw new InvalidOptionError(name, v, `one of ${LOCK_MODES.map((m) => `'${m}'`).join(', ')} or a function of the key`, key);
 };
 
+/** The most tags one entry may carry (its call's and its loader's together). */
+export const MAX_TAGS = 32;
+/** The longest tag, in UTF-16 code units. */
+export const MAX_TAG_LENGTH = 256;
+
+/**
+ * `tags`: an array of at most MAX_TAGS non-empty, well-formed strings of at most
+ * MAX_TAG_LENGTH characters; resolved to a frozen copy without duplicates (the caller's array may be
+ * changed afterwards without changing the call). An empty array is no tags.
+ */
+export const tagList: Parse<readonly string[]> = (v, name, key) => {
+  if (!Array.isArray(v)) throw new InvalidOptionError(name, v, `an array of at most ${MAX_TAGS} tags (non-empty strings of at most ${MAX_TAG_LENGTH} characters)`, key);
+  if (v.length > MAX_TAGS) throw new InvalidOptionError(name, v, `at most ${MAX_TAGS} tags per entry; got ${v.length}`, key);
+  for (const tag of v as unknown[]) {
+    if (typeof tag !== 'string' || tag.length === 0 || tag.length > MAX_TAG_LENGTH || !tag.isWellFormed()) {
+      throw new InvalidOptionError(name, tag, `each tag a non-empty, well-formed string of at most ${MAX_TAG_LENGTH} characters`, key);
+    }
+  }
+  return Object.freeze([...new Set(v as string[])]);
+};
+
+/** `deleteByTag`'s argument: one tag or an array of them, checked as the `tags` option is. */
+export function tagsToDelete(given: unknown): readonly string[] {
+  const tags = tagList(typeof given === 'string' ? [given] : given, 'tag');
+  if (tags.length === 0) throw new InvalidOptionError('tag', given, 'a tag or a non-empty array of tags');
+  return tags;
+}
+
 export const abortSignal: Parse<AbortSignal> = (v, name, key) => {
   if (v instanceof AbortSignal) return v;
   throw new InvalidOptionError(name, v, 'an AbortSignal', key);

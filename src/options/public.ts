@@ -98,6 +98,14 @@ export interface CallOptions {
    * newer fence), never the entry it bypassed. Per call only. Default none (`false`).
    */
   forceFresh?: boolean;
+  /**
+   * Tags of the entry this call writes (its loader may add more with `ctx.setOptions({ tags })`):
+   * `cache.deleteByTag(tag)` then invalidates it, with every other entry carrying the tag, in every
+   * process. At most 32 tags per entry, each a non-empty string of at most 256 characters
+   * (`InvalidOptionError` otherwise, before any Redis traffic). Not on a Cluster client yet. Per call
+   * only. Default none. See docs/tags.md.
+   */
+  tags?: readonly string[];
 }
 
 /**
@@ -105,8 +113,9 @@ export interface CallOptions {
  * call options of the same names, and applied to that one entry only (the call's options and the
  * cache defaults are unchanged). Every process reads the entry as written: its fresh time, its stale
  * and fail-safe windows, and its refresh-ahead policy (which overrides the reader's own option).
+ * `tags` are added to the call's own (the entry carries both).
  */
-export type EntryOptions = Pick<CallOptions, 'ttl' | 'staleTtl' | 'failSafeTtl' | 'refreshAhead'>;
+export type EntryOptions = Pick<CallOptions, 'ttl' | 'staleTtl' | 'failSafeTtl' | 'refreshAhead' | 'tags'>;
 
 /** The optional in-process L1 tier. */
 export interface LocalTierOptions {

@@ -76,7 +76,7 @@ export function mergeCallOptions(defaults: ResolvedDefaults, input: number | Cal
   else throw new InvalidOptionError('ttl', input, 'a ttl in ms or an options object', key);
   const merged = { ...defaults, ...given };
   if (merged.ttl === undefined) throw new InvalidOptionError('ttl', undefined, 'a positive integer number of ms, per call or in defaults', key);
-  return { ...merged, ttl: merged.ttl, signal: merged.signal, forceFresh: merged.forceFresh };
+  return { ...merged, ttl: merged.ttl, signal: merged.signal, forceFresh: merged.forceFresh, tags: merged.tags };
 }
 
 /** Merged options with the lock policy evaluated on `key`; frozen. */

@@ -29,6 +29,7 @@ import {
   redisClient,
   refreshAhead,
   refuseUnknown,
+  tagList,
   type Defaulted,
   type Field,
   type Parse,
@@ -72,6 +73,8 @@ export const CALL_FIELDS = {
   ttlJitter: field(fractionBelowOne, 0),
   // Per call only: cache-wide, it would turn the cache off.
   forceFresh: field(boolean, { perCallOnly: true }),
+  // Per call only: what an entry is about is the call's (and its loader's) to say (docs/tags.md).
+  tags: field(tagList, { perCallOnly: true }),
 } satisfies { readonly [K in keyof CallOptions]-?: Field<NonNullable<CallOptions[K]>> };
 
 type CallFields = typeof CALL_FIELDS;
@@ -109,13 +112,14 @@ export const ENTRY_FIELDS = {
   staleTtl: CALL_FIELDS.staleTtl,
   failSafeTtl: CALL_FIELDS.failSafeTtl,
   refreshAhead: CALL_FIELDS.refreshAhead,
+  tags: CALL_FIELDS.tags,
 } satisfies { readonly [K in keyof EntryOptions]-?: Field<NonNullable<EntryOptions[K]>> };
 
 /** What `ctx.setOptions` resolved to: the given entry options, validated; absent ones stay absent. */
 export type EntryOverrides = Readonly<{ [K in keyof typeof ENTRY_FIELDS]?: Parsed<(typeof ENTRY_FIELDS)[K]> }>;
 
 /**
- * Validates `ctx.setOptions(input)`: unknown names (any call option but the four) and bad values are
+ * Validates `ctx.setOptions(input)`: unknown names (any call option but the five) and bad values are
  * an InvalidOptionError naming `ctx.setOptions.<name>`, the value and its type.
  */
 export function validateEntryOptions(input: unknown, key: string): EntryOverrides {
@@ -233,6 +237,7 @@ export const UNSAFE_FIELDS = {
   incoherentL1: field(boolean, false),
   sharedBreaker: field(boolean, false),
   clockSkewMs: field(finiteNumber, 0),
+  tagSnapshotAtWrite: field(boolean, false),
 } satisfies { readonly [K in keyof UnsafeSwitches]-?: Field<Required<UnsafeSwitches>[K]> };
 
 // ---------------------------------------------------------------- DEFAULTS

@@ -2,6 +2,7 @@ import { CacheClosedError } from '../errors.js';
 import { runLoader, type LoadResult } from '../loader.js';
 import { entryCall } from '../options.js';
 import type { Trip } from './trip.js';
+import { entryTags } from '../tags.js';
 
 /**
  * Redis failed: serve the value this process computed degraded within the last ttl (the memo), or run
@@ -38,7 +39,8 @@ export async function degraded(t: Trip, operation: string, error: unknown, fillL
   }
   if (result.value !== undefined && !result.entry.skipped) {
     const { ttl } = entryCall(t.call, result.entry.overrides);
-    if (fillLocal) d.local.fill(ticket, key, result.value, ttl);
+    // Its tags go with the L1 copy (a tag's note drops it); the memo is cleared by every tag note.
+    if (fillLocal) d.local.fill(ticket, key, result.value, ttl, undefined, entryTags(t.call.tags, result.entry.overrides?.tags, key));
     d.memo.fill(memoTicket, result.value, ttl);
   }
   d.emit('computed', { key, lock: 'degraded', fence: undefined, loadMs: result.loadMs, written: false });

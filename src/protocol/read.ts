@@ -44,7 +44,7 @@ export function entryRead(d: ProtocolDeps, key: string, ticket: Ticket, sent: nu
   } else if (found.state === 'stale') {
     // The stale window is served from L1 too, briefly: the winner's write note drops the copy in every
     // other process, this process's own write replaces it; STALE_L1_MS (and the window's end) bound it.
-    d.local.fillStale(ticket, key, found.value, Math.min(STALE_L1_MS, staleRemaining(found.pttl, found.graceMs, found.staleMs)) - (d.clock.now() - sent));
+    d.local.fillStale(ticket, key, found.value, Math.min(STALE_L1_MS, staleRemaining(found.pttl, found.graceMs, found.staleMs)) - (d.clock.now() - sent), found.tags);
   }
   return found;
 }

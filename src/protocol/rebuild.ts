@@ -61,7 +61,10 @@ export async function rebuild(t: Trip, grant: Grant, plan: RebuildPlan): Promise
       throw new CacheClosedError(t.key);
     }
     if (plan.doneWhen.kind !== 'never') {
-      const again = plan.reread ? plan.reread() : await readEntry(d, t.key, t.keys).catch(() => undefined);
+      let again = plan.reread ? plan.reread() : await readEntry(d, t.key, t.keys).catch(() => undefined);
+      // A tagged entry read with the grant is judged by its tag records first (THE TAG RULE): an
+      // invalid one is a miss, and the loader runs. (readEntry's own read is judged already.)
+      if (plan.reread && again !== undefined && again.state !== 'miss' && again.tags !== undefined) again = await d.store.vetted(t.key, again, false).catch(() => undefined);
       if (doneOnReread(again, plan.doneWhen)) return { kind: 'done', again };
     }
     // Re-checked after the awaits above: close() or every caller leaving meanwhile starts no loader.

@@ -144,6 +144,8 @@ function readWithGrant(t: Trip, grant: Grant, ticket: Ticket, sent: number): (()
   return () => {
     const found = t.d.store.found(t.key, raw ?? null);
     raw = undefined; // the bytes are not kept for the loader's run
+    // A tagged entry is not known valid yet (the rebuild checks its tag records): nothing fills L1 from it here.
+    if (found.state !== 'miss' && found.tags !== undefined) return found;
     const serves = t.call.forceFresh !== true || (found.state === 'fresh' && t.acceptable(found));
     return entryRead(t.d, t.key, ticket, sent, found, serves);
   };

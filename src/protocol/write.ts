@@ -2,6 +2,7 @@ import { UnstorableValueError } from '../errors.js';
 import type { Grant, ReleaseOutcome } from '../lock/types.js';
 import { entryCall, writeTtl, type EntryOverrides } from '../options.js';
 import type { Trip } from './trip.js';
+import { entryTags } from '../tags.js';
 
 /**
  * The fenced write of a loaded value, and the notify: the write script stores the value only if no
@@ -18,14 +19,17 @@ export async function writeEntry(t: Trip, grant: Grant, value: unknown, loadMs: 
   // The loader's ctx.setOptions apply to this entry only.
   const call = entryCall(t.call, overrides);
   const refreshAhead = overrides?.refreshAhead;
+  // The call's tags and its loader's together (THE TAG RULE judges them all against the grant).
+  const tags = entryTags(t.call.tags, overrides?.tags, key);
+  if (tags !== undefined) d.store.assertTaggable(key, tags); // a Cluster: InvalidOptionError, nothing written
   const ttl = writeTtl(call);
   // Redis counts the ttl from when it ran the write: L1's copy starts counting when it was sent.
   const sent = d.clock.now();
   try {
     d.telemetry.ownWrite(key, grant.fence, 'load');
-    written = (await d.store.write(key, t.keys, grant, value, call, loadMs, 'w', ttl, refreshAhead)) === 'accepted';
+    written = (await d.store.write(key, t.keys, grant, value, call, loadMs, 'w', ttl, refreshAhead, tags)) === 'accepted';
     const freshMs = ttl - (d.clock.now() - sent);
-    d.local.written(ticket, key, value, freshMs, written, { fence: grant.fence, ttlMs: ttl, loadMs: Math.round(loadMs), refreshAhead });
+    d.local.written(ticket, key, value, freshMs, written, { fence: grant.fence, ttlMs: ttl, loadMs: Math.round(loadMs), refreshAhead, tags });
     if (!written) {
       d.telemetry.writeRejected();
       d.emit('writeRejected', { key, fence: grant.fence });

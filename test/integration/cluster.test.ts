@@ -251,6 +251,16 @@ describe.each<Family>(['ioredis', 'ioredis6', 'node-redis', 'node-redis5'])('Red
     expect(await b.get('{k}')).toBeUndefined();
   });
 
+  it('tags are refused with InvalidOptionError naming the option (not supported on a Cluster yet)', async () => {
+    const c = await cache('tags');
+    await expect(c.getOrCompute('k', () => 'v', { ttl: 60_000, tags: ['t'] })).rejects.toMatchObject({ code: 'ERR_INVALID_OPTION', option: 'tags' });
+    await expect(c.set('k', 'v', { ttl: 60_000, tags: ['t'] })).rejects.toMatchObject({ code: 'ERR_INVALID_OPTION', option: 'tags' });
+    await expect(c.deleteByTag('t')).rejects.toMatchObject({ code: 'ERR_INVALID_OPTION', option: 'tags' });
+    await expect(c.namespace('n').deleteByTag('t')).rejects.toMatchObject({ code: 'ERR_INVALID_OPTION', option: 'tags' });
+    await expect(c.getOrCompute('k', (ctx) => (ctx.setOptions({ tags: ['t'] }), 'v'), 60_000)).rejects.toMatchObject({ code: 'ERR_INVALID_OPTION', option: 'ctx.setOptions.tags' });
+    expect(await c.get('k')).toBeUndefined();
+  });
+
   it('fencing: a set() during an in-flight rebuild wins', async () => {
     const c = await cache('cl5');
     const held = await heldRebuild<string>(c, '}f');

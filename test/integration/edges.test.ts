@@ -406,7 +406,7 @@ const LOADING: readonly LoadingEntry[] = [
 ];
 
 /** The edges (RELIABILITY §O) as rows; each entry point above is a column, plus the two that run no caller's loader below. */
-const EDGES = ['aborted caller', 'close()', 'one load per key per process', 'options', 'stats and events', 'replicaAck'] as const;
+const EDGES = ['aborted caller', 'close()', 'one load per key per process', 'options', 'stats and events', 'replicaAck', 'deleteByTag'] as const;
 
 /** The cells that cannot exist, and why: every other cell of EDGES × entry points is a test below. */
 const NOT_APPLICABLE: Readonly<Record<string, string>> = {
@@ -514,6 +514,26 @@ describe('every entry point × every edge (table)', () => {
       }
     });
 
+    it(`deleteByTag × ${entry.name}: a tagged entry is gone once it resolves (the next call loads); getOrComputeMany refuses tags (ERR_INVALID_OPTION)`, async () => {
+      const cache = h.cache();
+      const tagged: CallOptions = { ttl: 60_000, tags: ['org:3'] };
+      let loads = 0;
+      const load: Load = async (key) => (loads++, `v${loads}:${key}`);
+      if (entry.name === 'getOrComputeMany') {
+        await expect(entry.call(cache, 'k', load, tagged)).rejects.toMatchObject({ code: 'ERR_INVALID_OPTION', option: 'tags' });
+        expect(loads).toBe(0);
+        return;
+      }
+      const ns = entry.name === 'a namespaced call' ? cache.namespace('ns') : undefined;
+      expect(await entry.call(cache, 'k', load, tagged)).toBe('v1:k');
+      expect(await (ns ?? cache).get('k')).toBe('v1:k');
+      await (ns ?? cache).deleteByTag('org:3');
+      expect(await (ns ?? cache).get('k')).toBeUndefined();
+      expect(await entry.call(cache, 'k', load, tagged)).toBe('v2:k');
+      // Each read that found the entry invalid counts (the get, then the call's own read).
+      expect(cache.stats().tagInvalidations).toBeGreaterThanOrEqual(1);
+    });
+
     it(`replicaAck × ${entry.name}: a grant too few replicas confirmed is not trusted: the value answers degraded, nothing is stored`, async () => {
       const cache = ackCache();
       const degraded: string[] = [];
@@ -523,6 +543,17 @@ describe('every entry point × every edge (table)', () => {
       expect(degraded.every((d) => d.endsWith(':replicaAck'))).toBe(true);
       expect(await cache.get('k')).toBeUndefined();
     });
+  });
+
+  it('deleteByTag × get/getMany: a tagged value is a miss once it resolves; others are still hits', async () => {
+    const cache = h.cache();
+    await cache.set('k', 'v', { ttl: 60_000, tags: ['org:3'] });
+    await cache.set('j', 'w', { ttl: 60_000, tags: ['org:4'] });
+    expect(await cache.getMany(['k', 'j'])).toEqual(['v', 'w']);
+    await cache.deleteByTag('org:3');
+    expect(await cache.get('k')).toBeUndefined();
+    expect(await cache.getMany(['k', 'j'])).toEqual([undefined, 'w']);
+    expect(await cache.has('k')).toBe(false);
   });
 
   it('close() × get/getMany: a read in flight and every later one settle (ERR_CLOSED after close)', async () => {
@@ -565,6 +596,23 @@ describe('every entry point × every edge (table)', () => {
       await ageEntry(h.admin, keysOf(cache, key).value, 1000);
     }
     const RA: CallOptions = { ttl: 60_000, refreshAhead: 0.5 };
+
+    it('deleteByTag × early refresh: a refresh granted before it writes nothing after it; later calls load anew', async () => {
+      const cache = h.cache();
+      await cache.getOrCompute('k', () => 'v1', { ttl: 60_000, tags: ['org:3'] });
+      await ageEntry(h.admin, keysOf(cache, 'k').value, 1000);
+      const started = deferred<void>();
+      const late = deferred<string>();
+      expect(await cache.getOrCompute('k', () => (started.resolve(), late.promise), { ...RA, tags: ['org:3'] })).toBe('v1');
+      await started.promise; // the refresh holds its grant
+      await cache.deleteByTag('org:3'); // abandons this process's refresh; another process's would be refused at its write
+      late.resolve('refreshed-before');
+      await new Promise((r) => setTimeout(r, 50));
+      expect(await cache.get('k')).toBeUndefined();
+      expect(await cache.getOrCompute('k', () => 'v2', { ...RA, tags: ['org:3'] })).toBe('v2');
+      const raw = await h.admin.getBuffer(keysOf(cache, 'k').value);
+      expect(raw?.includes('refreshed-before')).toBe(false);
+    });
 
     it('close() × early refresh: a refresh whose loader ignores its signal ends with close(); nothing is written after', async () => {
       const cache = createCache({ redis: h.cacheClient(), prefix: `mx${process.pid}rc` });
@@ -664,8 +712,8 @@ describe('every entry point × every edge (table)', () => {
   });
 });
 
-const GET_CELLS = ['close() × get/getMany', 'options × get/getMany', 'stats and events × get/getMany'];
-const REFRESH_CELLS = ['close() × early refresh', 'one load per key per process × early refresh', 'options × early refresh', 'stats and events × early refresh', 'replicaAck × early refresh'];
+const GET_CELLS = ['close() × get/getMany', 'options × get/getMany', 'stats and events × get/getMany', 'deleteByTag × get/getMany'];
+const REFRESH_CELLS = ['close() × early refresh', 'one load per key per process × early refresh', 'options × early refresh', 'stats and events × early refresh', 'replicaAck × early refresh', 'deleteByTag × early refresh'];
 
 /** A cache that asks one replica to confirm its grants and writes, on a server that has none (and as a user allowed WAIT). */
 function ackCache(prefix = `ack${process.pid}x${Math.random().toString(36).slice(2)}`, ack = true): Cache {

@@ -30,7 +30,7 @@ describe('cache.stats()', () => {
   it('starts at zero with exactly the documented names, and is a copy', () => {
     const cache = h.cache();
     const s = cache.stats();
-    expect(s).toEqual({ hits: 0, localHits: 0, staleServed: 0, misses: 0, loaderRuns: 0, coalesced: 0, waited: 0, lockLost: 0, writeRejected: 0, degraded: 0, refreshStarted: 0, refreshWon: 0, refreshLost: 0 });
+    expect(s).toEqual({ hits: 0, localHits: 0, staleServed: 0, misses: 0, loaderRuns: 0, coalesced: 0, waited: 0, lockLost: 0, writeRejected: 0, degraded: 0, refreshStarted: 0, refreshWon: 0, refreshLost: 0, tagInvalidations: 0 });
     s.hits = 99;
     expect(cache.stats().hits).toBe(0);
   });
@@ -245,7 +245,7 @@ describe(`diagnostics_channel TracingChannel "${GET_CHANNEL}"`, () => {
 });
 
 function zero(): CacheStats {
-  return { hits: 0, localHits: 0, staleServed: 0, misses: 0, loaderRuns: 0, coalesced: 0, waited: 0, lockLost: 0, writeRejected: 0, degraded: 0, refreshStarted: 0, refreshWon: 0, refreshLost: 0 };
+  return { hits: 0, localHits: 0, staleServed: 0, misses: 0, loaderRuns: 0, coalesced: 0, waited: 0, lockLost: 0, writeRejected: 0, degraded: 0, refreshStarted: 0, refreshWon: 0, refreshLost: 0, tagInvalidations: 0 };
 }
 
 describe(`diagnostics_channel TracingChannel "${GET_OR_COMPUTE_CHANNEL}"`, () => {

@@ -6,10 +6,10 @@ declare const cache: Cache;
 declare const db: { product(id: number): Promise<{ id: number } | null> };
 
 describe('loader control types', () => {
-  it('ctx.setOptions takes the four entry options; ctx.skip takes nothing', () => {
+  it('ctx.setOptions takes the five entry options; ctx.skip takes nothing', () => {
     expectTypeOf<LoaderContext['setOptions']>().toEqualTypeOf<(options: EntryOptions) => void>();
     expectTypeOf<LoaderContext['skip']>().toEqualTypeOf<() => void>();
-    expectTypeOf<keyof EntryOptions>().toEqualTypeOf<'ttl' | 'staleTtl' | 'failSafeTtl' | 'refreshAhead'>();
+    expectTypeOf<keyof EntryOptions>().toEqualTypeOf<'ttl' | 'staleTtl' | 'failSafeTtl' | 'refreshAhead' | 'tags'>();
     expectTypeOf<EntryOptions['refreshAhead']>().toEqualTypeOf<CallOptions['refreshAhead']>();
   });
 

@@ -1,0 +1,200 @@
+/**
+ * Tags: invalidate a group of entries everywhere (`deleteByTag`), in O(1) per tag. The rule that
+ * makes it safe, THE TAG RULE, is at the fence rule's side (lock/scripts.ts); this module holds the
+ * tag records' layout, the read-side check, and the invalidation with its note and acknowledgements.
+ *
+ * Layout: a tag's record is `<prefix>:tag:<scope> <tag>`, where the scope is '' for the cache's own
+ * `deleteByTag` and a namespace path (`users`, `users/admins`) for a namespace's. An entry of the
+ * namespace path `users/admins` tagged `t` is governed by three records, (`''`, t), (`users`, t) and
+ * (`users/admins`, t), so `cache.deleteByTag(t)` reaches it, as do `users.deleteByTag(t)` and
+ * `admins.deleteByTag(t)`; another namespace's `deleteByTag(t)` does not. Injective: a scope has no
+ * space (namespace names have none), so the first space ends it, and the tag is the rest.
+ */
+import { randomBytes } from 'node:crypto';
+import { script, type RedisPort, type Script } from './client/port.js';
+import type { Io } from './io.js';
+import { parseNamespacedKey, RESERVED_KEY_START } from './namespace.js';
+import { tagList } from './options/fields.js';
+import type { Clock } from './options.js';
+
+/**
+ * How long a record created by a grant (or re-created by a refused write) lives at least: a write
+ * extends its records to the entry's own physical ttl when that is longer. A record that lapses
+ * invalidates what carries it (one rebuild each), never more.
+ */
+export const RECORD_TTL_MS = 24 * 60 * 60 * 1000;
+
+/** The record of `tag` in `scope` ('' = the whole cache). */
+export function tagRecordKey(prefix: string, scope: string, tag: string): string {
+  return `${prefix}:tag:${scope} ${tag}`;
+}
+
+/** The scopes an entry at internal key `key` is in: the whole cache, then each of its namespace paths. */
+export function scopesOf(key: string): string[] {
+  const segments = key.startsWith(RESERVED_KEY_START) ? parseNamespacedKey(key)?.segments : undefined;
+  const scopes = [''];
+  if (segments) for (let i = 1; i <= segments.length; i++) scopes.push(segments.slice(0, i).join('/'));
+  return scopes;
+}
+
+/** Every record that governs the entry at internal key `key` tagged `tags` (THE TAG RULE). */
+export function recordsOf(prefix: string, key: string, tags: readonly string[]): string[] {
+  const scopes = scopesOf(key);
+  const out: string[] = [];
+  for (const tag of tags) for (const scope of scopes) out.push(tagRecordKey(prefix, scope, tag));
+  return out;
+}
+
+/** Whether a tag note for `tags` in `scope` reaches the entry at internal key `key` tagged `entryTags`. */
+export function noteReaches(scope: string, tags: readonly string[], key: string, entryTags: readonly string[]): boolean {
+  if (!entryTags.some((t) => tags.includes(t))) return false;
+  return scope === '' || scopesOf(key).includes(scope);
+}
+
+/** An entry's tags: the call's and its loader's (`ctx.setOptions({ tags })`) together, at most MAX_TAGS. */
+export function entryTags(callTags: readonly string[] | undefined, loaderTags: readonly string[] | undefined, key: string): readonly string[] | undefined {
+  if (loaderTags === undefined || loaderTags.length === 0) return callTags !== undefined && callTags.length > 0 ? callTags : undefined;
+  if (callTags === undefined || callTags.length === 0) return loaderTags;
+  return tagList([...callTags, ...loaderTags], 'ctx.setOptions.tags', key);
+}
+
+/** A script over a variable number of records (one registered name per count, one SHA). */
+function variadic(name: string, fixedKeys: number, lua: string, readOnly = false): (records: number) => Script {
+  const byCount = new Map<number, Script>();
+  return (records) => {
+    let s = byCount.get(records);
+    if (s === undefined) byCount.set(records, (s = script(`${name}k${records}`, fixedKeys + records, lua, readOnly)));
+    return s;
+  };
+}
+
+/** The records' values (digits, or nil when missing), in KEYS order: a read-only script (GET only). */
+export const TAG_STATES = `
+local out = {}
+for i = 1, #KEYS do out[i] = redis.call('GET', KEYS[i]) end
+return out
+`;
+const STATES = variadic('sgTagStatesV1', 0, TAG_STATES, true);
+
+/**
+ * deleteByTag: KEYS[1]=the acknowledgement counter, KEYS[2…]=records; ARGV[1]=the counter's ttl
+ * ARGV[2]=channel ARGV[3]=note. Every existing record becomes TIME (its TTL kept); a missing one stays
+ * missing (it invalidates what carries it already). → how many subscribers received the note.
+ */
+export const TAG_INVALIDATE = `
+local t = redis.call('TIME')
+local now = t[1] .. string.format('%06d', tonumber(t[2]))
+for i = 2, #KEYS do
+  local p = redis.call('PTTL', KEYS[i])
+  if p > 0 then redis.call('SET', KEYS[i], now, 'PX', p)
+  elseif p == -1 then redis.call('SET', KEYS[i], now) end
+end
+redis.call('SET', KEYS[1], '0', 'PX', ARGV[1])
+return redis.call('PUBLISH', ARGV[2], ARGV[3])
+`;
+const INVALIDATE_TAGS = variadic('sgTagInvalidateV1', 1, TAG_INVALIDATE);
+
+/** A process heard a tag note: one more acknowledgement. */
+export const TAG_ACK = `
+redis.call('INCR', KEYS[1])
+redis.call('PEXPIRE', KEYS[1], ARGV[1])
+return 1
+`;
+const ACK = script('sgTagAckV1', 1, TAG_ACK);
+
+/** How long an acknowledgement counter lives. */
+const ACK_TTL_MS = 60_000;
+/** How often deleteByTag looks at its acknowledgement counter. */
+const ACK_POLL_MS = 5;
+
+/** A tag note's key: what it invalidates, and the id its acknowledgements are counted under. */
+export interface TagNote {
+  readonly id: string;
+  readonly scope: string;
+  readonly tags: readonly string[];
+}
+
+export function formatTagNote(n: TagNote): string {
+  return JSON.stringify([n.id, n.scope, n.tags]);
+}
+
+/** A tag note's key parsed; undefined for a malformed one (another publisher). */
+export function parseTagNote(key: string): TagNote | undefined {
+  try {
+    const [id, scope, tags] = JSON.parse(key) as unknown[];
+    if (typeof id !== 'string' || typeof scope !== 'string' || !Array.isArray(tags) || !tags.every((t) => typeof t === 'string')) return undefined;
+    return { id, scope, tags: tags };
+  } catch {
+    return undefined;
+  }
+}
+
+/** What one cache's tags need. */
+export interface TagDeps {
+  readonly port: RedisPort;
+  readonly io: Io;
+  readonly prefix: string;
+  readonly channel: string;
+  /** The note of kind 'g' with `key`. */
+  readonly message: (key: string) => string;
+  /** replicaAck's WAIT (undefined: off): an invalidation is confirmed like a delete. */
+  readonly confirm: ((redisKey: string) => Promise<void>) | undefined;
+  /** How long deleteByTag waits for acknowledgements (2 × redisTimeout, as clear()). */
+  readonly ackWaitMs: number;
+  readonly clock: Clock;
+}
+
+/** The records of one cache: the read-side check, the invalidation, the acknowledgement. */
+export class TagRecords {
+  constructor(private readonly d: TagDeps) {}
+
+  records(key: string, tags: readonly string[]): string[] {
+    return recordsOf(this.d.prefix, key, tags);
+  }
+
+  /**
+   * Whether the entry at `key` tagged `tags` and granted at `grantedAt` is valid (THE TAG RULE): one
+   * round trip. Throws RedisUnavailableError.
+   */
+  async valid(key: string, tags: readonly string[], grantedAt: number): Promise<boolean> {
+    const records = this.records(key, tags);
+    const states = (await this.d.io.run('read', () => this.d.port.run(STATES(records.length), records, []), key)) as (string | null)[];
+    return states.length === records.length && states.every((s) => s !== null && s !== undefined && Number(s) < grantedAt);
+  }
+
+  /**
+   * Sets the records of `tags` in `scope` to the server's TIME and publishes the note, then waits until
+   * every subscriber that received it acknowledged (each dropped its copies first), or `ackWaitMs`
+   * passed. Throws RedisUnavailableError.
+   */
+  async invalidate(scope: string, tags: readonly string[]): Promise<void> {
+    const { d } = this;
+    const id = randomBytes(9).toString('base64url');
+    const ack = this.ackKey(id);
+    const records = tags.map((tag) => tagRecordKey(d.prefix, scope, tag));
+    const message = d.message(formatTagNote({ id, scope, tags }));
+    const run = async (): Promise<unknown> => {
+      const reached = await d.port.run(INVALIDATE_TAGS(records.length), [ack, ...records], [ACK_TTL_MS, d.channel, message]);
+      await d.confirm?.(ack);
+      return reached;
+    };
+    const own = { namespace: scope, redisKey: ack };
+    const receivers = Number(await d.io.run('delete', run, own));
+    const deadline = d.clock.now() + d.ackWaitMs;
+    while (d.clock.now() < deadline) {
+      const acked = Number((await d.io.run('delete', () => d.port.command(ack, ['GET', ack]), own)) ?? 0);
+      if (acked >= receivers) return;
+      await new Promise((resolve) => setTimeout(resolve, ACK_POLL_MS));
+    }
+  }
+
+  /** Acknowledges a tag note once this process dropped its copies. Never throws. */
+  ack(id: string): void {
+    const key = this.ackKey(id);
+    this.d.io.run('delete', () => this.d.port.run(ACK, [key], [ACK_TTL_MS]), { namespace: '', redisKey: key }).catch(() => undefined);
+  }
+
+  private ackKey(id: string): string {
+    return `${this.d.prefix}:tag-ack:${id}`;
+  }
+}
