@@ -149,7 +149,13 @@ export class LruTier implements LocalTier {
   fill(ticket: Ticket, key: string, value: unknown, freshMs: number, facts?: EntryFacts, tags = facts?.tags): void {
     if (freshMs <= 0) return;
     if (!this.incoherent && !this.fillable(ticket, key, tags)) return;
-    this.lru.set(key, tags === undefined ? { value, freshUntil: this.clock.now() + freshMs, facts } : { value, freshUntil: this.clock.now() + freshMs, facts, tags });
+    this.put(key, value, freshMs, facts, tags);
+  }
+
+  /** The slot for a fresh value; `tags` only where there are some (untagged slots keep their shape). */
+  private put(key: string, value: unknown, freshMs: number, facts: EntryFacts | undefined, tags: readonly string[] | undefined): void {
+    const freshUntil = this.clock.now() + freshMs;
+    this.lru.set(key, tags === undefined ? { value, freshUntil, facts } : { value, freshUntil, facts, tags });
   }
 
   fillStale(ticket: Ticket, key: string, value: unknown, ms: number, tags?: readonly string[]): void {
@@ -187,7 +193,7 @@ export class LruTier implements LocalTier {
     // the value it replaced, and that read's fill can run after this (its reply came first, but its
     // continuation has more steps to go): it must be refused, not overwrite ours.
     this.invalidate(key);
-    if (keep) this.lru.set(key, tags === undefined ? { value, freshUntil: this.clock.now() + freshMs, facts } : { value, freshUntil: this.clock.now() + freshMs, facts, tags });
+    if (keep) this.put(key, value, freshMs, facts, tags);
   }
 
   deleted(key: string): void {

@@ -254,3 +254,19 @@ export async function ageEntry(admin: Redis, valueKey: string, freshLeftMs: numb
   bytes.writeDoubleBE(Number(s) * 1000 + Number(us) / 1000 + freshLeftMs, bytes.length - 8);
   await admin.set(valueKey, bytes, 'PX', freshLeftMs + graceMs);
 }
+
+/**
+ * Calls per command (and rejected calls) since the last CONFIG RESETSTAT, from `admin`'s INFO
+ * commandstats (a client of the test's own server). A command never sent reads as 0.
+ */
+export async function commandCalls(admin: Redis): Promise<{ calls: (command: string) => number; rejected: (command: string) => number; scripts: number }> {
+  const info = await admin.info('commandstats');
+  const calls: Record<string, number> = {};
+  const rejected: Record<string, number> = {};
+  for (const m of info.matchAll(/^cmdstat_([^:]+):calls=(\d+)(?:[^\n]*?rejected_calls=(\d+))?/gm)) {
+    calls[m[1] as string] = Number(m[2]);
+    rejected[m[1] as string] = Number(m[3] ?? 0);
+  }
+  const of = (t: Record<string, number>) => (command: string) => t[command] ?? 0;
+  return { calls: of(calls), rejected: of(rejected), scripts: (calls.evalsha ?? 0) + (calls.eval ?? 0) };
+}
