@@ -5,12 +5,13 @@
  * 2,000) after a warm-up, interleaved over R runs (default 3), medians. Every variant reads and
  * decodes the same stored bytes; each adds one layer to the one above it:
  * - `GET + decode`: the bare client (ioredis getBuffer + msgpackr unpack);
- * - `read script + decode`: the same through our read script (EVALSHA via defineCommand: bytes and
- *   PTTL together, the size cap inside Redis);
- * - `+ port`: the script through the client port and the typed script callers (scripts.ts);
+ * - `GETRANGE + decode`: the read a fresh hit sends (GETRANGE up to maxValueBytes: the size cap inside
+ *   Redis), on the bare client;
+ * - `+ port`: the same through the client port (client/);
  * - `+ a promise hop`: the same wrapped in one more promise (what any layer's own promise costs);
  * - `+ Io`: bounded by redisTimeout, through the node's circuit breaker (io.ts);
- * - `+ Store.read`: the entry envelope checked, its value through the post-decode allow-list (codec.ts);
+ * - `+ Store.read`: the node's clock window, the envelope checked and judged fresh by its freshUntil,
+ *   its value through the post-decode allow-list (codec.ts);
  * - `getOrCompute`: the whole call (options, L1 look-up, in-process flight, Rebuild, freshness, counters).
  * Runs the compiled library (dist/: `npm run build` first; the script does), as users do.
  */
@@ -52,19 +53,17 @@ try {
   const keys = names.map((k) => internals.entryKeys(prefix, k));
   const packr: { unpack(b: Buffer): unknown } = new Packr({ useRecords: true, moreTypes: true, structuredClone: false, mapsAsObjects: false });
   // The cache's own collaborators (private fields of the composition root: this is a measurement, not an API).
-  const deps = ((cache as unknown as { rt: unknown }).rt as { deps: { store: { read(key: string, keys: unknown): Promise<{ value: unknown }>; scripts: { read(k: string, max: number): Promise<[number, Buffer]> }; io: { run<T>(op: string, fn: () => Promise<T>, key: string): Promise<T> } } } }).deps;
+  const deps = ((cache as unknown as { rt: unknown }).rt as { deps: { store: { read(key: string, keys: unknown): Promise<{ value: unknown }>; scripts: { getRange(k: string, end: string): Promise<Buffer> }; io: { run<T>(op: string, fn: () => Promise<T>, key: string): Promise<T> } } } }).deps;
   const scripts = deps.store.scripts;
   const io = deps.store.io;
-  const maxBytes = 1_048_576;
-  redis.defineCommand('layersRead', { numberOfKeys: 1, lua: (await import(`${dir}/lock/scripts.js`) as typeof import('../src/lock/scripts.js')).READ });
-  const rawRead = (redis as unknown as { layersReadBuffer(k: string, max: number): Promise<[number, Buffer]> }).layersReadBuffer.bind(redis);
+  const capEnd = String(1_048_576);
   const loader = () => VALUE;
   const variants: [string, (i: number) => Promise<unknown>][] = [
     ['GET + decode', async (i) => packr.unpack((await redis.getBuffer(keys[i]!.value))!)],
-    ['read script + decode', async (i) => packr.unpack((await rawRead(keys[i]!.value, maxBytes))[1])],
-    ['+ port', async (i) => packr.unpack((await scripts.read(keys[i]!.value, maxBytes))[1])],
-    ['+ a promise hop', (i) => new Promise((res, rej) => { scripts.read(keys[i]!.value, maxBytes).then((r) => res(packr.unpack(r[1])), rej); })],
-    ['+ Io', async (i) => packr.unpack((await io.run('read', () => scripts.read(keys[i]!.value, maxBytes), names[i]!))[1])],
+    ['GETRANGE + decode', async (i) => packr.unpack(await redis.getrangeBuffer(keys[i]!.value, 0, capEnd))],
+    ['+ port', async (i) => packr.unpack(await scripts.getRange(keys[i]!.value, capEnd))],
+    ['+ a promise hop', (i) => new Promise((res, rej) => { scripts.getRange(keys[i]!.value, capEnd).then((r) => res(packr.unpack(r)), rej); })],
+    ['+ Io', async (i) => packr.unpack(await io.run('read', () => scripts.getRange(keys[i]!.value, capEnd), names[i]!))],
     ['+ Store.read', async (i) => (await deps.store.read(names[i]!, keys[i]!)).value],
     ['getOrCompute', (i) => cache.getOrCompute(names[i]!, loader, TTL)],
   ];

@@ -23,7 +23,8 @@ async function nodeRedis(url: string): Promise<RedisClientType> {
 async function run(req: HitRequest, go: () => Promise<number>): Promise<HitReport> {
   // The family's client: ioredis (also for lru, which sends nothing, as before the families) or node-redis.
   const nr = req.client === 'node-redis' ? await nodeRedis(req.url) : undefined;
-  const redis = nr ? undefined : new Redis(req.url);
+  // bare-autopipeline: the bare client made with ioredis's own auto-pipelining (node-redis pipelines a tick's commands by itself).
+  const redis = nr ? undefined : new Redis(req.url, { enableAutoPipelining: req.variant === 'bare-autopipeline' });
   const names = Array.from({ length: req.keys }, (_, i) => `k${i}`);
   let answer: (key: string) => unknown;
   let close = async (): Promise<void> => undefined;
@@ -34,7 +35,7 @@ async function run(req: HitRequest, go: () => Promise<number>): Promise<HitRepor
   // node-redis: bulk strings as Buffers, as the library's node-redis port asks for the entry bytes.
   const bytes = nr?.withTypeMapping({ [RESP_TYPES.BLOB_STRING]: Buffer });
   const asBytes = { typeMapping: { [RESP_TYPES.BLOB_STRING]: Buffer } };
-  if (req.variant === 'bare') {
+  if (req.variant === 'bare' || req.variant === 'bare-autopipeline') {
     // The hand-rolled client: GET and decode.
     if (bytes) answer = async (key) => packr.unpack((await bytes.get(raw.get(key) as string)) as Buffer);
     else answer = async (key) => packr.unpack((await (redis as Redis).getBuffer(raw.get(key) as string)) as Buffer);

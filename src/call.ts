@@ -7,6 +7,7 @@
  * tracing channel read. A rule about an edge is written here or below (flight.ts, protocol/), never
  * in an entry point.
  */
+import { freshRemaining, refreshPolicyFor } from './entry.js';
 import { CacheClosedError, OriginBackoffError } from './errors.js';
 import { NoFlight, SingleFlight, type Coalescer, type Stop, type Work } from './flight.js';
 import { entryKeys, type EntryKeys } from './keys.js';
@@ -14,9 +15,10 @@ import type { Loader } from './loader.js';
 import { shownKey } from './namespace.js';
 import type { LockMode, ResolvedCall } from './options.js';
 import type { OwnLoads, ProtocolDeps, RefreshPath } from './protocol/deps.js';
+import { readEntry } from './protocol/read.js';
 import { HoldOffs, refreshAheadOnFresh, refreshAheadOnHit, refreshStale, RefreshAbandoned, type Seen } from './protocol/refresh.js';
 import { Trip } from './protocol/trip.js';
-import type { Present } from './store.js';
+import type { Found, Present } from './store.js';
 import { getOrComputeChannel, traced, type Answered, type GetOrComputeContext, type Outcome } from './telemetry.js';
 
 /** How a call is answered once it owns its flight: by default the whole protocol (Trip.answer). */
@@ -40,6 +42,13 @@ export class Calls implements OwnLoads {
    */
   private readonly backgroundFlight: SingleFlight;
   private readonly holdOffs = new HoldOffs();
+  /**
+   * Store reads made before any trip (`read`), shared by the calls of a key that start while one is
+   * out. Invariant (singleflight's rule): a key's read leaves the map when it settles, only if it is
+   * still the key's; a change of the key removes it at once (`forget`), so no call starting after a
+   * change is answered by a read sent before it.
+   */
+  private readonly reads = new Map<string, Promise<Found>>();
 
   constructor(
     parts: Omit<ProtocolDeps, 'loads'>,
@@ -75,6 +84,48 @@ export class Calls implements OwnLoads {
       return getOrComputeChannel.tracePromise(() => this.trip(key, loader, call, context, answer), context);
     }
     return this.trip(key, loader, call, trace, answer);
+  }
+
+  /**
+   * getOrCompute's call after L1: the story starts with the store read, and most calls end there (a
+   * fresh hit). So the read is made first, outside any flight — shared by the calls of the key that
+   * start meanwhile — and a trip (the flight, the rest of the protocol) starts only when the read found
+   * no fresh value, or failed; the trip goes on from that read. A call that would join a running
+   * flight joins it; a call with a signal or `forceFresh`, or traced, takes the trip from the start
+   * (its flight carries the abort and the trace).
+   */
+  read(key: string, loader: Loader<unknown>, call: ResolvedCall): Promise<unknown> {
+    if (call.signal !== undefined || call.forceFresh === true || traced() || this.coalescerOf(call).has(key)) return this.run(key, loader, call, undefined);
+    const sent = this.deps.clock.now();
+    const shared = this.reads.get(key);
+    return this.answerRead(key, loader, call, shared ?? this.sendRead(key, sent), sent, shared === undefined);
+  }
+
+  private sendRead(key: string, sent: number): Promise<Found> {
+    const read = readEntry(this.deps, key, entryKeys(this.prefix, key), sent);
+    this.reads.set(key, read);
+    const done = (): void => {
+      if (this.reads.get(key) === read) this.reads.delete(key);
+    };
+    read.then(done, done);
+    return read;
+  }
+
+  /** `sent`: when this call began its read (a sharer: when it joined one already out). */
+  private async answerRead(key: string, loader: Loader<unknown>, call: ResolvedCall, read: Promise<Found>, sent: number, sender: boolean): Promise<unknown> {
+    let found: Found;
+    try {
+      found = await read;
+    } catch (error) {
+      return this.trip(key, loader, call, undefined, (trip) => trip.answerFailedRead(error));
+    }
+    if (found.state !== 'fresh') return this.trip(key, loader, call, undefined, (trip) => trip.answerFound(found, sent));
+    this.deps.telemetry.redisHit();
+    // The sender's call checks the refresh point (once per read, as a trip's caller does for its joiners).
+    if (sender && refreshPolicyFor(call.refreshAhead, found) !== 0) {
+      this.refreshAhead(key, () => entryKeys(this.prefix, key), loader, call, { value: found.value, freshUntil: sent + freshRemaining(found.pttl, found.graceMs), facts: found });
+    }
+    return found.value;
   }
 
   private async trip(key: string, loader: Loader<unknown>, call: ResolvedCall, trace: GetOrComputeContext | undefined, answer: Answer): Promise<unknown> {
@@ -142,12 +193,14 @@ export class Calls implements OwnLoads {
    * and an early refresh begun before it is abandoned.
    */
   forget(key: string): void {
+    this.reads.delete(key);
     this.flight.forget(key);
     this.freshFlight.forget(key);
     this.backgroundFlight.abort(key, new RefreshAbandoned(key));
   }
 
   forgetAll(): void {
+    this.reads.clear();
     this.flight.forgetAll();
     this.freshFlight.forgetAll();
     this.backgroundFlight.abortAll((key) => new RefreshAbandoned(key));

@@ -36,7 +36,7 @@ async function compute(rt: Runtime, guard: Guard, key: string, loader: AnyLoader
   // forceFresh serves nothing it finds, L1's copy included.
   const local = call.forceFresh === true ? undefined : fromLocal(rt, key, loader, call, trace);
   if (local) return local.value;
-  return rt.calls.run(key, loader, call, trace);
+  return trace === undefined ? rt.calls.read(key, loader, call) : rt.calls.run(key, loader, call, trace);
 }
 
 /** L1's copy, when it answers: a fresh value (a hit, which may start a refresh ahead) or a stale one of the window. */

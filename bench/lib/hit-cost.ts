@@ -40,12 +40,14 @@ export const HIT_VARIANTS = ['bare', 'ours', 'lru', 'ours-l1'] as const;
  * the README's second form) instead of a bare ttl number; `ours-options-signal` adds a `signal` (one
  * never-aborted signal, so the figure is the library's cost of a signal, not AbortController's);
  * `ours-options-base` is `ours-options` from the SG_BENCH_BASE build.
+ * `bare-autopipeline` is `bare` on an ioredis client made with `enableAutoPipelining: true` (on node-redis,
+ * which pipelines a tick's commands by itself, the same as `bare`).
  * `bare-getrange` is the client's own `GETRANGE key 0 maxValueBytes` (a Buffer) and the decode: the bare
  * cost of a read without Lua, beside `bare`'s GET.
  * Every variant runs on either family but `script` (ioredis's defineCommand: ioredis only) and `lru`
  * (no client).
  */
-export const EXTRA_HIT_VARIANTS = ['bare-getrange', 'script', 'evalsha', 'getrange-pttl', 'ours-base', 'ours-options', 'ours-options-signal', 'ours-options-base'] as const;
+export const EXTRA_HIT_VARIANTS = ['bare-autopipeline', 'bare-getrange', 'script', 'evalsha', 'getrange-pttl', 'ours-base', 'ours-options', 'ours-options-signal', 'ours-options-base'] as const;
 export type HitVariant = (typeof HIT_VARIANTS)[number] | (typeof EXTRA_HIT_VARIANTS)[number];
 
 /** The family a variant runs on for `client`: `none` for `lru`, undefined where it cannot run (`script` on node-redis). */

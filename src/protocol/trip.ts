@@ -90,6 +90,16 @@ export class Trip implements Answered {
     return this;
   }
 
+  /** The trip of a call whose store read (sent at `sent`) was made before it (Calls.read) and found no fresh value. */
+  answerFound(found: Found, sent: number): Promise<Answered> {
+    return this.settle(this.after(found, sent));
+  }
+
+  /** The trip of a call whose store read, made before it (Calls.read), failed. */
+  answerFailedRead(error: unknown): Promise<Answered> {
+    return this.settle(degraded(this, 'read', error));
+  }
+
   private async run(): Promise<unknown> {
     const sent = this.d.clock.now();
     let found: Found;
@@ -98,6 +108,11 @@ export class Trip implements Answered {
     } catch (error) {
       return degraded(this, 'read', error);
     }
+    return this.after(found, sent);
+  }
+
+  /** What the trip does with its store read. */
+  private async after(found: Found, sent: number): Promise<unknown> {
     // forceFresh serves nothing it read: the lock is taken and the loader run.
     if (this.call.forceFresh === true) return (this.missedWith(found), lockOrWait(this));
     if (found.state === 'fresh') {

@@ -1,0 +1,157 @@
+/**
+ * getOrCompute's store read is made before any trip and shared by the calls of the key that start
+ * while it is out (call.ts, Calls.read). What that must keep: concurrent hits of a key send one read;
+ * a call that starts after a change of the key never shares a read sent before it; a read that finds
+ * no fresh value, or fails, goes on as the trip of the call (one loader run, no second read).
+ * ioredis only: the sharing is the library's, not the client's, and the reply is held back through
+ * ioredis's Command (its resolve is called by the reply parser).
+ */
+import { Redis } from 'ioredis';
+import { describe, expect, it } from 'vitest';
+import { createCache, type Cache } from '../../src/index.js';
+import { commandCalls, deferred, keysOf, nextEvent, useRedis } from '../support/harness.js';
+
+const h = useRedis();
+let n = 0;
+
+type Sent = { name: string; resolve: (v: unknown) => void };
+
+/** A client whose GETRANGE replies are held while `holding` (the command ran in Redis; its answer waits). */
+function holdingClient(url: string) {
+  const client = new Redis(url);
+  let gate: ReturnType<typeof deferred<void>> | undefined;
+  const send = client.sendCommand.bind(client);
+  client.sendCommand = ((command: Sent, ...rest: unknown[]): unknown => {
+    if (gate !== undefined && command.name === 'getrange') {
+      const answer = command.resolve;
+      const held = gate.promise;
+      command.resolve = (v: unknown) => void held.then(() => answer(v));
+    }
+    return (send as (...a: unknown[]) => unknown)(command, ...rest);
+  });
+  return {
+    client,
+    hold: () => (gate = deferred<void>()),
+    release: () => {
+      gate?.resolve();
+      gate = undefined;
+    },
+  };
+}
+
+async function pair(): Promise<{ a: Cache; b: Cache; held: ReturnType<typeof holdingClient>; done: () => Promise<void> }> {
+  const held = holdingClient(h.url);
+  const other = new Redis(h.url);
+  const prefix = `shr${process.pid}x${++n}`;
+  const a = createCache({ redis: held.client, prefix });
+  const b = createCache({ redis: other, prefix });
+  expect(await a.ready()).toBe(true);
+  expect(await b.ready()).toBe(true);
+  // The first read of a node is the read script (it samples the node's clock); later ones are plain.
+  await b.set('warm', 'w', 60_000);
+  expect(await a.getOrCompute('warm', () => 'loaded', 60_000)).toBe('w');
+  return {
+    a,
+    b,
+    held,
+    done: async () => {
+      await a.close();
+      await b.close();
+      held.client.disconnect();
+      other.disconnect();
+    },
+  };
+}
+
+describe('a store read shared by the calls that start while it is out', () => {
+  it('concurrent hits of a key send one read and all get its value', async () => {
+    const { a, b, held, done } = await pair();
+    try {
+      await b.set('k', 'v', 60_000);
+      const before = (await commandCalls(h.admin)).calls('getrange');
+      held.hold();
+      const calls = Array.from({ length: 5 }, () => a.getOrCompute('k', () => 'loaded', 60_000));
+      held.release();
+      expect(await Promise.all(calls)).toEqual(['v', 'v', 'v', 'v', 'v']);
+      expect((await commandCalls(h.admin)).calls('getrange') - before).toBe(1);
+      expect(a.stats().hits).toBe(1 + 5); // the warm-up's hit, then each caller's
+    } finally {
+      await done();
+    }
+  });
+
+  it('a call that starts after a change of the key does not share a read sent before it', async () => {
+    const { a, b, held, done } = await pair();
+    try {
+      await b.set('k', 'old', 60_000);
+      held.hold();
+      const early = a.getOrCompute('k', () => 'loaded', 60_000); // its read runs now, answers 'old', held
+      await new Promise((r) => setTimeout(r, 20)); // the read has run in Redis
+      const heard = nextEvent(a, 'remoteChange');
+      await b.set('k', 'new', 60_000);
+      await heard; // a knows the key changed
+      const late = a.getOrCompute('k', () => 'loaded', 60_000); // must send a read of its own
+      held.release();
+      expect(await early).toBe('old'); // it started before the change
+      expect(await late).toBe('new');
+    } finally {
+      await done();
+    }
+  });
+
+  it('a shared read that finds no value: one loader run for every call, and no second read', async () => {
+    const { a, held, done } = await pair();
+    try {
+      let runs = 0;
+      const gate = deferred<void>();
+      const loader = async () => {
+        runs++;
+        await gate.promise;
+        return 'loaded';
+      };
+      const before = (await commandCalls(h.admin)).calls('getrange');
+      held.hold();
+      const calls = Array.from({ length: 4 }, () => a.getOrCompute('absent', loader, 60_000));
+      held.release();
+      await new Promise((r) => setTimeout(r, 50));
+      gate.resolve();
+      expect(await Promise.all(calls)).toEqual(['loaded', 'loaded', 'loaded', 'loaded']);
+      expect(runs).toBe(1);
+      // One plain read shared by the four; the trip went on from it (its re-read under the lock is the
+      // lock script's, not a GETRANGE).
+      expect((await commandCalls(h.admin)).calls('getrange') - before).toBe(1);
+      expect(a.stats()).toMatchObject({ misses: 4 });
+    } finally {
+      await done();
+    }
+  });
+});
+
+describe("ioredis without auto-pipelining: the plain reads of one tick go out together", () => {
+  it('are written to the socket once, and each gets its own answer (a key of the wrong type is a decodeError and a miss)', async () => {
+    const { a, b, held, done } = await pair();
+    try {
+      await b.set('x', 'X', 60_000);
+      await b.set('y', 'Y', 60_000);
+      await h.admin.rpush(keysOf(a, 'wrong').value, 'not an entry');
+      const decodeErrors: string[] = [];
+      a.on('decodeError', (e) => decodeErrors.push(e.key));
+      const stream = (held.client as unknown as { stream: { write: (...args: unknown[]) => boolean } }).stream;
+      const write = stream.write.bind(stream);
+      let writes = 0;
+      stream.write = (...args: unknown[]) => {
+        writes++;
+        return write(...args);
+      };
+      const answers = Promise.all([a.getOrCompute('x', () => 'loaded', 60_000), a.getOrCompute('y', () => 'loaded', 60_000), a.getOrCompute('wrong', () => 'loaded', 60_000)]);
+      await new Promise((r) => setImmediate(r));
+      expect(writes).toBe(1); // the three GETRANGEs, in one pipeline
+      stream.write = write;
+      expect(await answers).toEqual(['X', 'Y', 'loaded']);
+      // Only the wrong key's reads report it (its re-read under the lock reports it again).
+      expect(new Set(decodeErrors)).toEqual(new Set(['wrong']));
+    } finally {
+      await done();
+    }
+  });
+});
