@@ -104,10 +104,6 @@ export class Calls implements OwnLoads {
   private sendRead(key: string, sent: number): Promise<Found> {
     const read = readEntry(this.deps, key, entryKeys(this.prefix, key), sent);
     this.reads.set(key, read);
-    const done = (): void => {
-      if (this.reads.get(key) === read) this.reads.delete(key);
-    };
-    read.then(done, done);
     return read;
   }
 
@@ -117,8 +113,10 @@ export class Calls implements OwnLoads {
     try {
       found = await read;
     } catch (error) {
+      this.settled(key, read, sender);
       return this.trip(key, loader, call, undefined, (trip) => trip.answerFailedRead(error));
     }
+    this.settled(key, read, sender);
     if (found.state !== 'fresh') return this.trip(key, loader, call, undefined, (trip) => trip.answerFound(found, sent));
     this.deps.telemetry.redisHit();
     // The sender's call checks the refresh point (once per read, as a trip's caller does for its joiners).
@@ -126,6 +124,11 @@ export class Calls implements OwnLoads {
       this.refreshAhead(key, () => entryKeys(this.prefix, key), loader, call, { value: found.value, freshUntil: sent + freshRemaining(found.pttl, found.graceMs), facts: found });
     }
     return found.value;
+  }
+
+  /** The read's sender takes it out of `reads` once it settled, if it is still the key's (none is awaited between). */
+  private settled(key: string, read: Promise<Found>, sender: boolean): void {
+    if (sender && this.reads.get(key) === read) this.reads.delete(key);
   }
 
   private async trip(key: string, loader: Loader<unknown>, call: ResolvedCall, trace: GetOrComputeContext | undefined, answer: Answer): Promise<unknown> {

@@ -98,10 +98,10 @@ export class Io {
     const subject: Subject = typeof target === 'object' ? { namespace: target.namespace } : target;
     if (this.closed) return Promise.reject(new CacheClosedError(key));
     const node = this.nodeOf(target);
-    const refused = this.notSendable(node, operation, subject);
+    const start = this.clock.now();
+    const refused = this.notSendable(node, operation, subject, start);
     if (refused) return Promise.reject(refused);
     return new Promise<T>((resolve, reject) => {
-      const start = this.clock.now();
       const entry: InFlight = {
         start,
         node,
@@ -152,8 +152,7 @@ export class Io {
   }
 
   /** Why nothing may be sent to `node` now (hung, or its breaker open), else undefined (a half-open breaker's probe is claimed). */
-  private notSendable(node: NodeHealth, operation: string, subject: Subject): RedisUnavailableError | undefined {
-    const now = this.clock.now();
+  private notSendable(node: NodeHealth, operation: string, subject: Subject, now: number): RedisUnavailableError | undefined {
     // Hung: fail at once (the caller answers from memory), not queue behind it for another redisTimeout.
     if (node.suspect) return new RedisUnavailableError(operation, new NodeSuspect(node.name, now - node.silentSince, this.timeoutMs), subject);
     if (!node.breaker.admit(now)) return new RedisUnavailableError(operation, new BreakerOpen(node.breaker.failures, node.breaker.lastFailure), subject);

@@ -75,13 +75,13 @@ export class NodeClocks {
   }
 
   /**
-   * May a read of `node` sent now be a plain read? No when there is no usable sample, or when one is
+   * May a read of `node` sent now (`now`, clock time) be a plain read? No when there is no usable sample, or when one is
    * due (the caller then sends the script, which re-takes it: one such read per node at a time).
    */
-  plainReadable(node: string): boolean {
+  plainReadable(node: string, now = this.clock.now()): boolean {
     if (node === UNKNOWN) return false;
     const s = this.samples.get(node);
-    if (s !== undefined && this.widening(s, this.clock.now()) <= RESAMPLE_AFTER_MS) return true;
+    if (s !== undefined && this.widening(s, now) <= RESAMPLE_AFTER_MS) return true;
     if (this.sampling.has(node)) return s !== undefined;
     this.sampling.add(node);
     return false;

@@ -90,11 +90,11 @@ export class Store {
    * well enough; the entry's `freshUntil` then says whether it is fresh, stale or kept. Where that
    * cannot be decided (no sample, an entry written before `freshUntil`, a read that ran too close to
    * a boundary), the read script answers, with the PTTL Redis reports — a second round trip, rare.
+   * `sent`: when the caller took the read's L1 ticket (clock time), just before this.
    */
-  async read(key: string, keys: EntryKeys): Promise<Found> {
+  async read(key: string, keys: EntryKeys, sent = this.clocks.now()): Promise<Found> {
     const node = this.clocks.nodeOf(key);
-    if (!this.plainAllowed || !this.clocks.plainReadable(node)) return this.vetted(key, await this.scriptRead(key, keys, node));
-    const sent = this.clocks.now();
+    if (!this.plainAllowed || !this.clocks.plainReadable(node, sent)) return this.vetted(key, await this.scriptRead(key, keys, node));
     const reply = await this.io.run('read', () => this.plainRead(keys.value), key);
     const found = this.judged(key, reply, this.clocks.timeWindow(node, sent, this.clocks.now()));
     if (found === undefined) return this.vetted(key, await this.scriptRead(key, keys, node));
@@ -129,8 +129,8 @@ export class Store {
    */
   async readMany(batch: Batch, keys: readonly string[], valueKeys: readonly string[], scriptsOnly = false): Promise<ReadResult[]> {
     const nodes = keys.map((key) => this.clocks.nodeOf(key));
-    const plain = nodes.map((node) => !scriptsOnly && this.plainAllowed && this.clocks.plainReadable(node));
     const sent = this.clocks.now();
+    const plain = nodes.map((node) => !scriptsOnly && this.plainAllowed && this.clocks.plainReadable(node, sent));
     const replies = await batch.run('read', keys, (scripts, i) => void (plain[i] ? scripts.getRange(valueKeys[i] as string, this.capEnd) : scripts.read(valueKeys[i] as string, this.maxValueBytes)));
     const received = this.clocks.now();
     const results = new Array<ReadResult>(keys.length);

@@ -19,7 +19,7 @@ const STALE_L1_MS = 50;
  */
 export async function readEntry(d: ProtocolDeps, key: string, keys: EntryKeys, sent = d.clock.now(), serves = true): Promise<Found> {
   const ticket = d.local.begin(key);
-  return entryRead(d, key, ticket, sent, await d.store.read(key, keys), serves);
+  return entryRead(d, key, ticket, sent, await d.store.read(key, keys, sent), serves);
 }
 
 /**
