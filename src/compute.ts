@@ -31,12 +31,22 @@ export function callOf(guard: Guard, key: string, loader: unknown, ttlOrOptions:
   return call;
 }
 
-async function compute(rt: Runtime, guard: Guard, key: string, loader: AnyLoader, ttlOrOptions: Options, trace: GetOrComputeContext | undefined): Promise<unknown> {
-  const call = callOf(guard, key, loader, ttlOrOptions, trace);
-  // forceFresh serves nothing it finds, L1's copy included.
-  const local = call.forceFresh === true ? undefined : fromLocal(rt, key, loader, call, trace);
-  if (local) return local.value;
-  return trace === undefined ? rt.calls.read(key, loader, call) : rt.calls.run(key, loader, call, trace);
+/**
+ * Not an async function: the call's promise is the one its read or trip returns, not another wrapped
+ * around it (an async function returning a promise adds a promise and two turns to every call). So a
+ * check that throws is turned into a rejection here.
+ */
+function compute(rt: Runtime, guard: Guard, key: string, loader: AnyLoader, ttlOrOptions: Options, trace: GetOrComputeContext | undefined): Promise<unknown> {
+  try {
+    const call = callOf(guard, key, loader, ttlOrOptions, trace);
+    // forceFresh serves nothing it finds, L1's copy included.
+    const local = call.forceFresh === true ? undefined : fromLocal(rt, key, loader, call, trace);
+    if (local) return Promise.resolve(local.value);
+    return trace === undefined ? rt.calls.read(key, loader, call) : rt.calls.run(key, loader, call, trace);
+  } catch (error) {
+    // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors -- what the checks threw, unchanged
+    return Promise.reject(error);
+  }
 }
 
 /** L1's copy, when it answers: a fresh value (a hit, which may start a refresh ahead) or a stale one of the window. */
