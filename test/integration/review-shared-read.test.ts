@@ -1,0 +1,186 @@
+/**
+ * Review of the shared store read (Calls.read) and TickReads: edges the read made before any trip
+ * must still keep (close(), maxWaitersPerKey) and ioredis client shapes (keyPrefix).
+ */
+import { Redis } from 'ioredis';
+import { describe, expect, it } from 'vitest';
+import { createCache, type Cache, type CacheOptions } from '../../src/index.js';
+import { deferred, useRedis } from '../support/harness.js';
+
+const h = useRedis();
+let n = 0;
+
+type Sent = { name: string; resolve: (v: unknown) => void };
+
+/** A client whose GETRANGE replies are held while `holding` (the command ran in Redis; its answer waits). */
+function holdingClient(url: string) {
+  const client = new Redis(url);
+  let gate: ReturnType<typeof deferred<void>> | undefined;
+  let all: ReturnType<typeof deferred<void>> | undefined;
+  const send = client.sendCommand.bind(client);
+  client.sendCommand = ((command: Sent, ...rest: unknown[]): unknown => {
+    const g = command.name === 'getrange' ? gate : all;
+    if (g !== undefined) {
+      const answer = command.resolve;
+      const held = g.promise;
+      command.resolve = (v: unknown) => void held.then(() => answer(v));
+    }
+    return (send as (...a: unknown[]) => unknown)(command, ...rest);
+  });
+  return {
+    client,
+    /** Holds the replies of every other command too (a Redis slow to answer the rest). */
+    holdAll: () => (all = deferred<void>()),
+    releaseAll: () => {
+      all?.resolve();
+      all = undefined;
+    },
+    hold: () => (gate = deferred<void>()),
+    release: () => {
+      gate?.resolve();
+      gate = undefined;
+    },
+  };
+}
+
+async function warmPair(options: Partial<CacheOptions> = {}): Promise<{ a: Cache; b: Cache; held: ReturnType<typeof holdingClient>; done: () => Promise<void> }> {
+  const held = holdingClient(h.url);
+  const other = new Redis(h.url);
+  const prefix = `rvs${process.pid}x${++n}`;
+  const a = createCache({ redis: held.client, prefix, ...options });
+  const b = createCache({ redis: other, prefix });
+  expect(await a.ready()).toBe(true);
+  expect(await b.ready()).toBe(true);
+  await b.set('warm', 'w', 60_000);
+  expect(await a.getOrCompute('warm', () => 'loaded', 60_000)).toBe('w'); // the node's clock sampled: later reads are plain
+  return {
+    a,
+    b,
+    held,
+    done: async () => {
+      await a.close();
+      await b.close();
+      held.client.disconnect();
+      other.disconnect();
+    },
+  };
+}
+
+const settledSoon = async <T>(p: Promise<T>): Promise<PromiseSettledResult<T> | 'pending'> => {
+  const out: { r: PromiseSettledResult<T> | 'pending' } = { r: 'pending' };
+  p.then(
+    (value) => (out.r = { status: 'fulfilled', value }),
+    (reason: unknown) => (out.r = { status: 'rejected', reason }),
+  );
+  for (let i = 0; i < 5; i++) await new Promise((r) => setImmediate(r));
+  return out.r;
+};
+
+describe('close() and a getOrCompute whose store read is out', () => {
+  it('rejects it with CacheClosedError at once, even while close() releases a held lock and the read reply arrives meanwhile', async () => {
+    const { a, b, held, done } = await warmPair();
+    try {
+      await b.set('k', 'v', 60_000);
+      // A rebuild in progress: its grant is held, so close() awaits its release before it closes Io.
+      const gate = deferred<string>();
+      const rebuilding = a.getOrCompute('slow', () => gate.promise, 60_000);
+      rebuilding.catch(() => undefined);
+      await new Promise((r) => setTimeout(r, 50));
+      held.hold();
+      const call = a.getOrCompute('k', () => 'loaded', 60_000); // its GETRANGE ran; its reply is held
+      await new Promise((r) => setTimeout(r, 30));
+      held.holdAll(); // the release close() sends is answered late
+      const closing = a.close();
+      const early = await settledSoon(call);
+      held.release(); // the reply arrives after close() was called
+      const result = await Promise.allSettled([call]);
+      held.releaseAll();
+      await closing;
+      gate.resolve('late');
+      // docs/failure-behaviour.md: "every call in progress (getOrCompute, ...) rejects with CacheClosedError at once"
+      expect({ beforeTheReply: early === 'pending' ? 'pending' : early.status, settled: result[0] }).toMatchObject({ beforeTheReply: 'rejected', settled: { status: 'rejected', reason: { code: 'ERR_CLOSED' } } });
+    } finally {
+      held.release();
+      held.releaseAll();
+      await done();
+    }
+  });
+});
+
+describe('maxWaitersPerKey and the shared read', () => {
+  it('past maxWaitersPerKey, callers of a warm key whose read is out get ERR_TOO_MANY_WAITERS at once', async () => {
+    const { a, b, held, done } = await warmPair({ maxWaitersPerKey: 2 });
+    try {
+      await b.set('hot', 'v', 60_000);
+      held.hold();
+      const calls = Array.from({ length: 5 }, () => a.getOrCompute('hot', () => 'loaded', 60_000));
+      const before = await Promise.all(calls.map((c) => settledSoon(c)));
+      held.release();
+      const results = await Promise.allSettled(calls);
+      expect(before.filter((r) => r !== 'pending' && r.status === 'rejected')).toHaveLength(3); // at once, before the read answered
+      expect(results.filter((r) => r.status === 'rejected' && (r.reason as { code?: string }).code === 'ERR_TOO_MANY_WAITERS')).toHaveLength(3);
+    } finally {
+      held.release();
+      await done();
+    }
+  });
+});
+
+describe('TickReads on a client with keyPrefix', () => {
+  it('the reads of one tick, pipelined, read the prefixed keys', async () => {
+    const client = new Redis(h.url, { keyPrefix: 'kp:' });
+    const other = new Redis(h.url, { keyPrefix: 'kp:' });
+    const prefix = `rvk${process.pid}x${++n}`;
+    const a = createCache({ redis: client, prefix });
+    const b = createCache({ redis: other, prefix });
+    try {
+      expect(await a.ready()).toBe(true);
+      await b.set('warm', 'w', 60_000);
+      expect(await a.getOrCompute('warm', () => 'loaded', 60_000)).toBe('w');
+      await b.set('x', 'X', 60_000);
+      await b.set('y', 'Y', 60_000);
+      let runs = 0;
+      const answers = await Promise.all(['x', 'y', 'x'].map((k) => a.getOrCompute(k, () => (runs++, 'loaded'), 60_000)));
+      expect(answers).toEqual(['X', 'Y', 'X']);
+      expect(runs).toBe(0);
+      expect(a.stats()).toMatchObject({ misses: 0, degraded: 0 });
+    } finally {
+      await a.close();
+      await b.close();
+      client.disconnect();
+      other.disconnect();
+    }
+  });
+});
+
+describe('TickReads and an ACL without +getrange', () => {
+  it('the reads of one tick, refused (NOPERM) in their pipeline, fall back to the script: every call answered, nothing degraded', async () => {
+    await h.admin.call('ACL', 'SETUSER', 'rvnogetrange', 'on', '>pw', '~*', '&*', '+@all', '-getrange');
+    const u = new URL(h.url.replace(/\/\/[^@]*@/, '//'));
+    u.username = 'rvnogetrange';
+    u.password = 'pw';
+    const client = new Redis(u.toString());
+    const other = new Redis(h.url);
+    const prefix = `rvn${process.pid}x${++n}`;
+    const a = createCache({ redis: client, prefix });
+    const b = createCache({ redis: other, prefix });
+    const degraded: string[] = [];
+    a.on('degraded', (e) => degraded.push(e.operation));
+    try {
+      await b.set('warm', 'w', 60_000);
+      expect(await a.getOrCompute('warm', () => 'loaded', 60_000)).toBe('w'); // the script: samples the clock
+      await b.set('x', 'X', 60_000);
+      await b.set('y', 'Y', 60_000);
+      let runs = 0;
+      const answers = await Promise.all(['x', 'y', 'warm'].map((k) => a.getOrCompute(k, () => (runs++, 'loaded'), 60_000)));
+      expect(answers).toEqual(['X', 'Y', 'w']);
+      expect(await Promise.all(['x', 'y'].map((k) => a.getOrCompute(k, () => (runs++, 'loaded'), 60_000)))).toEqual(['X', 'Y']);
+      expect({ runs, degraded }).toEqual({ runs: 0, degraded: [] });
+    } finally {
+      await a.close();
+      await b.close();
+      client.disconnect();
+      other.disconnect();
+    }
+  });
+});
