@@ -8,7 +8,7 @@
  * in an entry point.
  */
 import { freshRemaining, refreshPolicyFor } from './entry.js';
-import { CacheClosedError, OriginBackoffError } from './errors.js';
+import { CacheClosedError, OriginBackoffError, TooManyWaitersError } from './errors.js';
 import { NoFlight, SingleFlight, type Coalescer, type Stop, type Work } from './flight.js';
 import { entryKeys, type EntryKeys } from './keys.js';
 import type { Loader } from './loader.js';
@@ -48,7 +48,7 @@ export class Calls implements OwnLoads {
    * still the key's; a change of the key removes it at once (`forget`), so no call starting after a
    * change is answered by a read sent before it.
    */
-  private readonly reads = new Map<string, Promise<Found>>();
+  private readonly reads: SingleFlight;
 
   constructor(
     parts: Omit<ProtocolDeps, 'loads'>,
@@ -60,6 +60,7 @@ export class Calls implements OwnLoads {
     this.flight = new SingleFlight(maxCallers, lifetime);
     this.freshFlight = new SingleFlight(maxCallers, lifetime);
     this.backgroundFlight = new SingleFlight(Number.POSITIVE_INFINITY, lifetime);
+    this.reads = new SingleFlight(maxCallers, lifetime);
     this.coalescers = { none: new NoFlight(lifetime), local: this.flight, single: this.flight, redlock: this.flight };
   }
 
@@ -97,38 +98,28 @@ export class Calls implements OwnLoads {
   read(key: string, loader: Loader<unknown>, call: ResolvedCall): Promise<unknown> {
     if (call.signal !== undefined || call.forceFresh === true || traced() || this.coalescerOf(call).has(key)) return this.run(key, loader, call, undefined);
     const sent = this.deps.clock.now();
-    const shared = this.reads.get(key);
-    return this.answerRead(key, loader, call, shared ?? this.sendRead(key, sent), sent, shared === undefined);
+    let sender = false;
+    const read = this.reads.run(key, undefined, () => {
+      sender = true;
+      return readEntry(this.deps, key, entryKeys(this.prefix, key), sent);
+    }) as Promise<Found>;
+    return this.answerRead(key, loader, call, read, sent, () => sender);
   }
 
-  private sendRead(key: string, sent: number): Promise<Found> {
-    const read = readEntry(this.deps, key, entryKeys(this.prefix, key), sent);
-    this.reads.set(key, read);
-    return read;
-  }
-
-  /** `sent`: when this call began its read (a sharer: when it joined one already out). */
-  private async answerRead(key: string, loader: Loader<unknown>, call: ResolvedCall, read: Promise<Found>, sent: number, sender: boolean): Promise<unknown> {
+  private async answerRead(key: string, loader: Loader<unknown>, call: ResolvedCall, read: Promise<Found>, sent: number, sender: () => boolean): Promise<unknown> {
     let found: Found;
     try {
       found = await read;
     } catch (error) {
-      this.settled(key, read, sender);
+      if (error instanceof CacheClosedError || error instanceof TooManyWaitersError) throw error;
       return this.trip(key, loader, call, undefined, (trip) => trip.answerFailedRead(error));
     }
-    this.settled(key, read, sender);
     if (found.state !== 'fresh') return this.trip(key, loader, call, undefined, (trip) => trip.answerFound(found, sent));
     this.deps.telemetry.redisHit();
-    // The sender's call checks the refresh point (once per read, as a trip's caller does for its joiners).
-    if (sender && refreshPolicyFor(call.refreshAhead, found) !== 0) {
+    if (sender() && refreshPolicyFor(call.refreshAhead, found) !== 0) {
       this.refreshAhead(key, () => entryKeys(this.prefix, key), loader, call, { value: found.value, freshUntil: sent + freshRemaining(found.pttl, found.graceMs), facts: found });
     }
     return found.value;
-  }
-
-  /** The read's sender takes it out of `reads` once it settled, if it is still the key's (none is awaited between). */
-  private settled(key: string, read: Promise<Found>, sender: boolean): void {
-    if (sender && this.reads.get(key) === read) this.reads.delete(key);
   }
 
   private async trip(key: string, loader: Loader<unknown>, call: ResolvedCall, trace: GetOrComputeContext | undefined, answer: Answer): Promise<unknown> {
@@ -196,14 +187,14 @@ export class Calls implements OwnLoads {
    * and an early refresh begun before it is abandoned.
    */
   forget(key: string): void {
-    this.reads.delete(key);
+    this.reads.forget(key);
     this.flight.forget(key);
     this.freshFlight.forget(key);
     this.backgroundFlight.abort(key, new RefreshAbandoned(key));
   }
 
   forgetAll(): void {
-    this.reads.clear();
+    this.reads.forgetAll();
     this.flight.forgetAll();
     this.freshFlight.forgetAll();
     this.backgroundFlight.abortAll((key) => new RefreshAbandoned(key));
