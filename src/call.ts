@@ -26,6 +26,12 @@ export type Answer = (trip: Trip) => Promise<Answered>;
 
 const IGNORE = (): void => undefined;
 
+/** One call's view of a shared read: the read, and whether this call's work sent it (known once it runs). */
+interface SharedRead {
+  sender: boolean;
+  found: Promise<Found>;
+}
+
 export class Calls implements OwnLoads {
   /** What every trip borrows: the cache's parts, and these calls as its own loads. */
   readonly deps: ProtocolDeps;
@@ -44,9 +50,9 @@ export class Calls implements OwnLoads {
   private readonly holdOffs = new HoldOffs();
   /**
    * Store reads made before any trip (`read`), shared by the calls of a key that start while one is
-   * out. Invariant (singleflight's rule): a key's read leaves the map when it settles, only if it is
-   * still the key's; a change of the key removes it at once (`forget`), so no call starting after a
-   * change is answered by a read sent before it.
+   * out: a flight like the others (singleflight's cleanup rule, a change of the key detaches it at
+   * once through `forget`), so the same edges hold for a call waiting on a read as on a load: close()
+   * rejects it at once with CacheClosedError, and callers past maxWaitersPerKey are refused at once.
    */
   private readonly reads: SingleFlight;
 
@@ -98,25 +104,28 @@ export class Calls implements OwnLoads {
   read(key: string, loader: Loader<unknown>, call: ResolvedCall): Promise<unknown> {
     if (call.signal !== undefined || call.forceFresh === true || traced() || this.coalescerOf(call).has(key)) return this.run(key, loader, call, undefined);
     const sent = this.deps.clock.now();
-    let sender = false;
-    const read = this.reads.run(key, undefined, () => {
-      sender = true;
+    const read: SharedRead = { sender: false, found: undefined as unknown as Promise<Found> };
+    read.found = this.reads.run(key, undefined, () => {
+      read.sender = true;
       return readEntry(this.deps, key, entryKeys(this.prefix, key), sent);
-    }) as Promise<Found>;
-    return this.answerRead(key, loader, call, read, sent, () => sender);
+    });
+    return this.answerRead(key, loader, call, read, sent);
   }
 
-  private async answerRead(key: string, loader: Loader<unknown>, call: ResolvedCall, read: Promise<Found>, sent: number, sender: () => boolean): Promise<unknown> {
+  /** `sent`: when this call began its read (a sharer: when it joined one already out). */
+  private async answerRead(key: string, loader: Loader<unknown>, call: ResolvedCall, read: SharedRead, sent: number): Promise<unknown> {
     let found: Found;
     try {
-      found = await read;
+      found = await read.found;
     } catch (error) {
+      // The call's own edges (close(), too many callers), not a failed read: no trip.
       if (error instanceof CacheClosedError || error instanceof TooManyWaitersError) throw error;
       return this.trip(key, loader, call, undefined, (trip) => trip.answerFailedRead(error));
     }
     if (found.state !== 'fresh') return this.trip(key, loader, call, undefined, (trip) => trip.answerFound(found, sent));
     this.deps.telemetry.redisHit();
-    if (sender() && refreshPolicyFor(call.refreshAhead, found) !== 0) {
+    // The read's sender checks the refresh point (once per read, as a trip's caller does for its joiners).
+    if (read.sender && refreshPolicyFor(call.refreshAhead, found) !== 0) {
       this.refreshAhead(key, () => entryKeys(this.prefix, key), loader, call, { value: found.value, freshUntil: sent + freshRemaining(found.pttl, found.graceMs), facts: found });
     }
     return found.value;

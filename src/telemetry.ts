@@ -12,7 +12,7 @@ import type { LockMode } from './options.js';
  * over the processes and `coalesced + waited` to N − 1.
  *
  * Per caller vs per flight: concurrent `getOrCompute` calls on one key in one process share one trip
- * to Redis (a flight; lock mode `none` has none). Answer counters (`hits`, `localHits`, `staleServed`,
+ * to Redis (a flight; with lock mode `none` they share the store read only, call.ts). Answer counters (`hits`, `localHits`, `staleServed`,
  * `misses`, `coalesced`, `waited`, `degraded`) count CALLERS: every caller of a flight is counted by
  * what its shared answer was. `loaderRuns`, `lockLost` and `writeRejected` count events of a flight.
  * A call that rejects (loader error without a fail-safe value, timeout, abort, close) is counted in no

@@ -677,7 +677,11 @@ class TickReads {
     this.queued = undefined;
     const only = reads.length === 1 ? reads[0] : undefined;
     if (only !== undefined) {
-      this.client.getrangeBuffer(only.key, 0, only.end).then(only.resolve, only.reject);
+      try {
+        this.client.getrangeBuffer(only.key, 0, only.end).then(only.resolve, only.reject);
+      } catch (error) {
+        only.reject(error); // on a tick of its own: a throw would be uncaught
+      }
       return;
     }
     let pipe: ReturnType<IoredisReads['pipeline']>;
