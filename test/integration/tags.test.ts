@@ -8,12 +8,12 @@
 import { fork, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
-import { InvalidOptionError, type Cache, type CacheOptions, type CacheStats } from '../../src/index.js';
+import { InvalidOptionError, type Cache, type CacheOptions, type CacheStats, type LoaderContext } from '../../src/index.js';
 import { UNSAFE } from '../../src/unsafe.js';
 import { decodeEntry as decodePrevious } from '../fixtures/previous-codec.js';
 import { createCache } from '../../src/index.js';
 import { familyClient } from '../support/family.js';
-import { countCommands, deferred, heldRebuild, keysOf, nextEvent, prefixOf, useRedis } from '../support/harness.js';
+import { ageEntry, countCommands, deferred, heldRebuild, keysOf, nextEvent, prefixOf, refreshOutcomes, useRedis } from '../support/harness.js';
 import { startProxy } from '../support/proxy.js';
 import { asAppUser } from '../support/redis-server.js';
 
@@ -290,6 +290,121 @@ describe('deleteByTag', () => {
     await a.set('prev', { n: 1 }, { ttl: 60_000, tags: ['org:3', 'user:1'] });
     const bytes = await h.admin.getBuffer(keysOf(a, 'prev').value);
     expect(decodePrevious(bytes as Buffer).value).toEqual({ n: 1 });
+  });
+});
+
+describe('deleteByTag reaches only what may carry its tags (in-process loads, early refreshes, the degraded memo)', () => {
+  // lock 'local' (fence-only grants): a call that does not join a load in progress runs its own loader at once.
+  const local = { ttl: 60_000, lock: 'local' as const };
+
+  it('an untagged load in progress stays coalesced across a deleteByTag: one loader run for every caller, before and after it', async () => {
+    const [a, b] = pair();
+    await ready(a, b);
+    let runs = 0;
+    const gate = deferred<void>();
+    const started = deferred<void>();
+    const loader = async () => (runs++, started.resolve(), await gate.promise, 'v');
+    const first = a.getOrCompute('plain', loader, local);
+    await started.promise;
+    await b.deleteByTag('org:3'); // resolves once a acknowledged its note
+    await a.deleteByTag('org:4'); // and a's own
+    const later = Array.from({ length: 4 }, () => a.getOrCompute('plain', loader, local));
+    gate.resolve();
+    expect(await Promise.all([first, ...later])).toEqual(['v', 'v', 'v', 'v', 'v']);
+    expect(runs).toBe(1);
+    expect(a.stats().coalesced).toBe(4);
+  });
+
+  it("a load whose loader names the deleted tag only after it: a caller that joined after the deleteByTag is not answered with its value", async () => {
+    // SG_NEGATIVE_CONTROL=join-tagged-flight: joiners take whatever the flight answers (the rerun rule off): this test must fail.
+    const [a, b] = pair();
+    await ready(a, b);
+    await a.set('seed', 's', { ttl: 60_000, tags: ['org:9'] }); // the tag's record exists
+    const gate = deferred<void>();
+    const started = deferred<void>();
+    const first = a.getOrCompute('lc', async (ctx) => {
+      started.resolve();
+      await gate.promise;
+      ctx.setOptions({ tags: ['org:9'] });
+      return 'v-old';
+    }, local);
+    await started.promise;
+    await b.deleteByTag('org:9');
+    let laterRuns = 0;
+    const later = a.getOrCompute('lc', () => (laterRuns++, 'v-new'), local);
+    const untagged = a.getOrCompute('other', () => 'o', local);
+    gate.resolve();
+    expect(await first).toBe('v-old'); // its own caller started before the deleteByTag
+    expect(await later).toBe('v-new');
+    expect(laterRuns).toBe(1);
+    expect(await untagged).toBe('o');
+    expect(await b.get('lc')).toBe('v-new');
+  });
+
+  it('a tagged load in progress: a caller that joined after a deleteByTag of its tag loads again (never its value)', async () => {
+    const [a, b] = pair();
+    await ready(a, b);
+    const held = await heldRebuild<string>(a, 'tk', { ...local, tags: ['org:3'] });
+    await b.deleteByTag('org:3');
+    const later = a.getOrCompute('tk', () => 'new', { ...local, tags: ['org:3'] });
+    held.open('old');
+    expect(await held.call).toBe('old');
+    expect(await later).toBe('new');
+  });
+
+  it('an untagged early refresh in progress is not abandoned by a deleteByTag; one of an entry with the tag is', async () => {
+    const a = h.cache();
+    const options = { ttl: 20_000, refreshAhead: 0.05, waitTimeout: 60_000, pollInterval: 60_000 };
+    async function refreshing(key: string, tags?: string[]) {
+      const o = tags ? { ...options, tags } : options;
+      expect(await a.getOrCompute(key, async () => 'v1', o)).toBe('v1');
+      await ageEntry(h.admin, keysOf(a, key).value, 18_500); // past its refresh point
+      const started = deferred<LoaderContext>();
+      const gate = deferred<string>();
+      const won = new Promise<void>((resolve) => a.on('refresh', (e) => e.key === key && e.outcome === 'won' && resolve()));
+      expect(await a.getOrCompute(key, (ctx) => (started.resolve(ctx), gate.promise), o)).toBe('v1');
+      await won;
+      return { ctx: await started.promise, open: gate.resolve };
+    }
+    await a.ready();
+    const outcomes = refreshOutcomes(a);
+    const plain = await refreshing('plain');
+    const tagged = await refreshing('tagged', ['org:3']);
+    await a.deleteByTag('org:3');
+    expect(plain.ctx.signal.aborted).toBe(false);
+    expect(tagged.ctx.signal.aborted).toBe(true);
+    const written = new Promise<void>((resolve) => a.on('computed', (e) => e.key === 'plain' && e.written && resolve()));
+    plain.open('v2');
+    await written;
+    expect(await h.cache({ prefix: prefixOf(a) }).get('plain')).toBe('v2');
+    expect(outcomes.filter((o) => o === 'abandoned')).toHaveLength(1);
+  });
+
+  it("another process's untagged degraded values survive a deleteByTag in its memo; its tagged ones do not", async () => {
+    const { hostname, port } = new URL(h.url);
+    const proxy = await startProxy({ host: hostname, port: Number(port) });
+    const { client, dispose } = familyClient(asAppUser(proxy.url));
+    const a = h.cache({ local: { max: 100 } });
+    // No L1: what answers is the degraded memo.
+    const b = createCache({ redis: client, prefix: prefixOf(a), local: false, redisTimeout: 300 });
+    try {
+      await Promise.all([a.ready(), b.ready()]);
+      const clients = (await h.admin.client('LIST')) as string;
+      const ports = clients.split('\n').filter((line) => / sub=0 /.test(line) && / psub=0 /.test(line)).map((line) => Number(/ addr=[^ ]*:(\d+) /.exec(line)?.[1]));
+      expect(ports.filter((p) => proxy.silence(p))).toHaveLength(1);
+      expect(await b.getOrCompute('plain', () => 'plain-old', 60_000)).toBe('plain-old');
+      expect(await b.getOrCompute('d', () => 'tagged-old', { ttl: 60_000, tags: ['org:3'] })).toBe('tagged-old');
+      expect(await b.getOrCompute('plain', () => 'not-run', 60_000)).toBe('plain-old');
+
+      await a.deleteByTag('org:3'); // b cannot acknowledge (its data connection is dead): resolves after 2 × redisTimeout
+
+      expect(await b.getOrCompute('plain', () => 'plain-new', 60_000)).toBe('plain-old');
+      expect(await b.getOrCompute('d', () => 'tagged-new', { ttl: 60_000, tags: ['org:3'] })).toBe('tagged-new');
+    } finally {
+      await b.close();
+      dispose();
+      await proxy.close();
+    }
   });
 });
 
