@@ -74,21 +74,21 @@ export function withDegradedKeys(memo: DegradedMemo, degradedKeyOf: (internal: s
   return {
     get: (key) => memo.get(key),
     begin: (key) => memo.begin(key),
-    fill: (ticket, value, ttlMs) => memo.fill(ticket, value, ttlMs),
+    fill: (ticket, value, ttlMs, tags) => memo.fill(ticket, value, ttlMs, tags),
     abandon: (ticket) => memo.abandon(ticket),
-    keep: (key, value, freshMs) => {
-      memo.keep(key, value, freshMs);
+    keep: (key, value, freshMs, tags) => {
+      memo.keep(key, value, freshMs, tags);
       // A namespaced copy is also kept under the key the degraded path reads while the generation is
       // unknown (its cached generation goes with the subscription), so namespaced calls find it too.
       if (!key.startsWith(RESERVED_KEY_START)) return;
       const degraded = degradedKeyOf(key);
-      if (degraded !== undefined && degraded !== key) memo.keep(degraded, value, freshMs);
+      if (degraded !== undefined && degraded !== key) memo.keep(degraded, value, freshMs, tags);
     },
-    copy: (key, value, freshMs, staleMs, untilMs, sentAt) => {
-      memo.copy(key, value, freshMs, staleMs, untilMs, sentAt);
+    copy: (key, value, freshMs, staleMs, untilMs, sentAt, tags) => {
+      memo.copy(key, value, freshMs, staleMs, untilMs, sentAt, tags);
       // As keep(): namespaced calls read the degraded-path key while the generation is unknown.
       const degraded = key.startsWith(RESERVED_KEY_START) ? degradedKeyOf(key) : undefined;
-      if (degraded !== undefined && degraded !== key) memo.copy(degraded, value, freshMs, staleMs, untilMs, sentAt);
+      if (degraded !== undefined && degraded !== key) memo.copy(degraded, value, freshMs, staleMs, untilMs, sentAt, tags);
     },
     missed: (key) => {
       memo.missed(key);
@@ -111,6 +111,8 @@ export function withDegradedKeys(memo: DegradedMemo, degradedKeyOf: (internal: s
       memo.invalidate(degraded);
       forget(degraded);
     },
+    // A degraded-path key is an internal key too (its scopes parse the same): the note judges it alike.
+    invalidateTagged: (reaches) => memo.invalidateTagged(reaches),
     clear: () => memo.clear(),
     get idle() {
       return memo.idle;

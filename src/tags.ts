@@ -58,6 +58,48 @@ export function entryTags(callTags: readonly string[] | undefined, loaderTags: r
   return tagList([...callTags, ...loaderTags], 'ctx.setOptions.tags', key);
 }
 
+/** How many tag notes a process remembers; a flight older than the oldest is judged as reached by every tag. */
+const HEARD_KEPT = 1024;
+
+/** A tag note heard by this process: its number, and what it reaches. */
+interface Heard {
+  readonly seq: number;
+  readonly scope: string;
+  readonly tags: readonly string[];
+}
+
+/**
+ * The tag notes this process heard (its own deleteByTag included), numbered in the order it acted on
+ * them. THE JOIN RULE (call.ts) reads it: a caller that joined a flight after a note the flight began
+ * before is not answered with the flight's value if that value may carry a tag the note reaches. A
+ * flight's tags may be known only once it settles (tags chosen by the loader, or those of an entry it
+ * read), so the check is made then, not when the note arrives. Bounded: a stretch partly forgotten
+ * counts as reached (one more load, never an old value).
+ */
+export class HeardTags {
+  private seq = 0;
+  private readonly log: Heard[] = [];
+
+  /** The number of the latest note heard (0: none yet). */
+  get latest(): number {
+    return this.seq;
+  }
+
+  heard(scope: string, tags: readonly string[]): void {
+    this.log.push({ seq: ++this.seq, scope, tags });
+    if (this.log.length > HEARD_KEPT) this.log.shift();
+  }
+
+  /** Whether a note heard after `since` and at or before `upTo` reaches the entry at `key` tagged `tags`. */
+  reached(since: number, upTo: number, key: string, tags: ReadonlySet<string> | undefined): boolean {
+    if (upTo <= since || tags === undefined || tags.size === 0) return false;
+    const oldest = this.log[0]?.seq ?? this.seq + 1;
+    if (since + 1 < oldest) return true;
+    const carried = [...tags];
+    return this.log.some((n) => n.seq > since && n.seq <= upTo && noteReaches(n.scope, n.tags, key, carried));
+  }
+}
+
 /** A script over a variable number of records (one registered name per count, one SHA). */
 function variadic(name: string, fixedKeys: number, lua: string, readOnly = false): (records: number) => Script {
   const byCount = new Map<number, Script>();

@@ -80,7 +80,8 @@ describe('deleteByTag', () => {
 
     await b.deleteByTag('org:3');
 
-    // Callers that start after it, in a's own process (the flight begun before is not joined) and in b's.
+    // Callers that start after it, in a's own process (it joins the flight begun before, then runs its
+    // call again once that flight settles with a value tagged org:3) and in b's.
     const afterA = a.getOrCompute('k', () => 'a-after', options);
     const afterB = b.getOrCompute('k', () => 'b-after', options);
     let rejected = 0;
@@ -316,7 +317,6 @@ describe('deleteByTag reaches only what may carry its tags (in-process loads, ea
   });
 
   it("a load whose loader names the deleted tag only after it: a caller that joined after the deleteByTag is not answered with its value", async () => {
-    // SG_NEGATIVE_CONTROL=join-tagged-flight: joiners take whatever the flight answers (the rerun rule off): this test must fail.
     const [a, b] = pair();
     await ready(a, b);
     await a.set('seed', 's', { ttl: 60_000, tags: ['org:9'] }); // the tag's record exists
