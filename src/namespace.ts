@@ -10,6 +10,7 @@ import type { DegradedMemo } from './degraded-memo.js';
 import type { CallOptions } from './options.js';
 import { script, type RedisPort } from './client/port.js';
 import { tagsToDelete } from './options/fields.js';
+import type { TagInvalidation } from './tags.js';
 
 /**
  * Namespaces: a view of a cache with its own key space, cleared in O(1) by a generation counter.
@@ -419,8 +420,8 @@ export interface NamespaceHost {
   checkCall(key: string, loader: unknown, ttlOrOptions: number | CallOptions | undefined): void;
   /** Clears `path` everywhere: the generation bump and its note. */
   clear(path: PathId): Promise<void>;
-  /** Invalidates the entries of `path` (and of the namespaces nested in it) tagged with any of `tags`, everywhere. */
-  deleteByTag(path: PathId, tags: readonly string[]): Promise<void>;
+  /** Deletes or expires (`how`) the entries of `path` (and of the namespaces nested in it) tagged with any of `tags`, everywhere. */
+  invalidateTags(path: PathId, tags: readonly string[], how: TagInvalidation): Promise<void>;
   /** Runs `loader` for `key` on the degraded path (in-process flight, degraded memo, `degraded` event), sending nothing to Redis. */
   degraded(key: string, loader: (ctx: LoaderContext) => unknown, ttlOrOptions: number | CallOptions | undefined, cause: RedisUnavailableError): Promise<unknown>;
   /** A read that could not reach Redis: the `degraded` event get() emits; answers the key's degraded copy, if one is kept. */
@@ -619,6 +620,16 @@ export class Namespace {
    */
   async deleteByTag(tag: string | readonly string[]): Promise<void> {
     const tags = tagsToDelete(tag);
-    return this.host.deleteByTag(this.path, tags);
+    return this.host.invalidateTags(this.path, tags, 'delete');
+  }
+
+  /**
+   * `cache.expireByTag` for this namespace's entries only (and those of the namespaces nested in it):
+   * the same guarantee for fresh answers, in every process; other entries tagged the same are
+   * untouched. See docs/tags.md.
+   */
+  async expireByTag(tag: string | readonly string[]): Promise<void> {
+    const tags = tagsToDelete(tag);
+    return this.host.invalidateTags(this.path, tags, 'expire');
   }
 }

@@ -178,7 +178,7 @@ export class Runtime {
     const emit = this.emit;
     const { tags, port } = this;
     const storeTags: StoreTags = {
-      valid: (key, entryTags, grantedAt) => tags.valid(key, entryTags, grantedAt),
+      judge: (key, entryTags, grantedAt) => tags.judge(key, entryTags, grantedAt),
       records: (key, entryTags) => tags.records(key, entryTags),
       snapshotAtWrite: o.unsafe.tagSnapshotAtWrite,
       cluster: port.cluster,

@@ -7,7 +7,7 @@
  */
 import { fork, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
-import { afterAll, describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it, vi } from 'vitest';
 import { InvalidOptionError, type Cache, type CacheOptions, type CacheStats, type LoaderContext } from '../../src/index.js';
 import { UNSAFE } from '../../src/unsafe.js';
 import { decodeEntry as decodePrevious } from '../fixtures/previous-codec.js';
@@ -408,6 +408,145 @@ describe('deleteByTag reaches only what may carry its tags (in-process loads, ea
   });
 });
 
+describe('expireByTag', () => {
+  const stale = { ttl: 60_000, staleTtl: 30_000, tags: ['org:3'] };
+  /** Resolves once `key`'s value was written by a load in any of `caches`. */
+  const writtenIn = (key: string, ...caches: Cache[]) =>
+    new Promise<void>((resolve) => caches.forEach((c) => c.on('computed', (e) => e.key === key && e.written && resolve())));
+
+  it('another cache gets no fresh answer after it resolves: the old value is served stale while one rebuild runs; other tags and untagged entries stay fresh', async () => {
+    // Negative control: with the read ignoring the expired time (tags.ts judge), the old value stays fresh and this fails.
+    const [a, b] = pair();
+    await ready(a, b);
+    await a.getOrCompute('e', () => 'old', stale);
+    await a.getOrCompute('e4', () => 'other', { ...stale, tags: ['org:4'] });
+    await a.set('plain', 'p', 60_000);
+    expect(await b.get('e')).toBe('old');
+    expect(await b.get('e')).toBe('old'); // b's L1 holds it
+
+    await a.expireByTag('org:3');
+
+    expect(await b.get('e')).toBeUndefined(); // get() answers fresh values only
+    const staleEvents: string[] = [];
+    for (const c of [a, b]) c.on('stale', (e) => staleEvents.push(`${e.key}:${e.reason}`));
+    const gate = deferred<void>();
+    let runs = 0;
+    const loader = async () => (runs++, await gate.promise, 'new');
+    const written = writtenIn('e', a, b);
+    // Stale readers in both caches, started together: each is answered at once with the old value.
+    expect(await Promise.all([b.getOrCompute('e', loader, stale), a.getOrCompute('e', loader, stale), b.getOrCompute('e', loader, stale)])).toEqual(['old', 'old', 'old']);
+    expect(staleEvents).toEqual(['e:window', 'e:window', 'e:window']);
+    gate.resolve();
+    await written;
+    expect(await b.get('e')).toBe('new');
+    expect(await a.get('e')).toBe('new');
+    expect(runs).toBe(1);
+    expect(await b.get('e4')).toBe('other');
+    expect(await b.get('plain')).toBe('p');
+  });
+
+  it('across processes (forked workers with L1): no fresh old answer anywhere, stale readers everywhere, exactly one rebuild for the fleet', async () => {
+    const a = h.cache({ local: { max: 100 } });
+    await a.ready();
+    const workers = await Promise.all([TagsWorker.start(h.url, prefixOf(a)), TagsWorker.start(h.url, prefixOf(a))]);
+    await a.getOrCompute('m', () => 'old', stale);
+    for (const w of workers) {
+      await w.call({ op: 'compute', key: 'm', value: 'unused', tags: stale.tags, staleTtl: stale.staleTtl });
+      expect((await w.call({ op: 'get', key: 'm' })).value).toBe('old'); // its L1
+    }
+    const runsBefore = a.stats().loaderRuns + (await Promise.all(workers.map((w) => w.stats()))).reduce((n, s) => n + s.loaderRuns, 0);
+
+    await a.expireByTag('org:3');
+
+    for (const w of workers) expect((await w.call({ op: 'get', key: 'm' })).value).toBeUndefined();
+    const gate = deferred<void>();
+    const loader = async () => (await gate.promise, 'a-new');
+    // Every reader started before any is awaited: three in each worker, three here.
+    const there = workers.flatMap((w) => [1, 2, 3].map(() => w.call({ op: 'compute', key: 'm', value: 'w-new', tags: stale.tags, staleTtl: stale.staleTtl, delayMs: 300 })));
+    const here = [1, 2, 3].map(() => a.getOrCompute('m', loader, stale));
+    expect(await Promise.all(here)).toEqual(['old', 'old', 'old']);
+    const answers = (await Promise.all(there)).map((r) => r.value);
+    expect(answers.every((v) => v === 'old' || v === 'w-new')).toBe(true);
+    gate.resolve();
+    await vi.waitFor(async () => expect(await a.get('m')).not.toBeUndefined(), { timeout: 10_000 });
+    const value = await a.get('m');
+    for (const w of workers) expect((await w.call({ op: 'get', key: 'm' })).value).toBe(value);
+    const stats = await Promise.all(workers.map((w) => w.stats()));
+    const runsAfter = a.stats().loaderRuns + stats.reduce((n, s) => n + s.loaderRuns, 0);
+    expect(runsAfter - runsBefore).toBe(1);
+    expect(a.stats().staleServed + stats.reduce((n, s) => n + s.staleServed, 0)).toBeGreaterThanOrEqual(3);
+  });
+
+  it('an entry whose staleTtl is 0 behaves as deleted: the next call loads, nothing is served stale', async () => {
+    const [a, b] = pair();
+    await ready(a, b);
+    await a.getOrCompute('z', () => 'old', { ttl: 60_000, tags: ['org:3'] });
+    expect(await b.get('z')).toBe('old');
+    await a.expireByTag(['org:3']);
+    let staleServed = 0;
+    b.on('stale', () => staleServed++);
+    expect(await b.get('z')).toBeUndefined();
+    expect(await b.getOrCompute('z', () => 'new', { ttl: 60_000, tags: ['org:3'] })).toBe('new');
+    expect(staleServed).toBe(0);
+    expect(b.stats().tagInvalidations).toBeGreaterThanOrEqual(1);
+  });
+
+  it('a loader paused past it (granted before, writing after): its write lands but is never a fresh answer, in its own process or another', async () => {
+    // Negative control: with the write's L1 copy kept (protocol/write.ts), a's own get answers the old value fresh.
+    const [a, b] = pair();
+    await ready(a, b);
+    await a.set('seed', 's', stale); // the tag's record exists
+    const held = await heldRebuild<string>(a, 'k', stale);
+    await b.expireByTag('org:3');
+    const written = writtenIn('k', a);
+    held.open('paused-old');
+    expect(await held.call).toBe('paused-old'); // its own caller started before the expireByTag
+    await written;
+    expect(await a.get('k')).toBeUndefined();
+    // Another process: served stale (not fresh), and rebuilt once.
+    const staleServed = nextEvent(b, 'stale');
+    const rebuilt = writtenIn('k', a, b);
+    expect(await b.getOrCompute('k', () => 'new', stale)).toBe('paused-old');
+    expect((await staleServed).reason).toBe('window');
+    await rebuilt;
+    expect(await a.get('k')).toBe('new');
+  });
+
+  it('a set() made before it is stale after it; a set() after it is fresh', async () => {
+    const [a, b] = pair();
+    await ready(a, b);
+    await a.set('s', 'before', stale);
+    expect(await b.get('s')).toBe('before');
+    await b.expireByTag('org:3');
+    expect(await a.get('s')).toBeUndefined();
+    expect(await b.getOrCompute('s', () => 'loaded', stale)).toBe('before'); // stale, one rebuild
+    await a.set('s', 'after', stale);
+    expect(await b.get('s')).toBe('after');
+  });
+
+  it("on a namespace: only its entries (and its nested namespaces'); bad tags are typed errors before any Redis traffic", async () => {
+    const [a, b] = pair();
+    await ready(a, b);
+    const users = a.namespace('users');
+    await users.set('1', 'u1', stale);
+    await users.namespace('admins').set('1', 'a1', stale);
+    await a.namespace('orders').set('1', 'o1', stale);
+    await a.set('1', 'p1', stale);
+    await users.expireByTag('org:3');
+    expect(await b.namespace('users').get('1')).toBeUndefined();
+    expect(await b.namespace('users').namespace('admins').get('1')).toBeUndefined();
+    expect(await b.namespace('orders').get('1')).toBe('o1');
+    expect(await b.get('1')).toBe('p1');
+    expect(await b.namespace('users').getOrCompute('1', () => 'u2', stale)).toBe('u1'); // stale
+
+    const client = (a as unknown as { rt: { options: { redis: Parameters<typeof countCommands>[0] } } }).rt.options.redis;
+    const sent = countCommands(client);
+    for (const tag of ['', 1, [], ['ok', ''], 'y'.repeat(257)]) await expect(a.expireByTag(tag as never)).rejects.toMatchObject({ code: 'ERR_INVALID_OPTION', option: 'tag' });
+    await expect(users.expireByTag('')).rejects.toBeInstanceOf(InvalidOptionError);
+    expect(sent.count).toBe(0);
+  });
+});
+
 // ---------------------------------------------------------------- the forked worker
 
 const WORKER = fileURLToPath(new URL('../support/tags-worker.ts', import.meta.url));
@@ -436,7 +575,7 @@ class TagsWorker {
     return new TagsWorker(child);
   }
 
-  call(msg: { op: 'get'; key: string } | { op: 'compute'; key: string; value: unknown; tags?: string[] }): Promise<Record<string, unknown>> {
+  call(msg: { op: 'get'; key: string } | { op: 'compute'; key: string; value: unknown; tags?: string[]; staleTtl?: number; delayMs?: number }): Promise<Record<string, unknown>> {
     const id = this.next++;
     return new Promise((resolve) => {
       this.waiting.set(id, resolve);
