@@ -13,7 +13,8 @@ import { get, getMany } from './reads.js';
 import { Runtime } from './runtime.js';
 import type { CacheHealth } from './health.js';
 import type { CacheStats } from './telemetry.js';
-import { deleteByTag, remove, removeMany, set } from './writes.js';
+import { invalidateTags, remove, removeMany, set } from './writes.js';
+import type { TagInvalidation } from './tags.js';
 import { InvalidOptionError } from './errors.js';
 import { tagsToDelete } from './options/fields.js';
 
@@ -166,10 +167,27 @@ export class Cache extends EventEmitter<CacheEvents> {
    * Redis fails. Not on a Cluster client yet. See docs/tags.md.
    */
   async deleteByTag(tag: string | readonly string[]): Promise<void> {
+    return this.byTag(tag, 'delete');
+  }
+
+  /**
+   * Expires every entry tagged `tag` (or any of the tags of an array), namespaced ones included, in
+   * every process: once this resolves, no call that starts afterwards gets a FRESH answer of an entry
+   * tagged so whose load was granted (or whose set() was made) before it — not from Redis, not from
+   * any L1. Such an entry is stale instead: served (with a `stale` event) for its `staleTtl` from now
+   * while exactly one rebuild per key runs across the fleet (its waiters woken as usual); an entry
+   * whose `staleTtl` is 0 is a miss, as after deleteByTag. Costs, acknowledgements and errors as
+   * deleteByTag's. Not on a Cluster client yet. See docs/tags.md.
+   */
+  async expireByTag(tag: string | readonly string[]): Promise<void> {
+    return this.byTag(tag, 'expire');
+  }
+
+  private async byTag(tag: string | readonly string[], how: TagInvalidation): Promise<void> {
     const tags = tagsToDelete(tag);
     this.guard.open();
     if (this.rt.port.cluster) throw new InvalidOptionError('tags', tag, 'no tags on a Cluster client (not supported yet: docs/tags.md)');
-    return deleteByTag(this.rt, '', tags);
+    return invalidateTags(this.rt, '', tags, how);
   }
 
   /** Removes the entry everywhere (store and every process's L1); bumps the fence so no in-flight rebuild resurrects it. */

@@ -47,6 +47,8 @@ export class Calls implements OwnLoads {
    * refresh is abandoned) but leaves it here until it settles, so nothing starts beside it.
    */
   private readonly backgroundFlight: SingleFlight;
+  /** The tags of the background loads that have some (an early refresh's: its call's and its entry's), while they run. */
+  private readonly backgroundTags = new Map<string, { readonly tags: readonly string[] }>();
   private readonly holdOffs = new HoldOffs();
   /**
    * Store reads made before any trip (`read`), shared by the calls of a key that start while one is
@@ -85,12 +87,12 @@ export class Calls implements OwnLoads {
    * Runs the call: joins the key's flight, or starts it with `answer` on this call's Trip; counts
    * and traces the outcome (the caller that ran the trip, or a joiner of it).
    */
-  run(key: string, loader: Loader<unknown>, call: ResolvedCall, trace: GetOrComputeContext | undefined, answer: Answer = (trip) => trip.answer()): Promise<unknown> {
+  run(key: string, loader: Loader<unknown>, call: ResolvedCall, trace: GetOrComputeContext | undefined, answer: Answer = (trip) => trip.answer(), heardAt?: number): Promise<unknown> {
     if (trace === undefined && traced()) {
       const context: GetOrComputeContext = { ...shownKey(key), lock: call.lock };
-      return getOrComputeChannel.tracePromise(() => this.trip(key, loader, call, context, answer), context);
+      return getOrComputeChannel.tracePromise(() => this.trip(key, loader, call, context, answer, heardAt), context);
     }
-    return this.trip(key, loader, call, trace, answer);
+    return this.trip(key, loader, call, trace, answer, heardAt);
   }
 
   /**
@@ -104,25 +106,31 @@ export class Calls implements OwnLoads {
   read(key: string, loader: Loader<unknown>, call: ResolvedCall): Promise<unknown> {
     if (call.signal !== undefined || call.forceFresh === true || traced() || this.coalescerOf(call).has(key)) return this.run(key, loader, call, undefined);
     const sent = this.deps.clock.now();
+    // Every read being shared was sent after the last tag note (a note detaches them: tagsInvalidated),
+    // so the note heard now is the one heard before the read was sent, for a sharer as for its sender.
+    const heardAt = this.deps.heard.latest;
     const read: SharedRead = { sender: false, found: undefined as unknown as Promise<Found> };
     read.found = this.reads.run(key, undefined, () => {
       read.sender = true;
       return readEntry(this.deps, key, entryKeys(this.prefix, key), sent);
     });
-    return this.answerRead(key, loader, call, read, sent);
+    return this.answerRead(key, loader, call, read, sent, heardAt);
   }
 
-  /** `sent`: when this call began its read (a sharer: when it joined one already out). */
-  private async answerRead(key: string, loader: Loader<unknown>, call: ResolvedCall, read: SharedRead, sent: number): Promise<unknown> {
+  /**
+   * `sent`: when this call began its read (a sharer: when it joined one already out); `heardAt`: the
+   * last tag note heard before the read was sent (the trip it may go on as judges its joiners by it).
+   */
+  private async answerRead(key: string, loader: Loader<unknown>, call: ResolvedCall, read: SharedRead, sent: number, heardAt: number): Promise<unknown> {
     let found: Found;
     try {
       found = await read.found;
     } catch (error) {
       // The call's own edges (close(), too many callers), not a failed read: no trip.
       if (error instanceof CacheClosedError || error instanceof TooManyWaitersError) throw error;
-      return this.trip(key, loader, call, undefined, (trip) => trip.answerFailedRead(error));
+      return this.trip(key, loader, call, undefined, (trip) => trip.answerFailedRead(error), heardAt);
     }
-    if (found.state !== 'fresh') return this.trip(key, loader, call, undefined, (trip) => trip.answerFound(found, sent));
+    if (found.state !== 'fresh') return this.trip(key, loader, call, undefined, (trip) => trip.answerFound(found, sent), heardAt);
     this.deps.telemetry.redisHit();
     // The read's sender checks the refresh point (once per read, as a trip's caller does for its joiners).
     if (read.sender && refreshPolicyFor(call.refreshAhead, found) !== 0) {
@@ -131,16 +139,33 @@ export class Calls implements OwnLoads {
     return found.value;
   }
 
-  private async trip(key: string, loader: Loader<unknown>, call: ResolvedCall, trace: GetOrComputeContext | undefined, answer: Answer): Promise<unknown> {
+  /**
+   * THE JOIN RULE: a caller that joined a flight after a tag note the flight began before (a
+   * deleteByTag, here or elsewhere) is not answered with its value when that value may carry a tag
+   * the note reaches — the flight's load may have been granted, or its read checked the tag records,
+   * before the deleteByTag. It runs its call again instead (a new trip reads the store, which the tag
+   * rule keeps clean). Judged once the flight settles: the tags a loader chooses (ctx.setOptions) and
+   * those of an entry the flight read are known only then. A flight that carries none of the note's
+   * tags — every untagged one — keeps all its callers.
+   */
+  private async trip(key: string, loader: Loader<unknown>, call: ResolvedCall, trace: GetOrComputeContext | undefined, answer: Answer, heardAt: number | undefined): Promise<unknown> {
     const keys = entryKeys(this.prefix, key);
-    let led = false; // this caller's work ran the trip (else it joined another caller's flight)
-    const answered = await this.coalescerOf(call).run(key, call.signal, (stop: Stop) => {
-      led = true;
-      return answer(new Trip(this.deps, key, keys, loader, call, stop));
-    });
-    const outcome = this.deps.telemetry.caller(answered, led);
-    if (trace) trace.outcome = outcome;
-    return answered.value;
+    const { heard } = this.deps;
+    for (;;) {
+      const joinedAt = heard.latest;
+      let led = false; // this caller's work ran the trip (else it joined another caller's flight)
+      const answered = await this.coalescerOf(call).run(key, call.signal, (stop: Stop) => {
+        led = true;
+        return answer(new Trip(this.deps, key, keys, loader, call, stop, heardAt));
+      });
+      if (!led && heard.reached(answered.heardAt, joinedAt, key, answered.carried)) {
+        heardAt = undefined; // a trip of its own reads afresh
+        continue;
+      }
+      const outcome = this.deps.telemetry.caller(answered, led);
+      if (trace) trace.outcome = outcome;
+      return answered.value;
+    }
   }
 
   /** A call answered without a trip (a fresh hit a batch read): counted, and traced when someone listens. */
@@ -163,10 +188,16 @@ export class Calls implements OwnLoads {
     return !loading && !this.holdOffs.heldOff(path, key, fence, now);
   }
 
-  background(key: string, work: Work<unknown>): void {
+  background(key: string, work: Work<unknown>, tags?: readonly string[]): void {
     // Already one (a rebuild past its soft timeout behind a refresh that outlived a waitTimeout): this
     // work is running already; it is only observed.
-    const running = this.backgroundFlight.has(key) ? Promise.resolve().then(() => work({ signal: this.deps.lifetime })) : this.backgroundFlight.run(key, undefined, work);
+    const already = this.backgroundFlight.has(key);
+    const running = already ? Promise.resolve().then(() => work({ signal: this.deps.lifetime })) : this.backgroundFlight.run(key, undefined, work);
+    if (!already && tags !== undefined && tags.length > 0) {
+      const entry = { tags };
+      this.backgroundTags.set(key, entry);
+      void running.then(IGNORE, IGNORE).then(() => this.backgroundTags.get(key) === entry && this.backgroundTags.delete(key));
+    }
     running.catch((error: unknown) => {
       if (!(error instanceof OriginBackoffError) && !(error instanceof CacheClosedError)) this.deps.emit('refreshError', { key, error });
     });
@@ -200,6 +231,20 @@ export class Calls implements OwnLoads {
     this.flight.forget(key);
     this.freshFlight.forget(key);
     this.backgroundFlight.abort(key, new RefreshAbandoned(key));
+  }
+
+  /**
+   * Tags were invalidated: an early refresh whose tags `reaches` names is abandoned (its write would
+   * be refused by THE TAG RULE, and its lock would hold callers up), and no store read out now is
+   * shared any more. Nothing else here is touched: a
+   * flight's callers are judged when it settles (THE JOIN RULE), and a refresh whose loader adds such
+   * a tag later has its write refused.
+   */
+  tagsInvalidated(reaches: (key: string, tags: readonly string[]) => boolean): void {
+    // A read out now may have checked its entry's tag records before the invalidation: no call that
+    // starts from now shares it (its own callers may still use it: they started before).
+    this.reads.forgetAll();
+    for (const [key, { tags }] of this.backgroundTags) if (reaches(key, tags)) this.backgroundFlight.abort(key, new RefreshAbandoned(key));
   }
 
   forgetAll(): void {

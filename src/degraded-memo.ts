@@ -38,23 +38,32 @@ export interface DegradedMemo {
   get(key: string): MemoHit | undefined;
   /** Call before running a degraded loader; hand the result to `fill` or `abandon`. */
   begin(key: string): MemoTicket;
-  /** Keeps `value` for `ttlMs` unless the key was invalidated or the memo cleared since `begin`. */
-  fill(ticket: MemoTicket, value: unknown, ttlMs: number): void;
+  /**
+   * Keeps `value` for `ttlMs` unless the key was invalidated or the memo cleared since `begin` — or,
+   * for a value with `tags`, a tag note was heard since (its loader may have chosen a tag it names).
+   */
+  fill(ticket: MemoTicket, value: unknown, ttlMs: number, tags?: readonly string[]): void;
   /** The loader failed or was cancelled: forget the ticket. */
   abandon(ticket: MemoTicket): void;
-  /** Keeps an L1 copy handed over as L1 stops being trusted, for the `freshMs` it had left (never longer). */
-  keep(key: string, value: unknown, freshMs: number): void;
+  /** Keeps an L1 copy handed over as L1 stops being trusted, for the `freshMs` it had left (never longer), with its `tags`. */
+  keep(key: string, value: unknown, freshMs: number, tags?: readonly string[]): void;
   /**
    * Keeps a copy of a value a store read found with a stale or fail-safe window, within the entry's
    * own windows (ms from now): fresh for `freshMs`, stale until `staleMs`, fail-safe until `untilMs`.
+   * A tagged one (`tags`) is refused if a tag note was heard since the read was sent.
    */
-  copy(key: string, value: unknown, freshMs: number, staleMs: number, untilMs: number, sentAt: number): void;
+  copy(key: string, value: unknown, freshMs: number, staleMs: number, untilMs: number, sentAt: number, tags?: readonly string[]): void;
   /** A store read found no value: a copy of what the store held is gone with it (a degraded value stays). */
   missed(key: string): void;
   /** A store read found a value: the store is the truth again, every kept copy of the key goes. */
   found(key: string): void;
   /** The key changed (a write, set or delete here, a note from another process): also refuses every copy of a read sent before now. */
   invalidate(key: string): void;
+  /**
+   * Tags were invalidated: drops every kept value and copy `reaches` names (by its key and tags), and
+   * refuses every tagged fill or copy begun before now. Untagged ones stay: the note says nothing of them.
+   */
+  invalidateTagged(reaches: (key: string, tags: readonly string[]) => boolean): void;
   clear(): void;
   /**
    * True only when nothing is kept and no degraded load is running, so an invalidation has nothing
@@ -67,12 +76,16 @@ export interface DegradedMemo {
 export interface MemoHit {
   readonly value: unknown;
   readonly state: 'fresh' | 'stale' | 'kept';
+  /** The tags the value carries (its loader's and its call's, or its entry's). */
+  readonly tags?: readonly string[] | undefined;
 }
 
 /** One degraded load in progress. Opaque to callers. */
 export interface MemoTicket {
   readonly key: string;
   readonly epoch: number;
+  /** Tag notes heard before it began: a tagged fill is refused if another came since. */
+  readonly tagNotes: number;
   voided: boolean;
 }
 
@@ -82,6 +95,7 @@ interface Kept {
   readonly freshUntil: number;
   readonly staleUntil: number;
   readonly until: number;
+  readonly tags?: readonly string[] | undefined;
 }
 
 export class LruDegradedMemo implements DegradedMemo {
@@ -96,6 +110,9 @@ export class LruDegradedMemo implements DegradedMemo {
   private readonly running = new Map<string, MemoTicket[]>();
   /** Moves on every clear(); a ticket from an older epoch never fills. */
   private epoch = 0;
+  /** Tag notes heard, and when the last was (clock ms): tagged fills and copies begun before it are refused. */
+  private tagNotes = 0;
+  private tagNoteAt = Number.NEGATIVE_INFINITY;
 
   /**
    * When each key last changed (clock ms), for the most recent changes only: a read's copy is refused
@@ -133,39 +150,42 @@ export class LruDegradedMemo implements DegradedMemo {
       lru.delete(key);
       return undefined;
     }
-    return { value: kept.value, state: now < kept.freshUntil ? 'fresh' : now < kept.staleUntil ? 'stale' : 'kept' };
+    return { value: kept.value, state: now < kept.freshUntil ? 'fresh' : now < kept.staleUntil ? 'stale' : 'kept', tags: kept.tags };
   }
 
   begin(key: string): MemoTicket {
-    const ticket: MemoTicket = { key, epoch: this.epoch, voided: false };
+    const ticket: MemoTicket = { key, epoch: this.epoch, tagNotes: this.tagNotes, voided: false };
     const list = this.running.get(key);
     if (list) list.push(ticket);
     else this.running.set(key, [ticket]);
     return ticket;
   }
 
-  fill(ticket: MemoTicket, value: unknown, ttlMs: number): void {
+  fill(ticket: MemoTicket, value: unknown, ttlMs: number, tags?: readonly string[]): void {
     this.abandon(ticket);
     if (ticket.voided || ticket.epoch !== this.epoch || ttlMs <= 0) return;
+    if (tags !== undefined && ticket.tagNotes !== this.tagNotes) return;
     const until = this.clock.now() + ttlMs;
-    this.kept.set(ticket.key, { value, freshUntil: until, staleUntil: until, until });
+    this.kept.set(ticket.key, { value, freshUntil: until, staleUntil: until, until, tags });
   }
 
-  keep(key: string, value: unknown, freshMs: number): void {
+  keep(key: string, value: unknown, freshMs: number, tags?: readonly string[]): void {
     // A degraded load's own value (kept or to come) is at least as new: never replaced by an older copy.
     if (freshMs <= 0 || this.kept.has(key) || this.running.has(key)) return;
     const until = this.clock.now() + freshMs;
-    this.copies.set(key, { value, freshUntil: until, staleUntil: until, until });
+    this.copies.set(key, { value, freshUntil: until, staleUntil: until, until, tags });
   }
 
-  copy(key: string, value: unknown, freshMs: number, staleMs: number, untilMs: number, sentAt: number): void {
+  copy(key: string, value: unknown, freshMs: number, staleMs: number, untilMs: number, sentAt: number, tags?: readonly string[]): void {
     if (untilMs <= 0) return;
+    // A tagged value read before a tag note may have had its tags checked before the invalidation.
+    if (tags !== undefined && sentAt <= this.tagNoteAt) return;
     // A change of the key since the read was sent (a note that overtook its reply, this process's own
     // write whose reply came first): the value read may be the one it replaced.
     const changed = this.changedAt.peek(key);
     if (sentAt <= this.changedFloor || (changed !== undefined && changed >= sentAt)) return;
     const now = this.clock.now();
-    this.copies.set(key, { value, freshUntil: now + freshMs, staleUntil: now + staleMs, until: now + untilMs });
+    this.copies.set(key, { value, freshUntil: now + freshMs, staleUntil: now + staleMs, until: now + untilMs, tags });
   }
 
   missed(key: string): void {
@@ -203,6 +223,16 @@ export class LruDegradedMemo implements DegradedMemo {
     if (list) for (const ticket of list) ticket.voided = true;
   }
 
+  invalidateTagged(reaches: (key: string, tags: readonly string[]) => boolean): void {
+    this.tagNotes++;
+    this.tagNoteAt = this.clock.now();
+    for (const lru of [this.kept, this.copies]) {
+      const reached: string[] = [];
+      for (const [key, kept] of lru.entries()) if (kept.tags !== undefined && reaches(key, kept.tags)) reached.push(key);
+      for (const key of reached) lru.delete(key);
+    }
+  }
+
   clear(): void {
     this.kept.clear();
     this.copies.clear();
@@ -216,7 +246,7 @@ export class LruDegradedMemo implements DegradedMemo {
 /** `degradedMemo: 0`: nothing is kept; every degraded call runs its loader. */
 export const NO_DEGRADED_MEMO: DegradedMemo = {
   get: () => undefined,
-  begin: (key) => ({ key, epoch: 0, voided: true }),
+  begin: (key) => ({ key, epoch: 0, tagNotes: 0, voided: true }),
   fill: () => undefined,
   abandon: () => undefined,
   keep: () => undefined,
@@ -224,6 +254,7 @@ export const NO_DEGRADED_MEMO: DegradedMemo = {
   missed: () => undefined,
   found: () => undefined,
   invalidate: () => undefined,
+  invalidateTagged: () => undefined,
   clear: () => undefined,
   // Degraded loads run untracked here (every call runs its own), so whether one is running is unknown.
   idle: false,

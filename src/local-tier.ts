@@ -55,10 +55,10 @@ export interface LocalTier {
   flush(): void;
   /**
    * The subscription is down: flush, then neither serve nor fill until `resume()`. `keep` is handed
-   * each fresh copy first (its value and the ms it stays fresh): the degraded memo, which answers
+   * each fresh copy first (its value, the ms it stays fresh and its tags): the degraded memo, which answers
    * with it only while Redis is unavailable for the key (degraded-memo.ts).
    */
-  suspend(keep?: (key: string, value: unknown, freshMs: number) => void): void;
+  suspend(keep?: (key: string, value: unknown, freshMs: number, tags: readonly string[] | undefined) => void): void;
   /** The subscription holds (again): flush (notes sent while away are lost), then serve and fill. */
   resume(): void;
 }
@@ -207,14 +207,14 @@ export class LruTier implements LocalTier {
     this.invalidatedAt.clear();
   }
 
-  suspend(keep?: (key: string, value: unknown, freshMs: number) => void): void {
+  suspend(keep?: (key: string, value: unknown, freshMs: number, tags: readonly string[] | undefined) => void): void {
     if (this.incoherent) return;
     if (keep && this.trusted) {
       const now = this.clock.now();
       // Least recently used first: if L1 holds more than the memo keeps, the most used copies are the ones left.
       for (const key of this.lru.rkeys()) {
         const slot = this.lru.peek(key);
-        if (slot && !slot.stale && slot.freshUntil > now) keep(key, slot.value, slot.freshUntil - now);
+        if (slot && !slot.stale && slot.freshUntil > now) keep(key, slot.value, slot.freshUntil - now, slot.tags);
       }
     }
     this.flush();

@@ -91,7 +91,9 @@ export async function computeMany(h: ManyHost, keys: readonly string[], loadMany
   const calls = new Map(unique.map((key) => [key, h.resolveCall(key)] as const));
   // Checked after the options (a bad option is still refused) and before anything is read or locked.
   if (signal?.aborted) throw new AbortedError(keys[0] ?? '', signal.reason);
-  const run: BatchRun = { h, callOf: (key) => calls.get(key) as ResolvedCall, answers: observedAnswers(), single: singleLoader(loadMany) };
+  // Before the batch's read is sent: what it finds may be what a led call answers with (THE JOIN RULE, call.ts).
+  const heardAt = h.deps.heard.latest;
+  const run: BatchRun = { h, callOf: (key) => calls.get(key) as ResolvedCall, answers: observedAnswers(), single: singleLoader(loadMany), heardAt };
   const remote = answerFromL1(run, unique);
   const found = await readAll(h, remote, (key) => run.callOf(key).forceFresh !== true); // forceFresh serves none of what it reads
   const misses = answerFromReads(run, remote, found);
@@ -116,6 +118,8 @@ interface BatchRun {
   callOf(key: string): ResolvedCall;
   readonly answers: Map<string, Promise<unknown>>;
   single(key: string): (ctx: LoaderContext) => Promise<unknown>;
+  /** The last tag note heard before the batch's read was sent. */
+  readonly heardAt: number;
 }
 
 /**
@@ -196,7 +200,7 @@ function startCalls(run: BatchRun, misses: readonly Miss[]): Led[] {
     answers.set(m.key, h.calls.run(m.key, run.single(m.key), m.call, undefined, async (trip) => {
       entry.stop = trip.stop;
       return (await how.promise)(trip);
-    }));
+    }, run.heardAt));
   }
   return led;
 }

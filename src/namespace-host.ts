@@ -1,7 +1,7 @@
 import { announceClear } from './clearing.js';
 import { callOf, computeDegraded } from './compute.js';
 import { CacheClosedError, InvalidOptionError } from './errors.js';
-import { deleteByTag } from './writes.js';
+import { invalidateTags } from './writes.js';
 import type { KeyedOps, NamespaceHost } from './namespace.js';
 import { degradedReads } from './reads.js';
 import type { Runtime } from './runtime.js';
@@ -23,10 +23,10 @@ export function namespaceHost(rt: Runtime, ops: KeyedOps): NamespaceHost {
       rt.memo.invalidate(key);
       rt.forget(key);
     },
-    deleteByTag: (path, tags) => {
+    invalidateTags: (path, tags, how) => {
       if (rt.closed) return Promise.reject(new CacheClosedError());
       if (rt.port.cluster) return Promise.reject(new InvalidOptionError('tags', tags, 'no tags on a Cluster client (not supported yet: docs/tags.md)'));
-      return deleteByTag(rt, path, tags);
+      return invalidateTags(rt, path, tags, how);
     },
     clear: (path) => {
       if (rt.closed) return Promise.reject(new CacheClosedError());

@@ -10,6 +10,7 @@ import type { DegradedMemo } from './degraded-memo.js';
 import type { CallOptions } from './options.js';
 import { script, type RedisPort } from './client/port.js';
 import { tagsToDelete } from './options/fields.js';
+import type { TagInvalidation } from './tags.js';
 
 /**
  * Namespaces: a view of a cache with its own key space, cleared in O(1) by a generation counter.
@@ -74,21 +75,21 @@ export function withDegradedKeys(memo: DegradedMemo, degradedKeyOf: (internal: s
   return {
     get: (key) => memo.get(key),
     begin: (key) => memo.begin(key),
-    fill: (ticket, value, ttlMs) => memo.fill(ticket, value, ttlMs),
+    fill: (ticket, value, ttlMs, tags) => memo.fill(ticket, value, ttlMs, tags),
     abandon: (ticket) => memo.abandon(ticket),
-    keep: (key, value, freshMs) => {
-      memo.keep(key, value, freshMs);
+    keep: (key, value, freshMs, tags) => {
+      memo.keep(key, value, freshMs, tags);
       // A namespaced copy is also kept under the key the degraded path reads while the generation is
       // unknown (its cached generation goes with the subscription), so namespaced calls find it too.
       if (!key.startsWith(RESERVED_KEY_START)) return;
       const degraded = degradedKeyOf(key);
-      if (degraded !== undefined && degraded !== key) memo.keep(degraded, value, freshMs);
+      if (degraded !== undefined && degraded !== key) memo.keep(degraded, value, freshMs, tags);
     },
-    copy: (key, value, freshMs, staleMs, untilMs, sentAt) => {
-      memo.copy(key, value, freshMs, staleMs, untilMs, sentAt);
+    copy: (key, value, freshMs, staleMs, untilMs, sentAt, tags) => {
+      memo.copy(key, value, freshMs, staleMs, untilMs, sentAt, tags);
       // As keep(): namespaced calls read the degraded-path key while the generation is unknown.
       const degraded = key.startsWith(RESERVED_KEY_START) ? degradedKeyOf(key) : undefined;
-      if (degraded !== undefined && degraded !== key) memo.copy(degraded, value, freshMs, staleMs, untilMs, sentAt);
+      if (degraded !== undefined && degraded !== key) memo.copy(degraded, value, freshMs, staleMs, untilMs, sentAt, tags);
     },
     missed: (key) => {
       memo.missed(key);
@@ -111,6 +112,8 @@ export function withDegradedKeys(memo: DegradedMemo, degradedKeyOf: (internal: s
       memo.invalidate(degraded);
       forget(degraded);
     },
+    // A degraded-path key is an internal key too (its scopes parse the same): the note judges it alike.
+    invalidateTagged: (reaches) => memo.invalidateTagged(reaches),
     clear: () => memo.clear(),
     get idle() {
       return memo.idle;
@@ -417,8 +420,8 @@ export interface NamespaceHost {
   checkCall(key: string, loader: unknown, ttlOrOptions: number | CallOptions | undefined): void;
   /** Clears `path` everywhere: the generation bump and its note. */
   clear(path: PathId): Promise<void>;
-  /** Invalidates the entries of `path` (and of the namespaces nested in it) tagged with any of `tags`, everywhere. */
-  deleteByTag(path: PathId, tags: readonly string[]): Promise<void>;
+  /** Deletes or expires (`how`) the entries of `path` (and of the namespaces nested in it) tagged with any of `tags`, everywhere. */
+  invalidateTags(path: PathId, tags: readonly string[], how: TagInvalidation): Promise<void>;
   /** Runs `loader` for `key` on the degraded path (in-process flight, degraded memo, `degraded` event), sending nothing to Redis. */
   degraded(key: string, loader: (ctx: LoaderContext) => unknown, ttlOrOptions: number | CallOptions | undefined, cause: RedisUnavailableError): Promise<unknown>;
   /** A read that could not reach Redis: the `degraded` event get() emits; answers the key's degraded copy, if one is kept. */
@@ -617,6 +620,16 @@ export class Namespace {
    */
   async deleteByTag(tag: string | readonly string[]): Promise<void> {
     const tags = tagsToDelete(tag);
-    return this.host.deleteByTag(this.path, tags);
+    return this.host.invalidateTags(this.path, tags, 'delete');
+  }
+
+  /**
+   * `cache.expireByTag` for this namespace's entries only (and those of the namespaces nested in it):
+   * the same guarantee for fresh answers, in every process; other entries tagged the same are
+   * untouched. See docs/tags.md.
+   */
+  async expireByTag(tag: string | readonly string[]): Promise<void> {
+    const tags = tagsToDelete(tag);
+    return this.host.invalidateTags(this.path, tags, 'expire');
   }
 }

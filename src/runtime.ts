@@ -29,7 +29,7 @@ import { ready } from './readiness.js';
 import type { ProtocolDeps } from './protocol/deps.js';
 import { replicaConfirm, withReplicaAck } from './replica-ack.js';
 import { Store, type StoreTags } from './store.js';
-import { noteReaches, parseTagNote, TagRecords } from './tags.js';
+import { HeardTags, noteReaches, parseTagNote, TagRecords } from './tags.js';
 import { Telemetry } from './telemetry.js';
 import { Bus, Waiters, type Note } from './wait.js';
 import { broadcastNotes, ShardedWake, type WakeChannels } from './wake.js';
@@ -67,6 +67,8 @@ export class Runtime {
   readonly generations: Generations;
   /** The tag records: read-side checks, deleteByTag (tags.ts). */
   readonly tags: TagRecords;
+  /** The tag notes this process heard, numbered (THE JOIN RULE, call.ts). */
+  readonly heard = new HeardTags();
   readonly telemetry = new Telemetry();
   /** The checks of the public operations; `reservedGuard` is the namespaces' view (their `\0` keys allowed). */
   readonly guard: Guard;
@@ -176,7 +178,7 @@ export class Runtime {
     const emit = this.emit;
     const { tags, port } = this;
     const storeTags: StoreTags = {
-      valid: (key, entryTags, grantedAt) => tags.valid(key, entryTags, grantedAt),
+      judge: (key, entryTags, grantedAt) => tags.judge(key, entryTags, grantedAt),
       records: (key, entryTags) => tags.records(key, entryTags),
       snapshotAtWrite: o.unsafe.tagSnapshotAtWrite,
       cluster: port.cluster,
@@ -191,7 +193,7 @@ export class Runtime {
     }, this.clocks, o.unsafe.unfencedWrites, storeTags);
     // Fence-only grants (no lock) are the 'local' locker's: set(), computing after waitTimeout.
     const { local: l1, memo, waiters, grants, telemetry } = this;
-    return { store, lockers: this.lockers, fenceOnly: this.lockers.local, local: l1, memo, waiters, wake: this.notes, grants, lifetime: this.lifetime.signal, clock: o.clock, emit, telemetry };
+    return { store, lockers: this.lockers, fenceOnly: this.lockers.local, local: l1, memo, waiters, wake: this.notes, grants, lifetime: this.lifetime.signal, clock: o.clock, emit, telemetry, heard: this.heard };
   }
 
   /** L1 and cached namespace generations are trusted only while subscribed: notes sent while away are lost (see local-tier.ts). */
@@ -207,7 +209,7 @@ export class Runtime {
       },
       onDown: () => {
         this.generations.suspend();
-        this.local.suspend((key, value, freshMs) => this.memo.keep(key, value, freshMs)); // served only while Redis is unavailable
+        this.local.suspend((key, value, freshMs, tags) => this.memo.keep(key, value, freshMs, tags)); // served only while Redis is unavailable
         // The heartbeat found the node silent: if it answered our operations nothing since either, it is
         // hung — suspect now, so the calls that L1 answered until now answer from memory at once instead
         // of each waiting out a read. (A close alone is no such sign: a subscriber killed on a live
@@ -254,15 +256,18 @@ export class Runtime {
   }
 
   /**
-   * Tags were invalidated (here, or a note from another process): L1 drops every copy they reach (and
-   * refuses tagged fills whose read began before now); the degraded memo, which does not know tags,
-   * is cleared, as are degraded loads in progress; calls starting now join no flight begun before
-   * (its load may have been granted before the invalidation, or its read checked the records before it).
+   * Tags were invalidated (here, or a note from another process), and only what may carry them is
+   * touched: the note is numbered first (a caller that joins a flight from now on is judged by THE
+   * JOIN RULE, call.ts, once the flight settles); L1 and the degraded memo drop every copy the note
+   * reaches and refuse tagged fills of reads or loads begun before now (their tags may have been
+   * checked, or their loads granted, before it); an early refresh whose tags it reaches is abandoned.
    */
   tagsInvalidated(scope: string, tags: readonly string[]): void {
-    this.local.invalidateTagged((key, entryTags) => noteReaches(scope, tags, key, entryTags));
-    this.memo.clear();
-    this.calls.forgetAll();
+    const reaches = (key: string, entryTags: readonly string[]): boolean => noteReaches(scope, tags, key, entryTags);
+    this.heard.heard(scope, tags);
+    this.local.invalidateTagged(reaches);
+    this.memo.invalidateTagged(reaches);
+    this.calls.tagsInvalidated(reaches);
   }
 
   /** Everything was cleared (here, or a note from another process): nothing kept from before may answer a call. */

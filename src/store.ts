@@ -7,7 +7,7 @@ import type { Io } from './io.js';
 import type { EntryKeys } from './keys.js';
 import type { Grant } from './lock/types.js';
 import type { ReadReply, Scripts, WriteArgs } from './lock/scripts.js';
-import { RECORD_TTL_MS } from './tags.js';
+import { INVALID, RECORD_TTL_MS, type TagVerdict } from './tags.js';
 import type { NodeClocks, TimeWindow } from './node-clock.js';
 import { graceWindow, physicalTtl, type ResolvedCall } from './options.js';
 import type { NoteKind } from './wait.js';
@@ -44,7 +44,7 @@ export interface StoreEvents {
 /** What the store needs of the tag records (tags.ts). */
 export interface StoreTags {
   /** THE TAG RULE on the records now: one round trip. Throws RedisUnavailableError. */
-  valid(key: string, tags: readonly string[], grantedAt: number): Promise<boolean>;
+  judge(key: string, tags: readonly string[], grantedAt: number): Promise<TagVerdict>;
   records(key: string, tags: readonly string[]): readonly string[];
   /** Negative control only (UNSAFE.tagSnapshotAtWrite): the server's TIME in µs now, taken in place of the grant's. */
   timeNow(): Promise<number>;
@@ -103,16 +103,19 @@ export class Store {
   }
 
   /**
-   * A tagged entry as THE TAG RULE judges it now (one round trip to its records): itself, or a miss
-   * (counted in `tagInvalidations`) when a tag was invalidated since its grant or its record is
-   * missing. Anything else is returned as is. `counted` false: the re-read under a grant of a call
-   * whose own read was counted already. Throws RedisUnavailableError.
+   * A tagged entry as THE TAG RULE judges it now (one round trip to its records): itself; stale, when
+   * a tag was expired since its grant (expireByTag) and its stale window since then is not over; else,
+   * or when a tag was deleted since its grant or its record is missing, a miss (counted in
+   * `tagInvalidations`). Anything else is returned as is. `counted` false: the re-read under a grant
+   * of a call whose own read was counted already. Throws RedisUnavailableError.
    */
   async vetted(key: string, found: Found, counted = true): Promise<Found> {
     if (found.state === 'miss' || found.tags === undefined) return found;
     // An entry whose tags cannot be checked (no record keeper, no grant time) is unknown: invalid.
-    const valid = this.tags !== undefined && found.grantedAt !== undefined && (await this.tags.valid(key, found.tags, found.grantedAt));
-    if (valid) return found;
+    const verdict = this.tags !== undefined && found.grantedAt !== undefined ? await this.tags.judge(key, found.tags, found.grantedAt) : INVALID;
+    if (verdict.kind === 'valid') return found;
+    const stale = verdict.kind === 'expired' ? expiredByTag(found, verdict.agoMs) : undefined;
+    if (stale) return stale;
     if (counted) this.events.tagInvalidated?.(key);
     return MISS;
   }
@@ -373,4 +376,18 @@ function present(entry: Envelope, state: EntryState, pttl: number): Present {
     tags: entry.tags,
     grantedAt: entry.grantedAt,
   };
+}
+
+/**
+ * A present entry whose tag was expired `agoMs` ago, after its grant: a fresh one is stale from then,
+ * for its `staleMs` (never past its own end: `pttl` is cut so the stale window's math ends there);
+ * one already stale or kept stays as it is. Undefined (a miss) once that window is over, or at once
+ * for an entry without one (`staleTtl` 0: an expired entry is a deleted one).
+ */
+function expiredByTag(found: Present, agoMs: number): Present | undefined {
+  if (found.state !== 'fresh') return found;
+  const left = found.staleMs - agoMs;
+  if (left <= 0) return undefined;
+  const pttl = found.graceMs - found.staleMs + left;
+  return { ...found, state: 'stale', pttl: found.pttl < 0 ? pttl : Math.min(found.pttl, pttl) };
 }

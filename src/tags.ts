@@ -58,6 +58,57 @@ export function entryTags(callTags: readonly string[] | undefined, loaderTags: r
   return tagList([...callTags, ...loaderTags], 'ctx.setOptions.tags', key);
 }
 
+/** How many tag notes a process remembers; a flight older than the oldest is judged as reached by every tag. */
+const HEARD_KEPT = 1024;
+
+/** A tag note heard by this process: its number, and what it reaches. */
+interface Heard {
+  readonly seq: number;
+  readonly scope: string;
+  readonly tags: readonly string[];
+}
+
+/**
+ * The tag notes this process heard (its own deleteByTag included), numbered in the order it acted on
+ * them. THE JOIN RULE (call.ts) reads it: a caller that joined a flight after a note the flight began
+ * before is not answered with the flight's value if that value may carry a tag the note reaches. A
+ * flight's tags may be known only once it settles (tags chosen by the loader, or those of an entry it
+ * read), so the check is made then, not when the note arrives. Bounded: a stretch partly forgotten
+ * counts as reached (one more load, never an old value).
+ */
+export class HeardTags {
+  private seq = 0;
+  private readonly log: Heard[] = [];
+
+  /** The number of the latest note heard (0: none yet). */
+  get latest(): number {
+    return this.seq;
+  }
+
+  heard(scope: string, tags: readonly string[]): void {
+    this.log.push({ seq: ++this.seq, scope, tags });
+    if (this.log.length > HEARD_KEPT) this.log.shift();
+  }
+
+  /** Whether a note heard after `since` and at or before `upTo` reaches the entry at `key` tagged `tags`. */
+  reached(since: number, upTo: number, key: string, tags: ReadonlySet<string> | readonly string[] | undefined): boolean {
+    if (upTo <= since || tags === undefined || ('size' in tags ? tags.size : tags.length) === 0) return false;
+    const oldest = this.log[0]?.seq ?? this.seq + 1;
+    if (since + 1 < oldest) return true;
+    const carried = [...tags];
+    return this.log.some((n) => n.seq > since && n.seq <= upTo && noteReaches(n.scope, n.tags, key, carried));
+  }
+
+  /**
+   * A write granted after note `since` was heard, of an entry at `key` tagged `tags`, may keep no L1
+   * copy if a note heard since reaches it: the write may have landed (an expireByTag lets it; the
+   * stored entry is then read as stale), but its value is not fresh for anyone who starts now.
+   */
+  reachedSince(since: number, key: string, tags: readonly string[] | undefined): boolean {
+    return this.reached(since, this.seq, key, tags);
+  }
+}
+
 /** A script over a variable number of records (one registered name per count, one SHA). */
 function variadic(name: string, fixedKeys: number, lua: string, readOnly = false): (records: number) => Script {
   const byCount = new Map<number, Script>();
@@ -68,13 +119,52 @@ function variadic(name: string, fixedKeys: number, lua: string, readOnly = false
   };
 }
 
-/** The records' values (digits, or nil when missing), in KEYS order: a read-only script (GET only). */
+/**
+ * A record's value: `D` — the server's TIME in µs of its last deleteByTag (or of its creation) — or
+ * `D X`, X the TIME of an expireByTag since. THE TAG RULE reads D (an entry granted at or before it is
+ * invalid); X makes an entry granted at or before it stale, not fresh (see `judge`).
+ */
+interface RecordTimes {
+  readonly deleted: number;
+  readonly expired: number | undefined;
+}
+
+function parseRecord(value: string | null | undefined): RecordTimes | undefined {
+  const match = typeof value === 'string' ? /^(\d+)(?: (\d+))?$/.exec(value) : null;
+  if (match === null) return undefined;
+  return { deleted: Number(match[1]), expired: match[2] === undefined ? undefined : Number(match[2]) };
+}
+
+/** What a tagged entry's records say of it: valid; stale since an expireByTag `agoMs` ago; invalid (a miss). */
+export type TagVerdict = { readonly kind: 'valid' } | { readonly kind: 'expired'; readonly agoMs: number } | { readonly kind: 'invalid' };
+
+const VALID: TagVerdict = { kind: 'valid' };
+export const INVALID: TagVerdict = { kind: 'invalid' };
+
+/**
+ * THE TAG RULE on read, for an entry granted at `grantedAt` (µs) whose records hold `states`, at the
+ * server's `nowUs`: invalid if a record is missing or was deleted at or after the grant; else expired
+ * if one was expired at or after it (stale since the earliest such expireByTag); else valid.
+ */
+export function judge(states: readonly (string | null | undefined)[], grantedAt: number, nowUs: number): TagVerdict {
+  let expiredAt = Number.POSITIVE_INFINITY;
+  for (const state of states) {
+    const record = parseRecord(state);
+    if (record === undefined || record.deleted >= grantedAt) return INVALID;
+    if (record.expired !== undefined && record.expired >= grantedAt) expiredAt = Math.min(expiredAt, record.expired);
+  }
+  return expiredAt === Number.POSITIVE_INFINITY ? VALID : { kind: 'expired', agoMs: Math.max(0, (nowUs - expiredAt) / 1000) };
+}
+
+/** The records' values (or nil when missing), in KEYS order, then the server's TIME in µs: a read-only script. */
 export const TAG_STATES = `
 local out = {}
 for i = 1, #KEYS do out[i] = redis.call('GET', KEYS[i]) end
+local t = redis.call('TIME')
+out[#KEYS + 1] = t[1] .. string.format('%06d', tonumber(t[2]))
 return out
 `;
-const STATES = variadic('sgTagStatesV1', 0, TAG_STATES, true);
+const STATES = variadic('sgTagStatesV2', 0, TAG_STATES, true);
 
 /**
  * deleteByTag: KEYS[1]=the acknowledgement counter, KEYS[2…]=records; ARGV[1]=the counter's ttl
@@ -93,6 +183,31 @@ redis.call('SET', KEYS[1], '0', 'PX', ARGV[1])
 return redis.call('PUBLISH', ARGV[2], ARGV[3])
 `;
 const INVALIDATE_TAGS = variadic('sgTagInvalidateV1', 1, TAG_INVALIDATE);
+
+/**
+ * expireByTag: TAG_INVALIDATE's keys and arguments; every existing record becomes `D now` (its deleted
+ * time D and its TTL kept): entries granted before now are stale, no longer fresh. A missing record
+ * stays missing (what carries it is invalid already).
+ */
+export const TAG_EXPIRE = `
+local t = redis.call('TIME')
+local now = t[1] .. string.format('%06d', tonumber(t[2]))
+for i = 2, #KEYS do
+  local r = redis.call('GET', KEYS[i])
+  if r then
+    local d = string.match(r, '^%d+')
+    local p = redis.call('PTTL', KEYS[i])
+    if p > 0 then redis.call('SET', KEYS[i], d .. ' ' .. now, 'PX', p)
+    else redis.call('SET', KEYS[i], d .. ' ' .. now) end
+  end
+end
+redis.call('SET', KEYS[1], '0', 'PX', ARGV[1])
+return redis.call('PUBLISH', ARGV[2], ARGV[3])
+`;
+const EXPIRE_TAGS = variadic('sgTagExpireV1', 1, TAG_EXPIRE);
+
+/** What a tag invalidation does to the entries it reaches: `delete` (deleteByTag) or `expire` (expireByTag: stale, not fresh). */
+export type TagInvalidation = 'delete' | 'expire';
 
 /** A process heard a tag note: one more acknowledgement. */
 export const TAG_ACK = `
@@ -153,28 +268,30 @@ export class TagRecords {
   }
 
   /**
-   * Whether the entry at `key` tagged `tags` and granted at `grantedAt` is valid (THE TAG RULE): one
-   * round trip. Throws RedisUnavailableError.
+   * What THE TAG RULE says of the entry at `key` tagged `tags` and granted at `grantedAt` (see
+   * `judge`): one round trip. Throws RedisUnavailableError.
    */
-  async valid(key: string, tags: readonly string[], grantedAt: number): Promise<boolean> {
+  async judge(key: string, tags: readonly string[], grantedAt: number): Promise<TagVerdict> {
     const records = this.records(key, tags);
-    const states = (await this.d.io.run('read', () => this.d.port.run(STATES(records.length), records, []), key)) as (string | null)[];
-    return states.length === records.length && states.every((s) => s !== null && s !== undefined && Number(s) < grantedAt);
+    const reply = (await this.d.io.run('read', () => this.d.port.run(STATES(records.length), records, []), key)) as (string | null)[];
+    if (reply.length !== records.length + 1) return INVALID;
+    return judge(reply.slice(0, records.length), grantedAt, Number(reply[records.length]));
   }
 
   /**
-   * Sets the records of `tags` in `scope` to the server's TIME and publishes the note, then waits until
-   * every subscriber that received it acknowledged (each dropped its copies first), or `ackWaitMs`
-   * passed. Throws RedisUnavailableError.
+   * Sets the records of `tags` in `scope` to the server's TIME (`how`: as deleted, or as expired) and
+   * publishes the note, then waits until every subscriber that received it acknowledged (each dropped
+   * its copies first), or `ackWaitMs` passed. Throws RedisUnavailableError.
    */
-  async invalidate(scope: string, tags: readonly string[]): Promise<void> {
+  async invalidate(scope: string, tags: readonly string[], how: TagInvalidation): Promise<void> {
     const { d } = this;
     const id = randomBytes(9).toString('base64url');
     const ack = this.ackKey(id);
     const records = tags.map((tag) => tagRecordKey(d.prefix, scope, tag));
     const message = d.message(formatTagNote({ id, scope, tags }));
     const run = async (): Promise<unknown> => {
-      const reached = await d.port.run(INVALIDATE_TAGS(records.length), [ack, ...records], [ACK_TTL_MS, d.channel, message]);
+      const script = how === 'delete' ? INVALIDATE_TAGS : EXPIRE_TAGS;
+      const reached = await d.port.run(script(records.length), [ack, ...records], [ACK_TTL_MS, d.channel, message]);
       await d.confirm?.(ack);
       return reached;
     };

@@ -153,6 +153,9 @@ export interface Answered {
   readonly outcome: Outcome;
   /** The trip's store read found no usable value. */
   readonly missed: boolean;
+  /** THE JOIN RULE (call.ts): every tag its value may carry, and the last tag note heard before it began. */
+  readonly carried: ReadonlySet<string> | undefined;
+  readonly heardAt: number;
 }
 
 const OWN_WRITES_KEPT = 1000;

@@ -11,7 +11,7 @@ import { systemClock, type Clock } from './options.js';
  *   c a namespace was cleared (the key is its path; see namespace.ts) ·
  *   a the whole cache was cleared (cache.clear(); a kind of its own, so a process of an older version,
  *     which ignores kinds it does not know, is never counted as having dropped its L1) ·
- *   g tags were invalidated (deleteByTag; the key names the tags, their scope and an acknowledgement
+ *   g tags were invalidated (deleteByTag or expireByTag; the key names the tags, their scope and an acknowledgement
  *     id: tags.ts). Wakes no waiter: it names no entry.
  * Every kind wakes waiters on the key (and tells them which kind woke them); w/s/d also drop other
  * processes' L1 copy.

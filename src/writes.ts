@@ -1,5 +1,5 @@
 /**
- * set(), delete(), deleteMany() and deleteByTag(): explicit changes of entries. Each drops this process's copies
+ * set(), delete(), deleteMany(), deleteByTag() and expireByTag(): explicit changes of entries. Each drops this process's copies
  * first (L1, the degraded memo), raises or uses the key's fence so no rebuild in flight can land an
  * older value after it, and ends with `forget`: a call starting after the change joins no flight begun
  * before it.
@@ -10,6 +10,7 @@ import type { Grant } from './lock/types.js';
 import { writeTtl, type ResolvedCall } from './options.js';
 import type { Runtime } from './runtime.js';
 import type { Written } from './store.js';
+import type { TagInvalidation } from './tags.js';
 
 /** See Cache.set(). */
 export async function set(rt: Runtime, key: string, value: unknown, call: ResolvedCall): Promise<void> {
@@ -19,6 +20,7 @@ export async function set(rt: Runtime, key: string, value: unknown, call: Resolv
   // The value is changing: this process's copy goes now, and comes back only if the fence accepts ours.
   rt.local.invalidate(key);
   rt.memo.invalidate(key);
+  const heardAt = rt.heard.latest; // before the grant: a tag note heard after it keeps our copy out of L1
   const grant = (await rt.deps.fenceOnly.acquire(key, keys, call, { ignoreBackoff: true, operation: 'set' })) as Grant;
   let outcome: 'written' | 'empty' | 'cancelled' = 'empty';
   try {
@@ -26,7 +28,7 @@ export async function set(rt: Runtime, key: string, value: unknown, call: Resolv
       outcome = 'cancelled';
       throw new CacheClosedError(key);
     }
-    const written = await writeFenced(rt, key, keys, grant, value, call);
+    const written = await writeFenced(rt, key, keys, grant, value, call, heardAt);
     // Again once written: a subscription lost while the write was out handed L1's copies to the memo,
     // and one of them may be a value this set replaces.
     rt.memo.invalidate(key);
@@ -40,7 +42,7 @@ export async function set(rt: Runtime, key: string, value: unknown, call: Resolv
 }
 
 /** set()'s write under its fence-only grant, L1's copy of it, and the events of a refused write. */
-async function writeFenced(rt: Runtime, key: string, keys: EntryKeys, grant: Grant, value: unknown, call: ResolvedCall): Promise<Written> {
+async function writeFenced(rt: Runtime, key: string, keys: EntryKeys, grant: Grant, value: unknown, call: ResolvedCall, heardAt: number): Promise<Written> {
   const { clock } = rt.options;
   const ticket = rt.local.begin(key);
   const ttl = writeTtl(call);
@@ -49,7 +51,9 @@ async function writeFenced(rt: Runtime, key: string, keys: EntryKeys, grant: Gra
   const tags = call.tags !== undefined && call.tags.length > 0 ? call.tags : undefined;
   const written = await rt.deps.store.write(key, keys, grant, value, call, 0, 's', ttl, undefined, tags);
   // Redis started the entry's ttl between `sent` and now: L1's copy counts from `sent`.
-  rt.local.written(ticket, key, value, ttl - (clock.now() - sent), written === 'accepted', { fence: grant.fence, ttlMs: ttl, loadMs: 0, tags });
+  // As a load's write (protocol/write.ts): an expireByTag heard since the grant lets it land, not stay fresh here.
+  const fresh = written === 'accepted' && !rt.heard.reachedSince(heardAt, key, tags);
+  rt.local.written(ticket, key, value, ttl - (clock.now() - sent), fresh, { fence: grant.fence, ttlMs: ttl, loadMs: 0, tags });
   if (written !== 'accepted') {
     rt.telemetry.writeRejected();
     rt.emit('writeRejected', { key, fence: grant.fence });
@@ -116,15 +120,16 @@ export async function removeMany(rt: Runtime, keys: readonly string[]): Promise<
 }
 
 /**
- * See Cache.deleteByTag() (`scope` '') and Namespace.deleteByTag() (`scope` its path): this process's
- * copies go before anything is sent (even an invalidation that then fails ends them) and again once it
- * is done (a read that raced it); every other process drops its own on the note, acknowledged.
+ * See Cache.deleteByTag() and expireByTag() (`scope` '') and the Namespace's (`scope` its path): this
+ * process's copies go before anything is sent (even an invalidation that then fails ends them) and
+ * again once it is done (a read that raced it); every other process drops its own on the note,
+ * acknowledged. In a process, both kinds do the same: no copy tagged so answers as fresh any more.
  */
-export async function deleteByTag(rt: Runtime, scope: string, tags: readonly string[]): Promise<void> {
+export async function invalidateTags(rt: Runtime, scope: string, tags: readonly string[], how: TagInvalidation): Promise<void> {
   if (rt.closed) throw new CacheClosedError();
   rt.tagsInvalidated(scope, tags);
   try {
-    await rt.tags.invalidate(scope, tags);
+    await rt.tags.invalidate(scope, tags, how);
   } finally {
     rt.tagsInvalidated(scope, tags);
   }

@@ -76,7 +76,9 @@ end
  * THE TAG RULE (tagged entries only; docs/tags.md quotes it).
  *
  * Each tag has a record, a string key holding a server TIME in µs (digits, below 2^53): the time of
- * its last invalidation (deleteByTag), or of its (re-)creation. A tagged entry carries its tags and
+ * its last invalidation (deleteByTag), or of its (re-)creation — followed, after an expireByTag, by a
+ * space and the TIME of that (tags.ts: it makes an entry granted before it stale on read, not
+ * invalid; the write rule below reads the first time only). A tagged entry carries its tags and
  * `grantedAt` G, the server's TIME in µs taken by the script that granted its write (a rebuild's
  * acquire, or set()'s), after that script created the records of the call's tags that were missing
  * (value G − 1: below G, so they do not refuse this grant).
@@ -93,7 +95,9 @@ end
  * re-creates it (value TIME: entries granted before stay invalid), so it costs one rebuild, never a
  * resurrection. deleteByTag sets a record only where one exists (a missing record already invalidates
  * everything that carries it), keeping its TTL; a write extends its records' TTL to at least the
- * entry's own, so a record outlives the entries it governs unless it is evicted.
+ * entry's own, so a record outlives the entries it governs unless it is evicted. An expireByTag
+ * since the grant refuses nothing: the write lands, and its entry, granted before the expiry, is read
+ * as stale (never fresh) until a rebuild granted after it replaces it.
  * As for the fence's re-seed, this holds unless two of these scripts ran in the same microsecond on
  * either side of a record's loss, or the Redis host clock went backwards. Standalone Redis only: on a
  * Cluster the records would live on other nodes, with other clocks (refused for now).
@@ -232,6 +236,7 @@ if ok then
   local g = tonumber(ARGV[9])
   for i = 4, #KEYS do
     local r = redis.call('GET', KEYS[i])
+    if r then r = string.match(r, '^%d+') end
     if not r then
       local t = redis.call('TIME')
       redis.call('SET', KEYS[i], t[1] .. string.format('%06d', tonumber(t[2])), 'PX', ARGV[10])
@@ -432,7 +437,7 @@ function variadic(name: string, fixedKeys: number, lua: string): (records: numbe
 const TAGGED = {
   acquire: variadic('sgAcquireTaggedV1', 3, ACQUIRE_TAGGED),
   acquireRead: variadic('sgAcquireReadTaggedV1', 4, ACQUIRE_READ_TAGGED),
-  write: variadic('sgWriteTaggedV1', 3, WRITE_TAGGED),
+  write: variadic('sgWriteTaggedV2', 3, WRITE_TAGGED),
 } as const;
 
 /** Typed callers of the scripts on one client (through its port). */

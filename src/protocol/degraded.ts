@@ -17,6 +17,7 @@ export async function degraded(t: Trip, operation: string, error: unknown, fillL
   t.current = 'degraded';
   // forceFresh asks for the origin's value: never answered from memory, its load refills the memo.
   const kept = t.call.forceFresh === true ? undefined : d.memo.get(key);
+  t.carries(kept?.tags);
   if (kept?.state === 'fresh') return kept.value;
   // A copy past its fresh time answers only where the call allows it, as the store's entry would: at
   // once in its stale window (no refresh: Redis is unavailable), else as the fail-safe fallback.
@@ -37,11 +38,13 @@ export async function degraded(t: Trip, operation: string, error: unknown, fillL
     d.emit('loaderError', { key, error: result.error });
     return t.failSafe(result.error, 'loaderError');
   }
+  t.carries(result.entry.overrides?.tags);
   if (result.value !== undefined && !result.entry.skipped) {
     const { ttl } = entryCall(t.call, result.entry.overrides);
-    // Its tags go with the L1 copy (a tag's note drops it); the memo is cleared by every tag note.
-    if (fillLocal) d.local.fill(ticket, key, result.value, ttl, undefined, entryTags(t.call.tags, result.entry.overrides?.tags, key));
-    d.memo.fill(memoTicket, result.value, ttl);
+    // Its tags go with the L1 copy and the memo's (a tag's note drops them).
+    const tags = entryTags(t.call.tags, result.entry.overrides?.tags, key);
+    if (fillLocal) d.local.fill(ticket, key, result.value, ttl, undefined, tags);
+    d.memo.fill(memoTicket, result.value, ttl, tags);
   }
   d.emit('computed', { key, lock: 'degraded', fence: undefined, loadMs: result.loadMs, written: false });
   return result.value;

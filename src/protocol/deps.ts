@@ -6,6 +6,7 @@ import type { GrantRegistry } from '../lock/grant.js';
 import type { Locker } from '../lock/types.js';
 import type { Clock, LockMode } from '../options.js';
 import type { Present, Store } from '../store.js';
+import type { HeardTags } from '../tags.js';
 import type { Trip } from './trip.js';
 import type { Telemetry } from '../telemetry.js';
 import type { Waiters } from '../wait.js';
@@ -27,8 +28,12 @@ export interface OwnLoads {
    * than the flight `own`, the call that found the entry) and the entry is not held off on `path`.
    */
   mayRefresh(path: RefreshPath, key: string, fence: number, now: number, own?: Stop): boolean;
-  /** Runs `work` as the key's background load; its failure is a `refreshError` (not a backoff, not close()). */
-  background(key: string, work: Work<unknown>): void;
+  /**
+   * Runs `work` as the key's background load; its failure is a `refreshError` (not a backoff, not
+   * close()). `tags`: those its value may carry, as far as known when it starts (a tag note that
+   * reaches them abandons it; tags its loader adds later are judged by THE TAG RULE at its write).
+   */
+  background(key: string, work: Work<unknown>, tags?: readonly string[]): void;
   /** A trip's fresh hit from the store (its read `sent` then): the refresh ahead, if the entry asks for one and is due (refresh.ts). */
   refreshAheadOnFresh(t: Trip, found: Present, sent: number): void;
   /** A trip served a stale value: the stale window's refresh (refresh.ts). */
@@ -58,4 +63,6 @@ export interface ProtocolDeps {
   readonly telemetry: Telemetry;
   /** This process's background loads (the key's calls: call.ts). */
   readonly loads: OwnLoads;
+  /** The tag notes this process heard, numbered (THE JOIN RULE, call.ts). */
+  readonly heard: HeardTags;
 }

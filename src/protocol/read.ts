@@ -53,5 +53,5 @@ export function entryRead(d: ProtocolDeps, key: string, ticket: Ticket, sent: nu
 function keepCopy(d: ProtocolDeps, key: string, found: Present, sent: number): void {
   const { pttl, graceMs, staleMs } = found;
   const elapsed = d.clock.now() - sent;
-  d.memo.copy(key, found.value, freshRemaining(pttl, graceMs) - elapsed, staleRemaining(pttl, graceMs, staleMs) - elapsed, pttl - elapsed, sent);
+  d.memo.copy(key, found.value, freshRemaining(pttl, graceMs) - elapsed, staleRemaining(pttl, graceMs, staleMs) - elapsed, pttl - elapsed, sent, found.tags);
 }

@@ -65,7 +65,7 @@ export async function rebuild(t: Trip, grant: Grant, plan: RebuildPlan): Promise
       // A tagged entry read with the grant is judged by its tag records first (THE TAG RULE): an
       // invalid one is a miss, and the loader runs. (readEntry's own read is judged already.)
       if (plan.reread && again !== undefined && again.state !== 'miss' && again.tags !== undefined) again = await d.store.vetted(t.key, again, false).catch(() => undefined);
-      if (doneOnReread(again, plan.doneWhen)) return { kind: 'done', again };
+      if (doneOnReread(t.saw(again), plan.doneWhen)) return { kind: 'done', again };
     }
     // Re-checked after the awaits above: close() or every caller leaving meanwhile starts no loader.
     if (d.lifetime.aborted || t.signal.aborted) {
@@ -100,6 +100,7 @@ async function load(t: Trip, grant: Grant, staleValue: unknown, release: { outco
       // A bad ctx.setOptions is the caller's bug, not the origin's: no fail-safe value hides it, no backoff.
       throw result.error;
     case 'value':
+      t.carries(result.entry.overrides?.tags); // the loader's tags (THE JOIN RULE), written or not
       // `undefined` or ctx.skip() means "do not cache": callers get the value, nothing is written, waiters are told to retry.
       if (result.value === undefined || result.entry.skipped) return result.value;
       release.outcome = await writeEntry(t, grant, result.value, result.loadMs, result.entry.overrides);

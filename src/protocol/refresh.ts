@@ -60,7 +60,9 @@ export function refreshAheadOnHit(d: ProtocolDeps, key: string, keysOf: () => En
   // Its stop aborts when the key changes (a delete, a set, another process's write): the refresh is
   // abandoned, its write could no longer land or is no longer needed, and its lock would hold callers
   // up until the loader ends — so the loader's result is not awaited past that (abandonable).
-  d.loads.background(key, (stop) => earlyRefresh(new Trip(d, key, keys, abandonable(loader, stop.signal), call, stop), seen));
+  // Its tags as known now (the call's and the entry's): a deleteByTag of one of them abandons it too.
+  const tags = call.tags === undefined ? seen.facts.tags : seen.facts.tags === undefined ? call.tags : [...call.tags, ...seen.facts.tags];
+  d.loads.background(key, (stop) => earlyRefresh(new Trip(d, key, keys, abandonable(loader, stop.signal), call, stop), seen), tags);
 }
 
 function report(d: ProtocolDeps, key: string, outcome: RefreshCounted): void {

@@ -39,6 +39,13 @@ export class Trip implements Answered {
    * whatever it waits on first (this process's own background load, then the lock).
    */
   missedAt: number | undefined;
+  /**
+   * THE JOIN RULE (call.ts): every tag the value this trip answers with may carry — its call's, its
+   * loader's, those of every entry it read — a superset, known for sure only once it settles.
+   */
+  carried: Set<string> | undefined;
+  /** The last tag note this process had heard before the trip sent anything (tags.ts HeardTags). */
+  readonly heardAt: number;
 
   constructor(
     readonly d: ProtocolDeps,
@@ -48,11 +55,30 @@ export class Trip implements Answered {
     readonly call: ResolvedCall,
     /** Its signal aborts when every caller sharing this trip left, or the work was abandoned. */
     readonly stop: Stop,
-  ) {}
+    /** For a trip whose first read was sent before it was made (a batch's): the note heard before that read. */
+    heardAt = d.heard.latest,
+  ) {
+    this.heardAt = heardAt;
+    this.carries(call.tags);
+  }
 
   /** The same call with another loader (a batch key won: its value comes from the batch's one loadMany). */
   withLoader(loader: Loader<unknown>): Trip {
-    return new Trip(this.d, this.key, this.keys, loader, this.call, this.stop);
+    const trip = new Trip(this.d, this.key, this.keys, loader, this.call, this.stop, this.heardAt);
+    trip.carries(this.carried);
+    return trip;
+  }
+
+  /** The value this trip answers with may carry `tags` (THE JOIN RULE). */
+  carries(tags: Iterable<string> | undefined): void {
+    if (tags === undefined) return;
+    for (const tag of tags) (this.carried ??= new Set()).add(tag);
+  }
+
+  /** What this trip read may be what it answers with: its tags count (THE JOIN RULE). Returns `found`. */
+  saw<F extends Found | undefined>(found: F): F {
+    if (found !== undefined && found.state !== 'miss') this.carries(found.tags);
+    return found;
   }
 
   /** Read only off the hit path: a flight makes its signal on first use. */
@@ -92,7 +118,7 @@ export class Trip implements Answered {
 
   /** The trip of a call whose store read (sent at `sent`) was made before it (Calls.read) and found no fresh value. */
   answerFound(found: Found, sent: number): Promise<Answered> {
-    return this.settle(this.after(found, sent));
+    return this.settle(this.after(this.saw(found), sent));
   }
 
   /** The trip of a call whose store read, made before it (Calls.read), failed. */
@@ -104,7 +130,7 @@ export class Trip implements Answered {
     const sent = this.d.clock.now();
     let found: Found;
     try {
-      found = await readEntry(this.d, this.key, this.keys, sent, this.call.forceFresh !== true);
+      found = this.saw(await readEntry(this.d, this.key, this.keys, sent, this.call.forceFresh !== true));
     } catch (error) {
       return degraded(this, 'read', error);
     }
@@ -137,6 +163,7 @@ export class Trip implements Answered {
     this.d.emit('miss', { key: this.key });
     this.missed = true;
     this.missedAt ??= this.d.clock.now();
+    this.saw(found);
     if (found.state === 'miss') return;
     if (this.call.forceFresh === true) this.bypassed = found.fence;
     if (found.state === 'kept' || (this.call.forceFresh === true && found.state === 'stale')) this.fallback = found;

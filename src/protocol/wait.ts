@@ -37,7 +37,7 @@ export async function behindOwnLoad(t: Trip): Promise<{ value: unknown } | undef
   t.assertRunning();
   let found: Found;
   try {
-    found = await readEntry(t.d, t.key, t.keys);
+    found = t.saw(await readEntry(t.d, t.key, t.keys));
   } catch (error) {
     return { value: await degraded(t, 'read', error) };
   }
@@ -97,7 +97,7 @@ async function afterWake(t: Trip, woken: Wake, started: number): Promise<{ value
   if (woken === 'u') throw new UnstorableValueError(t.key, 'reported by the process that ran the loader');
   let found: Found;
   try {
-    found = await readEntry(t.d, t.key, t.keys);
+    found = t.saw(await readEntry(t.d, t.key, t.keys));
   } catch (error) {
     return { value: await degraded(t, 'read', error) };
   }

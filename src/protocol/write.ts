@@ -29,7 +29,9 @@ export async function writeEntry(t: Trip, grant: Grant, value: unknown, loadMs: 
     d.telemetry.ownWrite(key, grant.fence, 'load');
     written = (await d.store.write(key, t.keys, grant, value, call, loadMs, 'w', ttl, refreshAhead, tags)) === 'accepted';
     const freshMs = ttl - (d.clock.now() - sent);
-    d.local.written(ticket, key, value, freshMs, written, { fence: grant.fence, ttlMs: ttl, loadMs: Math.round(loadMs), refreshAhead, tags });
+    // A tag note heard since the trip began (an expireByTag lets the write land): no fresh copy here.
+    const fresh = written && !d.heard.reachedSince(t.heardAt, key, tags);
+    d.local.written(ticket, key, value, freshMs, fresh, { fence: grant.fence, ttlMs: ttl, loadMs: Math.round(loadMs), refreshAhead, tags });
     if (!written) {
       d.telemetry.writeRejected();
       d.emit('writeRejected', { key, fence: grant.fence });

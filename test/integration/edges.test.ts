@@ -5,7 +5,7 @@
 import { subscribe, unsubscribe } from 'node:diagnostics_channel';
 import { getEventListeners } from 'node:events';
 import { Redis } from 'ioredis';
-import { createCache, GET_OR_COMPUTE_CHANNEL, type Cache, type CallOptions, type GetOrComputeContext } from '../../src/index.js';
+import { createCache, GET_OR_COMPUTE_CHANNEL, type Cache, type CallOptions, type GetOrComputeContext, type LoaderContext } from '../../src/index.js';
 import { entryKeys } from '../../src/keys.js';
 import { afterAll, describe, expect, it, vi } from 'vitest';
 import { familyClient, useFamilyServer } from '../support/clients.js';
@@ -405,8 +405,24 @@ const LOADING: readonly LoadingEntry[] = [
   { name: 'forceFresh', call: (c, key, load, o) => c.getOrCompute(key, (ctx) => load(key, ctx.signal), { ...o, forceFresh: true }) },
 ];
 
+/**
+ * A tag cell's start: a cache, a loader counting its runs, and where the entry point's keys live (the
+ * namespace for a namespaced call). getOrComputeMany refuses `tags` (checked here): undefined, nothing more to test.
+ */
+async function taggedCell(entry: LoadingEntry, tagged: CallOptions) {
+  const cache = h.cache();
+  const counter = { loads: 0 };
+  const load: Load = async (key) => (counter.loads++, `v${counter.loads}:${key}`);
+  if (entry.name === 'getOrComputeMany') {
+    await expect(entry.call(cache, 'k', load, tagged)).rejects.toMatchObject({ code: 'ERR_INVALID_OPTION', option: 'tags' });
+    expect(counter.loads).toBe(0);
+    return undefined;
+  }
+  return { cache, load, counter, on: entry.name === 'a namespaced call' ? cache.namespace('ns') : cache };
+}
+
 /** The edges (RELIABILITY §O) as rows; each entry point above is a column, plus the two that run no caller's loader below. */
-const EDGES = ['aborted caller', 'close()', 'one load per key per process', 'options', 'stats and events', 'replicaAck', 'deleteByTag'] as const;
+const EDGES = ['aborted caller', 'close()', 'one load per key per process', 'options', 'stats and events', 'replicaAck', 'deleteByTag', 'expireByTag'] as const;
 
 /** The cells that cannot exist, and why: every other cell of EDGES × entry points is a test below. */
 const NOT_APPLICABLE: Readonly<Record<string, string>> = {
@@ -515,23 +531,43 @@ describe('every entry point × every edge (table)', () => {
     });
 
     it(`deleteByTag × ${entry.name}: a tagged entry is gone once it resolves (the next call loads); getOrComputeMany refuses tags (ERR_INVALID_OPTION)`, async () => {
-      const cache = h.cache();
       const tagged: CallOptions = { ttl: 60_000, tags: ['org:3'] };
-      let loads = 0;
-      const load: Load = async (key) => (loads++, `v${loads}:${key}`);
-      if (entry.name === 'getOrComputeMany') {
-        await expect(entry.call(cache, 'k', load, tagged)).rejects.toMatchObject({ code: 'ERR_INVALID_OPTION', option: 'tags' });
-        expect(loads).toBe(0);
-        return;
-      }
-      const ns = entry.name === 'a namespaced call' ? cache.namespace('ns') : undefined;
+      const cell = await taggedCell(entry, tagged);
+      if (!cell) return;
+      const { cache, load, on } = cell;
       expect(await entry.call(cache, 'k', load, tagged)).toBe('v1:k');
-      expect(await (ns ?? cache).get('k')).toBe('v1:k');
-      await (ns ?? cache).deleteByTag('org:3');
-      expect(await (ns ?? cache).get('k')).toBeUndefined();
+      expect(await on.get('k')).toBe('v1:k');
+      await on.deleteByTag('org:3');
+      expect(await on.get('k')).toBeUndefined();
       expect(await entry.call(cache, 'k', load, tagged)).toBe('v2:k');
       // Each read that found the entry invalid counts (the get, then the call's own read).
       expect(cache.stats().tagInvalidations).toBeGreaterThanOrEqual(1);
+    });
+
+    it(`expireByTag × ${entry.name}: a tagged entry is no longer fresh once it resolves: served stale within its staleTtl while one rebuild runs (forceFresh: loads); staleTtl 0: the next call loads`, async () => {
+      const tagged: CallOptions = { ttl: 60_000, staleTtl: 30_000, tags: ['org:3'] };
+      const cell = await taggedCell(entry, tagged);
+      if (!cell) return;
+      const { cache, load, on, counter } = cell;
+      expect(await entry.call(cache, 'k', load, tagged)).toBe('v1:k');
+      expect(await entry.call(cache, 'z', load, { ttl: 60_000, tags: ['org:3'] })).toBe('v2:z');
+      await on.expireByTag('org:3');
+      expect(await on.get('k')).toBeUndefined();
+      const stale: string[] = [];
+      cache.on('stale', (e) => stale.push(e.reason));
+      const rebuilt = new Promise<void>((resolve) => cache.on('computed', (e) => e.written && resolve()));
+      if (entry.name === 'forceFresh') {
+        expect(await entry.call(cache, 'k', load, tagged)).toBe('v3:k'); // never served from the cache
+        expect(stale).toEqual([]);
+      } else {
+        expect(await entry.call(cache, 'k', load, tagged)).toBe('v1:k');
+        expect(stale).toEqual(['window']);
+        await rebuilt;
+        expect(await on.get('k')).toBe('v3:k');
+      }
+      expect(counter.loads).toBe(3);
+      expect(await entry.call(cache, 'z', load, { ttl: 60_000, tags: ['org:3'] })).toBe('v4:z');
+      expect(stale.length).toBeLessThanOrEqual(1);
     });
 
     it(`replicaAck × ${entry.name}: a grant too few replicas confirmed is not trusted: the value answers degraded, nothing is stored`, async () => {
@@ -551,6 +587,17 @@ describe('every entry point × every edge (table)', () => {
     await cache.set('j', 'w', { ttl: 60_000, tags: ['org:4'] });
     expect(await cache.getMany(['k', 'j'])).toEqual(['v', 'w']);
     await cache.deleteByTag('org:3');
+    expect(await cache.get('k')).toBeUndefined();
+    expect(await cache.getMany(['k', 'j'])).toEqual([undefined, 'w']);
+    expect(await cache.has('k')).toBe(false);
+  });
+
+  it('expireByTag × get/getMany: a tagged value is a miss once it resolves (get answers fresh values only); others are still hits', async () => {
+    const cache = h.cache();
+    await cache.set('k', 'v', { ttl: 60_000, staleTtl: 30_000, tags: ['org:3'] });
+    await cache.set('j', 'w', { ttl: 60_000, staleTtl: 30_000, tags: ['org:4'] });
+    expect(await cache.getMany(['k', 'j'])).toEqual(['v', 'w']);
+    await cache.expireByTag('org:3');
     expect(await cache.get('k')).toBeUndefined();
     expect(await cache.getMany(['k', 'j'])).toEqual([undefined, 'w']);
     expect(await cache.has('k')).toBe(false);
@@ -612,6 +659,25 @@ describe('every entry point × every edge (table)', () => {
       expect(await cache.getOrCompute('k', () => 'v2', { ...RA, tags: ['org:3'] })).toBe('v2');
       const raw = await h.admin.getBuffer(keysOf(cache, 'k').value);
       expect(raw?.includes('refreshed-before')).toBe(false);
+    });
+
+    it('expireByTag × early refresh: a refresh granted before it is abandoned; the entry is then served stale while one rebuild runs', async () => {
+      const cache = h.cache();
+      const tagged: CallOptions = { ...RA, staleTtl: 30_000, tags: ['org:3'] };
+      await cache.getOrCompute('k', () => 'v1', tagged);
+      await ageEntry(h.admin, keysOf(cache, 'k').value, 1000);
+      const started = deferred<LoaderContext>();
+      const late = deferred<string>();
+      expect(await cache.getOrCompute('k', (ctx) => (started.resolve(ctx), late.promise), tagged)).toBe('v1');
+      const ctx = await started.promise; // the refresh holds its grant
+      await cache.expireByTag('org:3');
+      expect(ctx.signal.aborted).toBe(true);
+      late.resolve('refreshed-before');
+      expect(await cache.get('k')).toBeUndefined();
+      const rebuilt = new Promise<void>((resolve) => cache.on('computed', (e) => e.written && resolve()));
+      expect(await cache.getOrCompute('k', () => 'v2', tagged)).toBe('v1'); // stale
+      await rebuilt;
+      expect(await cache.get('k')).toBe('v2');
     });
 
     it('close() × early refresh: a refresh whose loader ignores its signal ends with close(); nothing is written after', async () => {
@@ -712,8 +778,8 @@ describe('every entry point × every edge (table)', () => {
   });
 });
 
-const GET_CELLS = ['close() × get/getMany', 'options × get/getMany', 'stats and events × get/getMany', 'deleteByTag × get/getMany'];
-const REFRESH_CELLS = ['close() × early refresh', 'one load per key per process × early refresh', 'options × early refresh', 'stats and events × early refresh', 'replicaAck × early refresh', 'deleteByTag × early refresh'];
+const GET_CELLS = ['close() × get/getMany', 'options × get/getMany', 'stats and events × get/getMany', 'deleteByTag × get/getMany', 'expireByTag × get/getMany'];
+const REFRESH_CELLS = ['close() × early refresh', 'one load per key per process × early refresh', 'options × early refresh', 'stats and events × early refresh', 'replicaAck × early refresh', 'deleteByTag × early refresh', 'expireByTag × early refresh'];
 
 /** A cache that asks one replica to confirm its grants and writes, on a server that has none (and as a user allowed WAIT). */
 function ackCache(prefix = `ack${process.pid}x${Math.random().toString(36).slice(2)}`, ack = true): Cache {

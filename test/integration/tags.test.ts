@@ -7,13 +7,13 @@
  */
 import { fork, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
-import { afterAll, describe, expect, it } from 'vitest';
-import { InvalidOptionError, type Cache, type CacheOptions, type CacheStats } from '../../src/index.js';
+import { afterAll, describe, expect, it, vi } from 'vitest';
+import { InvalidOptionError, type Cache, type CacheOptions, type CacheStats, type LoaderContext } from '../../src/index.js';
 import { UNSAFE } from '../../src/unsafe.js';
 import { decodeEntry as decodePrevious } from '../fixtures/previous-codec.js';
 import { createCache } from '../../src/index.js';
 import { familyClient } from '../support/family.js';
-import { countCommands, deferred, heldRebuild, keysOf, nextEvent, prefixOf, useRedis } from '../support/harness.js';
+import { ageEntry, countCommands, deferred, heldRebuild, keysOf, nextEvent, prefixOf, refreshOutcomes, useRedis } from '../support/harness.js';
 import { startProxy } from '../support/proxy.js';
 import { asAppUser } from '../support/redis-server.js';
 
@@ -80,7 +80,8 @@ describe('deleteByTag', () => {
 
     await b.deleteByTag('org:3');
 
-    // Callers that start after it, in a's own process (the flight begun before is not joined) and in b's.
+    // Callers that start after it, in a's own process (it joins the flight begun before, then runs its
+    // call again once that flight settles with a value tagged org:3) and in b's.
     const afterA = a.getOrCompute('k', () => 'a-after', options);
     const afterB = b.getOrCompute('k', () => 'b-after', options);
     let rejected = 0;
@@ -293,6 +294,259 @@ describe('deleteByTag', () => {
   });
 });
 
+describe('deleteByTag reaches only what may carry its tags (in-process loads, early refreshes, the degraded memo)', () => {
+  // lock 'local' (fence-only grants): a call that does not join a load in progress runs its own loader at once.
+  const local = { ttl: 60_000, lock: 'local' as const };
+
+  it('an untagged load in progress stays coalesced across a deleteByTag: one loader run for every caller, before and after it', async () => {
+    const [a, b] = pair();
+    await ready(a, b);
+    let runs = 0;
+    const gate = deferred<void>();
+    const started = deferred<void>();
+    const loader = async () => (runs++, started.resolve(), await gate.promise, 'v');
+    const first = a.getOrCompute('plain', loader, local);
+    await started.promise;
+    await b.deleteByTag('org:3'); // resolves once a acknowledged its note
+    await a.deleteByTag('org:4'); // and a's own
+    const later = Array.from({ length: 4 }, () => a.getOrCompute('plain', loader, local));
+    gate.resolve();
+    expect(await Promise.all([first, ...later])).toEqual(['v', 'v', 'v', 'v', 'v']);
+    expect(runs).toBe(1);
+    expect(a.stats().coalesced).toBe(4);
+  });
+
+  it("a load whose loader names the deleted tag only after it: a caller that joined after the deleteByTag is not answered with its value", async () => {
+    const [a, b] = pair();
+    await ready(a, b);
+    await a.set('seed', 's', { ttl: 60_000, tags: ['org:9'] }); // the tag's record exists
+    const gate = deferred<void>();
+    const started = deferred<void>();
+    const first = a.getOrCompute('lc', async (ctx) => {
+      started.resolve();
+      await gate.promise;
+      ctx.setOptions({ tags: ['org:9'] });
+      return 'v-old';
+    }, local);
+    await started.promise;
+    await b.deleteByTag('org:9');
+    let laterRuns = 0;
+    const later = a.getOrCompute('lc', () => (laterRuns++, 'v-new'), local);
+    const untagged = a.getOrCompute('other', () => 'o', local);
+    gate.resolve();
+    expect(await first).toBe('v-old'); // its own caller started before the deleteByTag
+    expect(await later).toBe('v-new');
+    expect(laterRuns).toBe(1);
+    expect(await untagged).toBe('o');
+    expect(await b.get('lc')).toBe('v-new');
+  });
+
+  it('a tagged load in progress: a caller that joined after a deleteByTag of its tag loads again (never its value)', async () => {
+    const [a, b] = pair();
+    await ready(a, b);
+    const held = await heldRebuild<string>(a, 'tk', { ...local, tags: ['org:3'] });
+    await b.deleteByTag('org:3');
+    const later = a.getOrCompute('tk', () => 'new', { ...local, tags: ['org:3'] });
+    held.open('old');
+    expect(await held.call).toBe('old');
+    expect(await later).toBe('new');
+  });
+
+  it('an untagged early refresh in progress is not abandoned by a deleteByTag; one of an entry with the tag is', async () => {
+    const a = h.cache();
+    const options = { ttl: 20_000, refreshAhead: 0.05, waitTimeout: 60_000, pollInterval: 60_000 };
+    async function refreshing(key: string, tags?: string[]) {
+      const o = tags ? { ...options, tags } : options;
+      expect(await a.getOrCompute(key, async () => 'v1', o)).toBe('v1');
+      await ageEntry(h.admin, keysOf(a, key).value, 18_500); // past its refresh point
+      const started = deferred<LoaderContext>();
+      const gate = deferred<string>();
+      const won = new Promise<void>((resolve) => a.on('refresh', (e) => e.key === key && e.outcome === 'won' && resolve()));
+      expect(await a.getOrCompute(key, (ctx) => (started.resolve(ctx), gate.promise), o)).toBe('v1');
+      await won;
+      return { ctx: await started.promise, open: gate.resolve };
+    }
+    await a.ready();
+    const outcomes = refreshOutcomes(a);
+    const plain = await refreshing('plain');
+    const tagged = await refreshing('tagged', ['org:3']);
+    await a.deleteByTag('org:3');
+    expect(plain.ctx.signal.aborted).toBe(false);
+    expect(tagged.ctx.signal.aborted).toBe(true);
+    const written = new Promise<void>((resolve) => a.on('computed', (e) => e.key === 'plain' && e.written && resolve()));
+    plain.open('v2');
+    await written;
+    expect(await h.cache({ prefix: prefixOf(a) }).get('plain')).toBe('v2');
+    expect(outcomes.filter((o) => o === 'abandoned')).toHaveLength(1);
+  });
+
+  it("another process's untagged degraded values survive a deleteByTag in its memo; its tagged ones do not", async () => {
+    const { hostname, port } = new URL(h.url);
+    const proxy = await startProxy({ host: hostname, port: Number(port) });
+    const { client, dispose } = familyClient(asAppUser(proxy.url));
+    const a = h.cache({ local: { max: 100 } });
+    // No L1: what answers is the degraded memo.
+    const b = createCache({ redis: client, prefix: prefixOf(a), local: false, redisTimeout: 300 });
+    try {
+      await Promise.all([a.ready(), b.ready()]);
+      const clients = (await h.admin.client('LIST')) as string;
+      const ports = clients.split('\n').filter((line) => / sub=0 /.test(line) && / psub=0 /.test(line)).map((line) => Number(/ addr=[^ ]*:(\d+) /.exec(line)?.[1]));
+      expect(ports.filter((p) => proxy.silence(p))).toHaveLength(1);
+      expect(await b.getOrCompute('plain', () => 'plain-old', 60_000)).toBe('plain-old');
+      expect(await b.getOrCompute('d', () => 'tagged-old', { ttl: 60_000, tags: ['org:3'] })).toBe('tagged-old');
+      expect(await b.getOrCompute('plain', () => 'not-run', 60_000)).toBe('plain-old');
+
+      await a.deleteByTag('org:3'); // b cannot acknowledge (its data connection is dead): resolves after 2 × redisTimeout
+
+      expect(await b.getOrCompute('plain', () => 'plain-new', 60_000)).toBe('plain-old');
+      expect(await b.getOrCompute('d', () => 'tagged-new', { ttl: 60_000, tags: ['org:3'] })).toBe('tagged-new');
+    } finally {
+      await b.close();
+      dispose();
+      await proxy.close();
+    }
+  });
+});
+
+describe('expireByTag', () => {
+  const stale = { ttl: 60_000, staleTtl: 30_000, tags: ['org:3'] };
+  /** Resolves once `key`'s value was written by a load in any of `caches`. */
+  const writtenIn = (key: string, ...caches: Cache[]) =>
+    new Promise<void>((resolve) => caches.forEach((c) => c.on('computed', (e) => e.key === key && e.written && resolve())));
+
+  it('another cache gets no fresh answer after it resolves: the old value is served stale while one rebuild runs; other tags and untagged entries stay fresh', async () => {
+    // Negative control: with the read ignoring the expired time (tags.ts judge), the old value stays fresh and this fails.
+    const [a, b] = pair();
+    await ready(a, b);
+    await a.getOrCompute('e', () => 'old', stale);
+    await a.getOrCompute('e4', () => 'other', { ...stale, tags: ['org:4'] });
+    await a.set('plain', 'p', 60_000);
+    expect(await b.get('e')).toBe('old');
+    expect(await b.get('e')).toBe('old'); // b's L1 holds it
+
+    await a.expireByTag('org:3');
+
+    expect(await b.get('e')).toBeUndefined(); // get() answers fresh values only
+    const staleEvents: string[] = [];
+    for (const c of [a, b]) c.on('stale', (e) => staleEvents.push(`${e.key}:${e.reason}`));
+    const gate = deferred<void>();
+    let runs = 0;
+    const loader = async () => (runs++, await gate.promise, 'new');
+    const written = writtenIn('e', a, b);
+    // Stale readers in both caches, started together: each is answered at once with the old value.
+    expect(await Promise.all([b.getOrCompute('e', loader, stale), a.getOrCompute('e', loader, stale), b.getOrCompute('e', loader, stale)])).toEqual(['old', 'old', 'old']);
+    expect(staleEvents).toEqual(['e:window', 'e:window', 'e:window']);
+    gate.resolve();
+    await written;
+    expect(await b.get('e')).toBe('new');
+    expect(await a.get('e')).toBe('new');
+    expect(runs).toBe(1);
+    expect(await b.get('e4')).toBe('other');
+    expect(await b.get('plain')).toBe('p');
+  });
+
+  it('across processes (forked workers with L1): no fresh old answer anywhere, stale readers everywhere, exactly one rebuild for the fleet', async () => {
+    const a = h.cache({ local: { max: 100 } });
+    await a.ready();
+    const workers = await Promise.all([TagsWorker.start(h.url, prefixOf(a)), TagsWorker.start(h.url, prefixOf(a))]);
+    await a.getOrCompute('m', () => 'old', stale);
+    for (const w of workers) {
+      await w.call({ op: 'compute', key: 'm', value: 'unused', tags: stale.tags, staleTtl: stale.staleTtl });
+      expect((await w.call({ op: 'get', key: 'm' })).value).toBe('old'); // its L1
+    }
+    const runsBefore = a.stats().loaderRuns + (await Promise.all(workers.map((w) => w.stats()))).reduce((n, s) => n + s.loaderRuns, 0);
+
+    await a.expireByTag('org:3');
+
+    for (const w of workers) expect((await w.call({ op: 'get', key: 'm' })).value).toBeUndefined();
+    const gate = deferred<void>();
+    const loader = async () => (await gate.promise, 'a-new');
+    // Every reader started before any is awaited: three in each worker, three here.
+    const there = workers.flatMap((w) => [1, 2, 3].map(() => w.call({ op: 'compute', key: 'm', value: 'w-new', tags: stale.tags, staleTtl: stale.staleTtl, delayMs: 300 })));
+    const here = [1, 2, 3].map(() => a.getOrCompute('m', loader, stale));
+    expect(await Promise.all(here)).toEqual(['old', 'old', 'old']);
+    const answers = (await Promise.all(there)).map((r) => r.value);
+    expect(answers.every((v) => v === 'old' || v === 'w-new')).toBe(true);
+    gate.resolve();
+    await vi.waitFor(async () => expect(await a.get('m')).not.toBeUndefined(), { timeout: 10_000 });
+    const value = await a.get('m');
+    for (const w of workers) expect((await w.call({ op: 'get', key: 'm' })).value).toBe(value);
+    const stats = await Promise.all(workers.map((w) => w.stats()));
+    const runsAfter = a.stats().loaderRuns + stats.reduce((n, s) => n + s.loaderRuns, 0);
+    expect(runsAfter - runsBefore).toBe(1);
+    expect(a.stats().staleServed + stats.reduce((n, s) => n + s.staleServed, 0)).toBeGreaterThanOrEqual(3);
+  });
+
+  it('an entry whose staleTtl is 0 behaves as deleted: the next call loads, nothing is served stale', async () => {
+    const [a, b] = pair();
+    await ready(a, b);
+    await a.getOrCompute('z', () => 'old', { ttl: 60_000, tags: ['org:3'] });
+    expect(await b.get('z')).toBe('old');
+    await a.expireByTag(['org:3']);
+    let staleServed = 0;
+    b.on('stale', () => staleServed++);
+    expect(await b.get('z')).toBeUndefined();
+    expect(await b.getOrCompute('z', () => 'new', { ttl: 60_000, tags: ['org:3'] })).toBe('new');
+    expect(staleServed).toBe(0);
+    expect(b.stats().tagInvalidations).toBeGreaterThanOrEqual(1);
+  });
+
+  it('a loader paused past it (granted before, writing after): its write lands but is never a fresh answer, in its own process or another', async () => {
+    // Negative control: with the write's L1 copy kept (protocol/write.ts), a's own get answers the old value fresh.
+    const [a, b] = pair();
+    await ready(a, b);
+    await a.set('seed', 's', stale); // the tag's record exists
+    const held = await heldRebuild<string>(a, 'k', stale);
+    await b.expireByTag('org:3');
+    const written = writtenIn('k', a);
+    held.open('paused-old');
+    expect(await held.call).toBe('paused-old'); // its own caller started before the expireByTag
+    await written;
+    expect(await a.get('k')).toBeUndefined();
+    // Another process: served stale (not fresh), and rebuilt once.
+    const staleServed = nextEvent(b, 'stale');
+    const rebuilt = writtenIn('k', a, b);
+    expect(await b.getOrCompute('k', () => 'new', stale)).toBe('paused-old');
+    expect((await staleServed).reason).toBe('window');
+    await rebuilt;
+    expect(await a.get('k')).toBe('new');
+  });
+
+  it('a set() made before it is stale after it; a set() after it is fresh', async () => {
+    const [a, b] = pair();
+    await ready(a, b);
+    await a.set('s', 'before', stale);
+    expect(await b.get('s')).toBe('before');
+    await b.expireByTag('org:3');
+    expect(await a.get('s')).toBeUndefined();
+    expect(await b.getOrCompute('s', () => 'loaded', stale)).toBe('before'); // stale, one rebuild
+    await a.set('s', 'after', stale);
+    expect(await b.get('s')).toBe('after');
+  });
+
+  it("on a namespace: only its entries (and its nested namespaces'); bad tags are typed errors before any Redis traffic", async () => {
+    const [a, b] = pair();
+    await ready(a, b);
+    const users = a.namespace('users');
+    await users.set('1', 'u1', stale);
+    await users.namespace('admins').set('1', 'a1', stale);
+    await a.namespace('orders').set('1', 'o1', stale);
+    await a.set('1', 'p1', stale);
+    await users.expireByTag('org:3');
+    expect(await b.namespace('users').get('1')).toBeUndefined();
+    expect(await b.namespace('users').namespace('admins').get('1')).toBeUndefined();
+    expect(await b.namespace('orders').get('1')).toBe('o1');
+    expect(await b.get('1')).toBe('p1');
+    expect(await b.namespace('users').getOrCompute('1', () => 'u2', stale)).toBe('u1'); // stale
+
+    const client = (a as unknown as { rt: { options: { redis: Parameters<typeof countCommands>[0] } } }).rt.options.redis;
+    const sent = countCommands(client);
+    for (const tag of ['', 1, [], ['ok', ''], 'y'.repeat(257)]) await expect(a.expireByTag(tag as never)).rejects.toMatchObject({ code: 'ERR_INVALID_OPTION', option: 'tag' });
+    await expect(users.expireByTag('')).rejects.toBeInstanceOf(InvalidOptionError);
+    expect(sent.count).toBe(0);
+  });
+});
+
 // ---------------------------------------------------------------- the forked worker
 
 const WORKER = fileURLToPath(new URL('../support/tags-worker.ts', import.meta.url));
@@ -321,7 +575,7 @@ class TagsWorker {
     return new TagsWorker(child);
   }
 
-  call(msg: { op: 'get'; key: string } | { op: 'compute'; key: string; value: unknown; tags?: string[] }): Promise<Record<string, unknown>> {
+  call(msg: { op: 'get'; key: string } | { op: 'compute'; key: string; value: unknown; tags?: string[]; staleTtl?: number; delayMs?: number }): Promise<Record<string, unknown>> {
     const id = this.next++;
     return new Promise((resolve) => {
       this.waiting.set(id, resolve);

@@ -3,7 +3,8 @@
  * it reads and writes tagged entries on request, so a test can see what ANOTHER process serves
  * (its L1 included) once a deleteByTag made elsewhere resolved.
  *
- * Parent → worker: { op: 'get', id, key } | { op: 'compute', id, key, value, tags? } | { op: 'stats', id } | { op: 'exit' }
+ * Parent → worker: { op: 'get', id, key } | { op: 'compute', id, key, value, tags?, staleTtl?, delayMs? } | { op: 'stats', id } | { op: 'exit' }
+ * (`delayMs`: the loader takes that long before it returns `value`).
  * Worker → parent: { ev: 'ready' } | { ev: 'result', id, value, loaded } | { ev: 'stats', id, stats }
  */
 import { createCache } from '../../src/index.js';
@@ -11,7 +12,7 @@ import { familyClient } from './family.js';
 
 type Msg =
   | { op: 'get'; id: number; key: string }
-  | { op: 'compute'; id: number; key: string; value: unknown; tags?: string[] }
+  | { op: 'compute'; id: number; key: string; value: unknown; tags?: string[]; staleTtl?: number; delayMs?: number }
   | { op: 'stats'; id: number }
   | { op: 'exit' };
 
@@ -23,8 +24,10 @@ process.on('message', (msg: Msg) => {
   if (msg.op === 'get') void cache.get(msg.key).then((value) => send({ ev: 'result', id: msg.id, value }));
   else if (msg.op === 'compute') {
     let loaded = false;
-    const loader = () => ((loaded = true), msg.value);
-    void cache.getOrCompute(msg.key, loader, msg.tags ? { ttl: 60_000, tags: msg.tags } : 60_000).then((value) => send({ ev: 'result', id: msg.id, value, loaded }));
+    const delayMs = msg.delayMs ?? 0;
+    const loader = async () => ((loaded = true), delayMs > 0 && (await new Promise((r) => setTimeout(r, delayMs))), msg.value);
+    const options = { ttl: 60_000, ...(msg.tags ? { tags: msg.tags } : {}), ...(msg.staleTtl ? { staleTtl: msg.staleTtl } : {}) };
+    void cache.getOrCompute(msg.key, loader, options).then((value) => send({ ev: 'result', id: msg.id, value, loaded }));
   } else if (msg.op === 'stats') send({ ev: 'stats', id: msg.id, stats: cache.stats() });
   else {
     void cache.close().then(() => {

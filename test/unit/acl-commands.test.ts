@@ -1,7 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import * as scripts from '../../src/lock/scripts.js';
-import { TAG_ACK, TAG_INVALIDATE, TAG_STATES } from '../../src/tags.js';
+import { TAG_ACK, TAG_EXPIRE, TAG_INVALIDATE, TAG_STATES } from '../../src/tags.js';
 import { APP_COMMANDS, IOREDIS_CLUSTER_COMMANDS, NODE_REDIS_CLUSTER_COMMANDS } from '../support/acl.js';
 
 /**
@@ -12,7 +12,7 @@ import { APP_COMMANDS, IOREDIS_CLUSTER_COMMANDS, NODE_REDIS_CLUSTER_COMMANDS } f
 describe('least-privilege ACL list', () => {
   const lua = Object.entries(scripts).filter((e): e is [string, string] => typeof e[1] === 'string');
   // The tag records' own scripts (src/tags.ts) run with the same permissions.
-  const all: [string, string][] = [...lua, ['TAG_STATES', TAG_STATES], ['TAG_INVALIDATE', TAG_INVALIDATE], ['TAG_ACK', TAG_ACK]];
+  const all: [string, string][] = [...lua, ['TAG_STATES', TAG_STATES], ['TAG_INVALIDATE', TAG_INVALIDATE], ['TAG_EXPIRE', TAG_EXPIRE], ['TAG_ACK', TAG_ACK]];
 
   it('covers every script', () => {
     expect(lua.map(([name]) => name).sort()).toEqual(['ACQUIRE', 'ACQUIRE_READ', 'ACQUIRE_READ_TAGGED', 'ACQUIRE_TAGGED', 'CLEAR_ENTRY', 'EXTEND', 'INVALIDATE', 'READ', 'REDLOCK_ACQUIRE', 'RELEASE', 'WRITE', 'WRITE_TAGGED', 'WRITE_UNFENCED']);
