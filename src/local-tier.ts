@@ -1,6 +1,6 @@
 import { LRUCache } from 'lru-cache';
 import type { EntryFacts } from './entry.js';
-import type { Clock, LocalTierOptions } from './options.js';
+import type { Clock, ResolvedLocal } from './options.js';
 
 /**
  * A read's place in the tier's history: taken by `begin(key)` BEFORE the store read is sent, handed
@@ -119,7 +119,7 @@ export class LruTier implements LocalTier {
   private trusted = false;
   private readonly incoherent: boolean;
 
-  constructor(options: LocalTierOptions, private readonly clock: Clock, switches: LruTierSwitches = {}) {
+  constructor(options: Pick<ResolvedLocal, 'max'>, private readonly clock: Clock, switches: LruTierSwitches = {}) {
     this.lru = new LRUCache<string, Slot>({ max: options.max });
     this.invalidatedAt = new LRUCache<string, number>({
       max: Math.max(MIN_REMEMBERED, options.max),

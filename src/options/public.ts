@@ -121,7 +121,20 @@ export type EntryOptions = Pick<CallOptions, 'ttl' | 'staleTtl' | 'failSafeTtl' 
 export interface LocalTierOptions {
   /** Most entries kept (lru-cache `max`). Required. */
   max: number;
+  /**
+   * What drops another process's change from this process's L1. `'notes'`: the cache's own notes (a
+   * write or delete publishes one that every process hears). `'tracking'`: the Redis server itself
+   * (`CLIENT TRACKING` on a connection of the cache's own that makes the reads filling L1, redirected
+   * to its subscriber connection): a copy is dropped when any client changes its key, whoever wrote
+   * it. Needs Redis 6+, a standalone client (a Cluster client is refused for now) and, with ACLs,
+   * `client|tracking`, `client|id` and the channel `__redis__:invalidate`; opens one more connection
+   * per cache. See docs/tracking.md. Default `'notes'`.
+   */
+  invalidation?: LocalInvalidation;
 }
+
+/** What invalidates L1 copies (`LocalTierOptions.invalidation`). */
+export type LocalInvalidation = 'notes' | 'tracking';
 
 /** What a redlock acquisition does when no quorum of nodes answers. */
 export type OnNoQuorum = 'throw' | 'single' | 'local';

@@ -177,6 +177,8 @@ describe('resolveCacheOptions', () => {
     ['local.max', { local: { max: 0 } }],
     ['local', { local: 'yes' }],
     ['local.bogus', { local: { max: 10, bogus: 1 } }],
+    ['local.invalidation', { local: { max: 10, invalidation: 'server' } }],
+    ['local.max', { local: { invalidation: 'tracking' } }],
     ['redisTimeout', { redisTimeout: 0 }],
     ['maxValueBytes', { maxValueBytes: -1 }],
     ['defaults.bogus', { defaults: { bogus: 1 } }],
@@ -228,6 +230,16 @@ describe('resolveCacheOptions', () => {
     expectNamed(invalid(() => resolveCacheOptions({ redis: fakeClient, notes: 'sharded', local: { max: 10 } })), 'local', { max: 10 });
   });
 
+  it("local.invalidation: 'notes' by default; 'tracking' kept; a bad value, and tracking with a Cluster client, named with the value", () => {
+    expect(resolveCacheOptions({ redis: fakeClient, local: { max: 10 } }).local).toEqual({ max: 10, invalidation: DEFAULTS.invalidation });
+    expect(DEFAULTS.invalidation).toBe('notes');
+    expect(resolveCacheOptions({ redis: fakeClient, local: { max: 10, invalidation: 'tracking' } }).local).toEqual({ max: 10, invalidation: 'tracking' });
+    expectNamed(invalid(() => resolveCacheOptions({ redis: fakeClient, local: { max: 10, invalidation: 'push' as never } })), 'local.invalidation', 'push');
+    const cluster = { ...fakeClient, isCluster: true } as unknown as CacheOptions['redis'];
+    expect(resolveCacheOptions({ redis: cluster, local: { max: 10 } }).local).toEqual({ max: 10, invalidation: 'notes' });
+    expectNamed(invalid(() => resolveCacheOptions({ redis: cluster, local: { max: 10, invalidation: 'tracking' } })), 'local.invalidation', 'tracking');
+  });
+
   it('cache defaults are frozen, fill every call default, and keep a given ttl', () => {
     const d = resolveCacheOptions({ redis: fakeClient, defaults: { ttl: 5, staleTtl: 7 } }).defaults;
     expect(Object.isFrozen(d)).toBe(true);
@@ -249,6 +261,7 @@ describe('DEFAULTS', () => {
       breakerThreshold: 5, breakerCooldown: 1000, maxWaitersPerKey: 10_000, degradedMemo: 10_000, allowInsecureTls: false, notes: 'broadcast',
       ...DEFAULTS_OF_CALL,
       driftFactor: 0.01, retryCount: 3, retryDelay: 200, retryJitter: 100, nodeTimeout: 100, onNoQuorum: 'local',
+      invalidation: 'notes',
     });
   });
 });
