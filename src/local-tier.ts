@@ -61,6 +61,12 @@ export interface LocalTier {
   suspend(keep?: (key: string, value: unknown, freshMs: number) => void): void;
   /** The subscription holds (again): flush (notes sent while away are lost), then serve and fill. */
   resume(): void;
+  /**
+   * The tier as a read made off the store's reads connection sees it (a lock's acquire-read, on the
+   * caller's connection): itself, unless the server tracks the reads that fill L1 (tracking.ts), where
+   * such a read's fills are refused.
+   */
+  untracked(): LocalTier;
 }
 
 /** An L1 hit: the value, when it stops being fresh, and what refresh ahead needs to know of it. */
@@ -226,6 +232,35 @@ export class LruTier implements LocalTier {
     this.flush();
     this.trusted = true;
   }
+
+  untracked(): LocalTier {
+    return this;
+  }
+}
+
+/**
+ * L1 is trusted only while every one of its sources holds: the subscription (notes, tag and clear
+ * notes) and, under tracking, the server's tracking. The first one lost suspends it; it resumes (empty)
+ * once all hold again. Every source starts lost.
+ */
+export class Trust {
+  private readonly lost: Set<string>;
+
+  constructor(
+    private readonly tier: LocalTier,
+    sources: readonly string[],
+  ) {
+    this.lost = new Set(sources);
+  }
+
+  down(source: string, keep?: (key: string, value: unknown, freshMs: number) => void): void {
+    if (this.lost.size === 0) this.tier.suspend(keep);
+    this.lost.add(source);
+  }
+
+  up(source: string): void {
+    if (this.lost.delete(source) && this.lost.size === 0) this.tier.resume();
+  }
 }
 
 /** L1 switched off: every call is a no-op (no bookkeeping). */
@@ -241,4 +276,5 @@ export const NO_LOCAL_TIER: LocalTier = {
   flush: () => undefined,
   suspend: () => undefined,
   resume: () => undefined,
+  untracked: () => NO_LOCAL_TIER,
 };

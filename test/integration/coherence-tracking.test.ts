@@ -1,0 +1,131 @@
+/**
+ * L1 under server-assisted invalidation (`local: { invalidation: 'tracking' }`, docs/tracking.md), on a
+ * real Redis, for every client family and major: the server's invalidation pushes drop another
+ * process's change from L1 (no note does under tracking), and losing tracking (a killed listener
+ * connection, a server restart) flushes L1 and tracking comes back. The L1 coherence tests of
+ * coherence.test.ts also run in this mode there.
+ */
+import { afterAll, describe, expect, it } from 'vitest';
+import { createCache, type Cache, type CacheOptions } from '../../src/index.js';
+import { familyClient, type ClientFamily } from '../support/clients.js';
+import { keysOf, nextEvent, prefixOf, useRedis } from '../support/harness.js';
+import { startRedisServer, type RedisServer } from '../support/redis-server.js';
+import { Redis } from 'ioredis';
+
+const h = useRedis();
+const TRACKED = { local: { max: 1000, invalidation: 'tracking' } } as const;
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+const caches: Cache[] = [];
+const disposals: (() => void)[] = [];
+const servers: RedisServer[] = [];
+const admins: Redis[] = [];
+afterAll(async () => {
+  await Promise.all(caches.map((c) => c.close()));
+  for (const dispose of disposals) dispose();
+  for (const a of admins) a.disconnect();
+  await Promise.all(servers.map((s) => s.stop()));
+});
+
+/** A cache on its own client of `family` (another "process"), closed in afterAll. */
+function cacheOn(url: string, family: ClientFamily, options: Partial<CacheOptions>): Cache {
+  const { client, dispose } = familyClient(url, family);
+  disposals.push(dispose);
+  const c = createCache({ redis: client, ...options });
+  caches.push(c);
+  return c;
+}
+
+/** Until `done()` holds, checking every 20 ms (bounded by the test's timeout: a hang is the failure). */
+async function until(done: () => Promise<boolean>): Promise<void> {
+  while (!(await done())) await sleep(20);
+}
+
+/** Resolves once `cache`'s tracking holds (within `ms`). */
+const tracked = (cache: Cache, ms = 1000): Promise<boolean> =>
+  ((cache as unknown as { rt: unknown }).rt as { tracking: { ready(ms: number): Promise<boolean> } }).tracking.ready(ms);
+
+/** `cache.get(key)` answered from L1 (true) or from Redis (false). */
+async function fromL1(cache: Cache, key: string): Promise<boolean> {
+  const hit = nextEvent(cache, 'hit');
+  const value = await cache.get(key);
+  return value !== undefined && (await hit).tier === 'local';
+}
+
+/** Kills every connection some tracked connection redirects to (CLIENT LIST `redir=`): the listeners. */
+async function killListeners(admin: Redis): Promise<number[]> {
+  const list = (await admin.client('LIST')) as string;
+  const ids = [...new Set([...list.matchAll(/ redir=(\d+) /g)].map((m) => Number(m[1])))];
+  for (const id of ids) await admin.client('KILL', 'ID', String(id)).catch(() => undefined);
+  return ids;
+}
+
+describe.each<ClientFamily>(['ioredis', 'ioredis6', 'node-redis', 'node-redis5'])('server-assisted L1 (cache a on %s)', (family) => {
+  it("another process's set() and delete(), and a plain DEL no note announces, drop a's L1 copy (the server's invalidation)", async () => {
+    const a = cacheOn(h.url, family, { prefix: `trk-r-${family}${process.pid}`, ...TRACKED });
+    const b = h.cache({ prefix: prefixOf(a), ...TRACKED });
+    expect(await a.ready()).toBe(true);
+    await b.set('k', 'old', 60_000);
+    expect(await a.get('k')).toBe('old'); // read on a's tracked connection: in L1
+    expect(await fromL1(a, 'k')).toBe(true);
+
+    await b.set('k', 'new', 60_000);
+    await until(async () => (await a.get('k')) === 'new');
+    // Read again, tracked again (a read begun before the invalidation arrived does not fill: the next one does).
+    await until(() => fromL1(a, 'k'));
+
+    await b.delete('k');
+    await until(async () => (await a.get('k')) === undefined);
+
+    // No note at all: only the server knows the key changed.
+    await b.set('k', 'again', 60_000);
+    await until(async () => (await a.get('k')) === 'again');
+    await until(() => fromL1(a, 'k'));
+    await h.admin.del(keysOf(a, 'k').value);
+    await until(async () => (await a.get('k')) === undefined);
+  });
+
+  it('a killed listener connection (CLIENT KILL): L1 is flushed, tracking is re-established and drops copies again', async () => {
+    const a = cacheOn(h.url, family, { prefix: `trk-k-${family}${process.pid}`, ...TRACKED });
+    const b = h.cache({ prefix: prefixOf(a), ...TRACKED });
+    expect(await a.ready()).toBe(true);
+    await b.set('k', 'old', 60_000);
+    expect(await a.get('k')).toBe('old');
+    expect(await fromL1(a, 'k')).toBe(true);
+
+    const down = nextEvent(a, 'degraded'); // tracking retried while the listener is away, or a connection error
+    expect((await killListeners(h.admin)).length).toBeGreaterThan(0);
+    await Promise.race([down, sleep(50)]);
+    await until(async () => !(await fromL1(a, 'k'))); // flushed once a saw the close
+    expect(await tracked(a, 5000)).toBe(true);
+    // A read now is tracked with the new listener: another process's change reaches a's L1 again.
+    expect(await a.get('k')).toBe('old');
+    await until(() => fromL1(a, 'k'));
+    await b.set('k', 'new', 60_000);
+    await until(async () => (await a.get('k')) === 'new');
+  });
+
+  it('a server restart: tracking comes back on both connections, and copies read afterwards are dropped by the new server', async () => {
+    const server = await startRedisServer();
+    servers.push(server);
+    const admin = new Redis(server.adminUrl, { maxRetriesPerRequest: 1 });
+    admin.on('error', () => undefined);
+    admins.push(admin);
+    const prefix = `trk-s-${family}${process.pid}`;
+    const a = cacheOn(server.url, family, { prefix, ...TRACKED });
+    const b = cacheOn(server.url, 'ioredis', { prefix, ...TRACKED });
+    expect(await a.ready()).toBe(true);
+    await b.set('k', 'old', 60_000);
+    expect(await a.get('k')).toBe('old');
+    expect(await fromL1(a, 'k')).toBe(true);
+
+    await server.kill(); // the data is gone with it (no persistence)
+    await server.restart();
+    await until(async () => tracked(a, 200));
+    await until(async () => (await b.set('k', 'new', 60_000).then(() => true, () => false)));
+    expect(await a.get('k')).toBe('new'); // L1 was flushed
+    await until(() => fromL1(a, 'k'));
+    await b.delete('k');
+    await until(async () => (await a.get('k')) === undefined);
+  });
+});
