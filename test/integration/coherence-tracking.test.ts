@@ -9,6 +9,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { createCache, type Cache, type CacheOptions } from '../../src/index.js';
 import { familyClient, type ClientFamily } from '../support/clients.js';
 import { keysOf, nextEvent, prefixOf, useRedis } from '../support/harness.js';
+import { startProxy, type Proxy } from '../support/proxy.js';
 import { startRedisServer, type RedisServer } from '../support/redis-server.js';
 import { Redis } from 'ioredis';
 
@@ -20,12 +21,23 @@ const caches: Cache[] = [];
 const disposals: (() => void)[] = [];
 const servers: RedisServer[] = [];
 const admins: Redis[] = [];
+const proxies: Proxy[] = [];
 afterAll(async () => {
   await Promise.all(caches.map((c) => c.close()));
   for (const dispose of disposals) dispose();
   for (const a of admins) a.disconnect();
-  await Promise.all(servers.map((s) => s.stop()));
+  await Promise.all([...proxies.map((p) => p.close()), ...servers.map((s) => s.stop())]);
 });
+
+/** A redis-server of the test's own (no other cache's connections on it), and an admin client. */
+async function ownServer(): Promise<{ server: RedisServer; admin: Redis }> {
+  const server = await startRedisServer();
+  servers.push(server);
+  const admin = new Redis(server.adminUrl, { maxRetriesPerRequest: 1 });
+  admin.on('error', () => undefined);
+  admins.push(admin);
+  return { server, admin };
+}
 
 /** A cache on its own client of `family` (another "process"), closed in afterAll. */
 function cacheOn(url: string, family: ClientFamily, options: Partial<CacheOptions>): Cache {
@@ -106,11 +118,7 @@ describe.each<ClientFamily>(['ioredis', 'ioredis6', 'node-redis', 'node-redis5']
   });
 
   it('a server restart: tracking comes back on both connections, and copies read afterwards are dropped by the new server', async () => {
-    const server = await startRedisServer();
-    servers.push(server);
-    const admin = new Redis(server.adminUrl, { maxRetriesPerRequest: 1 });
-    admin.on('error', () => undefined);
-    admins.push(admin);
+    const { server } = await ownServer();
     const prefix = `trk-s-${family}${process.pid}`;
     const a = cacheOn(server.url, family, { prefix, ...TRACKED });
     const b = cacheOn(server.url, 'ioredis', { prefix, ...TRACKED });
@@ -127,5 +135,41 @@ describe.each<ClientFamily>(['ioredis', 'ioredis6', 'node-redis', 'node-redis5']
     await until(() => fromL1(a, 'k'));
     await b.delete('k');
     await until(async () => (await a.get('k')) === undefined);
+  });
+});
+
+describe('an invalidation that overtakes a read reply', () => {
+  it("the server's invalidation handled before a late read reply: the late reply does not fill L1 (the read's ticket)", async () => {
+    const { server, admin } = await ownServer();
+    // a's reads connection (ioredis: its duplicate({}), the one without overrides) goes through a proxy
+    // that can hold Redis's replies; its other connections go straight to the server.
+    const proxy = await startProxy({ host: server.host, port: server.port });
+    proxies.push(proxy);
+    const { client, dispose } = familyClient(server.url, 'ioredis');
+    disposals.push(dispose);
+    const duplicate = (client as unknown as { duplicate(o?: object): unknown }).duplicate.bind(client);
+    (client as unknown as { duplicate(o?: object): unknown }).duplicate = (o?: object) =>
+      duplicate(o !== undefined && Object.keys(o).length === 0 ? { host: '127.0.0.1', port: proxy.port } : o);
+    const prefix = `trk-o${process.pid}`;
+    const a = createCache({ redis: client, prefix, ...TRACKED });
+    caches.push(a);
+    const b = cacheOn(server.url, 'ioredis', { prefix });
+    expect(await a.ready()).toBe(true);
+    await b.set('k', 'old', 60_000);
+    await b.set('marker', 'm', 60_000);
+    await until(() => fromL1(a, 'marker')); // tracked: its invalidation comes after k's below
+    const local = (a as unknown as { rt: { local: { get(key: string): unknown } } }).rt.local;
+
+    proxy.hold('down', true);
+    const read = a.get('k');
+    // The read ran on the server (its reply now held in the proxy), so k is tracked for a.
+    await until(async () => / cmd=(evalsha|eval|getrange) /.test(((await admin.client('LIST')) as string).split('\n').find((l) => / redir=\d+ /.test(l)) ?? ''));
+    await b.delete('k');
+    await b.delete('marker');
+    await until(async () => local.get('marker') === undefined); // a handled both invalidations, k's first
+    expect(await Promise.race([read.then(() => 'answered'), sleep(0).then(() => 'held')])).toBe('held'); // the reply is still in the proxy
+    proxy.hold('down', false);
+    expect(await read).toBe('old'); // read before the delete: fine to return
+    expect(await a.get('k')).toBeUndefined(); // but not to keep
   });
 });
