@@ -73,9 +73,10 @@ async function killListeners(admin: Redis): Promise<number[]> {
 }
 
 describe.each<ClientFamily>(['ioredis', 'ioredis6', 'node-redis', 'node-redis5'])('server-assisted L1 (cache a on %s)', (family) => {
-  it("another process's set() and delete(), and a plain DEL no note announces, drop a's L1 copy (the server's invalidation)", async () => {
-    const a = cacheOn(h.url, family, { prefix: `trk-r-${family}${process.pid}`, ...TRACKED });
-    const b = h.cache({ prefix: prefixOf(a), ...TRACKED });
+  // With sharded notes (the payoff: a write no longer fans out to every process) a hears no note of k at all.
+  it.each(['broadcast', 'sharded'] as const)("notes %s: another process's set() and delete(), and a plain DEL no note announces, drop a's L1 copy (the server's invalidation)", async (notes) => {
+    const a = cacheOn(h.url, family, { prefix: `trk-r-${notes}-${family}${process.pid}`, notes, ...TRACKED });
+    const b = h.cache({ prefix: prefixOf(a), notes, ...TRACKED });
     expect(await a.ready()).toBe(true);
     await b.set('k', 'old', 60_000);
     expect(await a.get('k')).toBe('old'); // read on a's tracked connection: in L1
@@ -95,6 +96,17 @@ describe.each<ClientFamily>(['ioredis', 'ioredis6', 'node-redis', 'node-redis5']
     await until(() => fromL1(a, 'k'));
     await h.admin.del(keysOf(a, 'k').value);
     await until(async () => (await a.get('k')) === undefined);
+  });
+
+  it.each(['broadcast', 'sharded'] as const)("notes %s: another process's deleteByTag drops a's tagged L1 copy (tag notes still reach L1)", async (notes) => {
+    const a = cacheOn(h.url, family, { prefix: `trk-t-${notes}-${family}${process.pid}`, notes, ...TRACKED });
+    const b = h.cache({ prefix: prefixOf(a), notes, ...TRACKED });
+    expect(await a.ready()).toBe(true);
+    await b.set('k', 'tagged', { ttl: 60_000, tags: ['t'] });
+    expect(await a.get('k')).toBe('tagged');
+    await until(() => fromL1(a, 'k'));
+    await b.deleteByTag('t'); // resolves once every subscribed process acknowledged its note
+    expect(await a.get('k')).toBeUndefined();
   });
 
   it('a killed listener connection (CLIENT KILL): L1 is flushed, tracking is re-established and drops copies again', async () => {

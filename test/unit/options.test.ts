@@ -223,11 +223,14 @@ describe('resolveCacheOptions', () => {
     expectNamed(invalid(() => resolveCacheOptions({ redis: fakeClient, redisTimeout: 100, replicaAck: { replicas: 1, timeout: 100 } })), 'replicaAck.timeout', 100);
   });
 
-  it("notes: 'broadcast' by default; 'sharded' needs local off, and with L1 on the error names local and its value", () => {
+  it("notes: 'broadcast' by default; 'sharded' needs local off or tracked, and with L1 on notes the error names local and its value", () => {
     expect(resolveCacheOptions({ redis: fakeClient }).notes).toBe('broadcast');
     expect(resolveCacheOptions({ redis: fakeClient, notes: 'sharded' }).notes).toBe('sharded');
     expect(resolveCacheOptions({ redis: fakeClient, notes: 'broadcast', local: { max: 10 } }).notes).toBe('broadcast');
     expectNamed(invalid(() => resolveCacheOptions({ redis: fakeClient, notes: 'sharded', local: { max: 10 } })), 'local', { max: 10 });
+    expectNamed(invalid(() => resolveCacheOptions({ redis: fakeClient, notes: 'sharded', local: { max: 10, invalidation: 'notes' } })), 'local', { max: 10, invalidation: 'notes' });
+    // Under tracking the server drops L1 copies: L1 with sharded notes is allowed.
+    expect(resolveCacheOptions({ redis: fakeClient, notes: 'sharded', local: { max: 10, invalidation: 'tracking' } }).local).toEqual({ max: 10, invalidation: 'tracking' });
   });
 
   it("local.invalidation: 'notes' by default; 'tracking' kept; a bad value, and tracking with a Cluster client, named with the value", () => {
