@@ -261,7 +261,7 @@ export class Runtime {
         }
       },
       onError: (error) => this.emit('degraded', { key: undefined, operation: 'subscribe', error }),
-    });
+    }, this.options.redisTimeout);
   }
 
   /** Another process's write, set or delete drops this process's copy before any waiter re-reads. */

@@ -40,10 +40,14 @@ export class Tracking {
   private retryTimer: NodeJS.Timeout | undefined;
   /** ready() callers waiting for the next onUp(). */
   private readonly waitingForUp = new Set<(up: boolean) => void>();
+  /** The heartbeat while up (unref'd). */
+  private heartbeat: NodeJS.Timeout | undefined;
 
   constructor(
     readonly port: TrackingPort,
     private readonly handlers: TrackingHandlers,
+    /** PING period on the listener while tracking holds (`redisTimeout`); 0 = none. */
+    private readonly heartbeatMs = 0,
   ) {
     port.on('error', (err) => handlers.onError(err));
     port.on('ready', () => this.attempt());
@@ -72,6 +76,7 @@ export class Tracking {
   stop(): void {
     this.stopped = true;
     clearTimeout(this.retryTimer);
+    clearInterval(this.heartbeat);
     for (const settle of [...this.waitingForUp]) settle(false);
     this.port.close();
   }
@@ -88,6 +93,7 @@ export class Tracking {
         if (this.stopped || generation !== this.generation || this.up) return;
         this.failures = 0;
         this.up = true;
+        this.beat();
         this.handlers.onUp();
         for (const settle of [...this.waitingForUp]) settle(true);
       },
@@ -105,8 +111,40 @@ export class Tracking {
     );
   }
 
+  /**
+   * A silently dead listener socket (no FIN, no RST) emits no 'close' until TCP gives up, and every
+   * invalidation sent meanwhile is lost: a PING unanswered for a whole period drops the listener (a
+   * 'close', L1 flushed) and it is made again. As the Bus's heartbeat (wait.ts), a tick that runs more
+   * than a quarter period late (this process stalled) gives the PING one more period.
+   */
+  private beat(): void {
+    if (this.heartbeatMs <= 0) return;
+    const period = this.heartbeatMs;
+    const generation = this.generation;
+    let unanswered = false;
+    let lastTick = performance.now();
+    clearInterval(this.heartbeat);
+    this.heartbeat = setInterval(() => {
+      const now = performance.now();
+      const stalled = now - lastTick - period > period / 4;
+      lastTick = now;
+      if (this.stopped || generation !== this.generation) return clearInterval(this.heartbeat);
+      if (unanswered) {
+        if (!stalled) setImmediate(() => unanswered && generation === this.generation && !this.stopped && this.port.reconnect());
+        return;
+      }
+      unanswered = true;
+      this.port.ping().then(
+        () => (unanswered = false),
+        () => undefined,
+      );
+    }, period);
+    this.heartbeat.unref();
+  }
+
   private closed(): void {
     this.generation++;
+    clearInterval(this.heartbeat);
     if (!this.up || this.stopped) return;
     this.up = false;
     this.handlers.onDown();

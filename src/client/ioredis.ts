@@ -298,6 +298,7 @@ interface IoredisTracked extends IoredisClient {
   readonly status?: string;
   call(command: string, ...args: string[]): Promise<unknown>;
   subscribe(channel: string): Promise<unknown>;
+  ping(): Promise<unknown>;
   on(event: string, listener: (...args: never[]) => void): unknown;
   disconnect(reconnect?: boolean): void;
 }
@@ -314,12 +315,14 @@ class IoredisTrackingPort implements TrackingPort {
   readonly reads: IoredisPort;
   private listening: Promise<string> | undefined;
   private closed = false;
+  private readonly redial: Redial;
 
   constructor(
     private readonly readsClient: IoredisTracked,
     private readonly listener: IoredisTracked,
   ) {
     this.reads = new IoredisPort(readsClient);
+    this.redial = new Redial(listener);
     listener.on('close', () => (this.listening = undefined));
   }
 
@@ -349,6 +352,14 @@ class IoredisTrackingPort implements TrackingPort {
     this.listener.on('messageBuffer', ((channel: Buffer, keys: Buffer[] | null) => {
       if (!this.closed && channel.toString() === INVALIDATE_CHANNEL) listener(keys === null ? null : keys.map(String));
     }));
+  }
+
+  ping(): Promise<unknown> {
+    return this.listener.ping();
+  }
+
+  reconnect(): void {
+    if (!this.closed) this.redial.now();
   }
 
   close(): void {

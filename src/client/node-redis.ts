@@ -1037,6 +1037,14 @@ class NodeRedisTrackingPort implements TrackingPort {
     this.invalidated = listener;
   }
 
+  ping(): Promise<unknown> {
+    return pingOn(this.listener);
+  }
+
+  reconnect(): void {
+    if (!this.closed && this.listener) this.replaceListener(this.listener);
+  }
+
   close(): void {
     if (this.closed) return;
     this.closed = true;

@@ -110,6 +110,10 @@ export interface TrackingPort {
   on(event: 'error', listener: (err: unknown) => void): void;
   /** Every invalidation the listener receives: the Redis keys (as the server names them), or null (all: a flush). */
   onInvalidate(listener: (keys: readonly string[] | null) => void): void;
+  /** A round trip on the listener connection itself (the heartbeat: PING is allowed in subscribed mode). */
+  ping(): Promise<unknown>;
+  /** Drops the listener connection and makes it again (the heartbeat's verdict on a silently dead socket): a 'close', then a 'ready'. */
+  reconnect(): void;
   /** Drops both connections for good, without waiting for a reply. Idempotent. */
   close(): void;
 }

@@ -150,6 +150,40 @@ describe.each<ClientFamily>(['ioredis', 'ioredis6', 'node-redis', 'node-redis5']
   });
 });
 
+describe('a silently dead listener socket', () => {
+  it('bytes vanish, the socket stays open: the heartbeat drops the listener, L1 is flushed, and tracking comes back', async () => {
+    const { server } = await ownServer();
+    // a's listener (ioredis: its duplicate with protocol 2) goes through a proxy that can swallow bytes.
+    const proxy = await startProxy({ host: server.host, port: server.port });
+    proxies.push(proxy);
+    const { client, dispose } = familyClient(server.url, 'ioredis');
+    disposals.push(dispose);
+    const duplicate = (client as unknown as { duplicate(o?: object): unknown }).duplicate.bind(client);
+    (client as unknown as { duplicate(o?: object): unknown }).duplicate = (o?: { protocol?: number }) =>
+      duplicate(o?.protocol === 2 ? { ...o, host: '127.0.0.1', port: proxy.port } : o);
+    const prefix = `trk-h${process.pid}`;
+    const a = createCache({ redis: client, prefix, redisTimeout: 300, ...TRACKED });
+    caches.push(a);
+    const b = cacheOn(server.url, 'ioredis', { prefix });
+    expect(await a.ready()).toBe(true);
+    await b.set('k', 'old', 60_000);
+    await until(() => fromL1(a, 'k'));
+
+    proxy.blackhole('down', true);
+    proxy.blackhole('up', true);
+    await b.delete('k'); // its invalidation vanishes on its way to a
+    await until(async () => (await a.get('k')) === undefined); // only the heartbeat's verdict ends a's copy
+    proxy.blackhole('down', false);
+    proxy.blackhole('up', false);
+    proxy.reset(); // a reconnect attempt made while blackholed is stuck in its handshake
+    expect(await tracked(a, 5000)).toBe(true);
+    await b.set('k', 'new', 60_000);
+    await until(() => fromL1(a, 'k'));
+    await b.delete('k');
+    await until(async () => (await a.get('k')) === undefined);
+  });
+});
+
 describe('an invalidation that overtakes a read reply', () => {
   it("the server's invalidation handled before a late read reply: the late reply does not fill L1 (the read's ticket)", async () => {
     const { server, admin } = await ownServer();
