@@ -31,7 +31,7 @@ import { replicaConfirm, withReplicaAck } from './replica-ack.js';
 import { Store, type StoreTags } from './store.js';
 import { noteReaches, parseTagNote, TagRecords } from './tags.js';
 import { Telemetry } from './telemetry.js';
-import { TrackedTier, Tracking } from './tracking.js';
+import { holdTracking, TrackedTier } from './tracking.js';
 import { Bus, Waiters, type Note } from './wait.js';
 import { broadcastNotes, ShardedWake, type WakeChannels } from './wake.js';
 
@@ -57,7 +57,7 @@ export class Runtime {
   /** L1 is trusted while the subscription (and, under tracking, the server's tracking) holds. */
   private readonly trust: Trust;
   /** The server's tracking of the reads that fill L1, or undefined (`local.invalidation: 'notes'`, or no L1). */
-  private readonly tracking: Tracking | undefined;
+  private readonly tracking: Bus | undefined;
   readonly memo: DegradedMemo;
   /** Releases Redis did not answer, sent again once it answers (a waiter need not wait out the lease). */
   readonly retries: ReleaseRetries;
@@ -247,10 +247,11 @@ export class Runtime {
    * Server-assisted invalidation: L1 trusted only while tracking holds (flushed when it is lost and when
    * it holds again); each invalidated value key drops its copy, a flush (null) every copy.
    */
-  private startTracking(port: TrackingPort): Tracking {
+  private startTracking(port: TrackingPort): Bus {
     const { prefix } = this.options;
     const clientPrefix = port.reads.keyPrefix; // ioredis keyPrefix: the server names keys with it
-    return new Tracking(port, {
+    // The listener's heartbeat, as the subscriber's: a silently dead socket counts as down within 2 × redisTimeout.
+    return holdTracking(port, this.options.redisTimeout, this.options.clock, {
       onUp: () => this.trust.up('tracking'),
       onDown: () => this.trust.down('tracking', this.keepInMemo),
       onInvalidate: (keys) => {
@@ -261,7 +262,7 @@ export class Runtime {
         }
       },
       onError: (error) => this.emit('degraded', { key: undefined, operation: 'subscribe', error }),
-    }, this.options.redisTimeout);
+    });
   }
 
   /** Another process's write, set or delete drops this process's copy before any waiter re-reads. */
@@ -355,7 +356,7 @@ export class Runtime {
     this.io.close();
     if (this.lockers.redlock instanceof RedlockLock) this.lockers.redlock.close();
     await this.bus.stop();
-    this.tracking?.stop();
+    await this.tracking?.stop();
     this.notes.close();
     this.local.flush();
     this.memo.clear();

@@ -12,16 +12,16 @@
  * not hold, L1 neither serves nor fills (the caller suspends it: `onDown`), and it starts over empty
  * when it holds again (`onUp`): invalidations sent meanwhile are lost.
  */
-import type { TrackingPort } from './client/port.js';
+import type { SubscriberPort, TrackingPort } from './client/port.js';
 import type { EntryFacts } from './entry.js';
 import { LruTier, type LocalTier, type LruTierSwitches, type Ticket } from './local-tier.js';
 import type { Clock, ResolvedLocal } from './options.js';
-import { subscribeRetryDelay } from './wait.js';
+import { Bus } from './wait.js';
 
 export interface TrackingHandlers {
   /** Tracking holds (first time, and after every reconnection of either connection). */
   onUp(): void;
-  /** Either connection closed: invalidations may be lost until the next onUp(). */
+  /** Either connection closed (or its heartbeat went unanswered): invalidations may be lost until the next onUp(). */
   onDown(): void;
   /** The server invalidated these Redis keys, or everything (null: a flush). */
   onInvalidate(keys: readonly string[] | null): void;
@@ -29,126 +29,30 @@ export interface TrackingHandlers {
   onError(err: unknown): void;
 }
 
-export class Tracking {
-  /** True between a `track()` answered in the current generation and the next 'close'. */
-  up = false;
-  private stopped = false;
-  private generation = 0;
-  /** The generation with a `track()` in flight, or -1. */
-  private inFlight = -1;
-  private failures = 0;
-  private retryTimer: NodeJS.Timeout | undefined;
-  /** ready() callers waiting for the next onUp(). */
-  private readonly waitingForUp = new Set<(up: boolean) => void>();
-  /** The heartbeat while up (unref'd). */
-  private heartbeat: NodeJS.Timeout | undefined;
-
-  constructor(
-    readonly port: TrackingPort,
-    private readonly handlers: TrackingHandlers,
-    /** PING period on the listener while tracking holds (`redisTimeout`); 0 = none. */
-    private readonly heartbeatMs = 0,
-  ) {
-    port.on('error', (err) => handlers.onError(err));
-    port.on('ready', () => this.attempt());
-    port.on('close', () => this.closed());
-    port.onInvalidate((keys) => {
-      if (!this.stopped) handlers.onInvalidate(keys);
-    });
-    this.attempt();
-  }
-
-  /** True once tracking holds (now, or within `timeoutMs`); false after `timeoutMs`, or once stopped. Never rejects. */
-  ready(timeoutMs: number): Promise<boolean> {
-    if (this.stopped) return Promise.resolve(false);
-    if (this.up) return Promise.resolve(true);
-    return new Promise((resolve) => {
-      const settle = (up: boolean): void => {
-        clearTimeout(timer);
-        this.waitingForUp.delete(settle);
-        resolve(up);
-      };
-      const timer = setTimeout(() => settle(false), timeoutMs);
-      this.waitingForUp.add(settle);
-    });
-  }
-
-  stop(): void {
-    this.stopped = true;
-    clearTimeout(this.retryTimer);
-    clearInterval(this.heartbeat);
-    for (const settle of [...this.waitingForUp]) settle(false);
-    this.port.close();
-  }
-
-  private attempt(): void {
-    if (this.stopped || this.inFlight === this.generation) return;
-    clearTimeout(this.retryTimer);
-    this.retryTimer = undefined;
-    const generation = (this.inFlight = this.generation);
-    this.port.track().then(
-      () => {
-        if (this.inFlight === generation) this.inFlight = -1;
-        // Answered on connections of which one has closed since: the attempt on its 'ready' decides.
-        if (this.stopped || generation !== this.generation || this.up) return;
-        this.failures = 0;
-        this.up = true;
-        this.beat();
-        this.handlers.onUp();
-        for (const settle of [...this.waitingForUp]) settle(true);
-      },
-      (err: unknown) => {
-        if (this.inFlight === generation) this.inFlight = -1;
-        if (this.stopped) return;
-        this.handlers.onError(err);
-        if (this.retryTimer) return;
-        this.retryTimer = setTimeout(() => {
-          this.retryTimer = undefined;
-          this.attempt();
-        }, subscribeRetryDelay(this.failures++, Math.random()));
-        this.retryTimer.unref();
-      },
-    );
-  }
-
-  /**
-   * A silently dead listener socket (no FIN, no RST) emits no 'close' until TCP gives up, and every
-   * invalidation sent meanwhile is lost: a PING unanswered for a whole period drops the listener (a
-   * 'close', L1 flushed) and it is made again. As the Bus's heartbeat (wait.ts), a tick that runs more
-   * than a quarter period late (this process stalled) gives the PING one more period.
-   */
-  private beat(): void {
-    if (this.heartbeatMs <= 0) return;
-    const period = this.heartbeatMs;
-    const generation = this.generation;
-    let unanswered = false;
-    let lastTick = performance.now();
-    clearInterval(this.heartbeat);
-    this.heartbeat = setInterval(() => {
-      const now = performance.now();
-      const stalled = now - lastTick - period > period / 4;
-      lastTick = now;
-      if (this.stopped || generation !== this.generation) return clearInterval(this.heartbeat);
-      if (unanswered) {
-        if (!stalled) setImmediate(() => unanswered && generation === this.generation && !this.stopped && this.port.reconnect());
-        return;
-      }
-      unanswered = true;
-      this.port.ping().then(
-        () => (unanswered = false),
-        () => undefined,
-      );
-    }, period);
-    this.heartbeat.unref();
-  }
-
-  private closed(): void {
-    this.generation++;
-    clearInterval(this.heartbeat);
-    if (!this.up || this.stopped) return;
-    this.up = false;
-    this.handlers.onDown();
-  }
+/**
+ * Holds tracking on as the Bus holds its subscription (wait.ts: answered per connection generation,
+ * retried with backoff, and a heartbeat on the listener, which finds a silently dead socket within two
+ * periods and drops it): `CLIENT TRACKING` is what gets "subscribed". Returns the holder (`ready()`,
+ * `stop()`). `heartbeatMs`: `redisTimeout`.
+ */
+export function holdTracking(port: TrackingPort, heartbeatMs: number, clock: Clock, handlers: TrackingHandlers): Bus {
+  const hold = new Bus('tracking', heartbeatMs, clock);
+  let stopped = false;
+  port.onInvalidate((keys) => {
+    if (!stopped) handlers.onInvalidate(keys);
+  });
+  const tracked: SubscriberPort = {
+    subscribe: () => port.track(),
+    on: (event: 'ready' | 'close' | 'error', listener: (err: unknown) => void) => port.on(event as 'error', listener),
+    ping: () => port.ping(),
+    reconnect: () => port.reconnect(),
+    close: () => {
+      stopped = true;
+      port.close();
+    },
+  };
+  hold.startOn(tracked, { onNote: () => undefined, onUp: () => handlers.onUp(), onDown: () => handlers.onDown(), onError: (err) => handlers.onError(err) });
+  return hold;
 }
 
 /**
