@@ -207,7 +207,7 @@ describe('an invalidation that overtakes a read reply', () => {
     const local = (a as unknown as { rt: { local: { get(key: string): unknown } } }).rt.local;
 
     /** How many reads (GETRANGE, the read script) the server ran: only a reads on this server meanwhile. */
-    const reads = async () => [...((await admin.info('commandstats')) as string).matchAll(/^cmdstat_(?:getrange|evalsha|eval):calls=(\d+)/gm)].reduce((n, m) => n + Number(m[1]), 0);
+    const reads = async () => [...(await admin.info('commandstats')).matchAll(/^cmdstat_(?:getrange|evalsha|eval):calls=(\d+)/gm)].reduce((n, m) => n + Number(m[1]), 0);
     const before = await reads();
     proxy.hold('down', true);
     const read = a.get('k');
