@@ -14,6 +14,7 @@ export {
   type CallOptions,
   type Clock,
   type EntryOptions,
+  type LocalInvalidation,
   type LocalTierOptions,
   type LockMode,
   type LockPolicy,

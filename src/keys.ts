@@ -70,6 +70,19 @@ export function entryKeys(prefix: string, key: string): EntryKeys {
   return keys;
 }
 
+/** The length of `{<tag>}:v:` in a value key (entryKeys: the tag has fixed length). */
+const VALUE_KEY_MIDDLE = '{12345678}:v:'.length;
+
+/**
+ * The key whose entry `redisKey` is the value key of (entryKeys' `value`, under `prefix`), or undefined
+ * for any other key: the server's invalidations name Redis keys (tracking.ts).
+ */
+export function keyOfValueKey(prefix: string, redisKey: string): string | undefined {
+  const start = prefix.length + 1;
+  if (!redisKey.startsWith(`${prefix}:{`) || !redisKey.startsWith('}:v:', start + 9)) return undefined;
+  return redisKey.slice(start + VALUE_KEY_MIDDLE);
+}
+
 /**
  * The Redis keys of recently used entries, one prefix per key (a key used under two prefixes, e.g.
  * two namespaces, is rebuilt when the prefix changes). Building four strings per call was ~5 µs of a

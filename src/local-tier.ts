@@ -1,6 +1,6 @@
 import { LRUCache } from 'lru-cache';
 import type { EntryFacts } from './entry.js';
-import type { Clock, LocalTierOptions } from './options.js';
+import type { Clock, ResolvedLocal } from './options.js';
 
 /**
  * A read's place in the tier's history: taken by `begin(key)` BEFORE the store read is sent, handed
@@ -61,6 +61,12 @@ export interface LocalTier {
   suspend(keep?: (key: string, value: unknown, freshMs: number, tags: readonly string[] | undefined) => void): void;
   /** The subscription holds (again): flush (notes sent while away are lost), then serve and fill. */
   resume(): void;
+  /**
+   * The tier as a read made off the store's reads connection sees it (a lock's acquire-read, on the
+   * caller's connection): itself, unless the server tracks the reads that fill L1 (tracking.ts), where
+   * such a read's fills are refused.
+   */
+  untracked(): LocalTier;
 }
 
 /** An L1 hit: the value, when it stops being fresh, and what refresh ahead needs to know of it. */
@@ -119,7 +125,7 @@ export class LruTier implements LocalTier {
   private trusted = false;
   private readonly incoherent: boolean;
 
-  constructor(options: LocalTierOptions, private readonly clock: Clock, switches: LruTierSwitches = {}) {
+  constructor(options: Pick<ResolvedLocal, 'max'>, private readonly clock: Clock, switches: LruTierSwitches = {}) {
     this.lru = new LRUCache<string, Slot>({ max: options.max });
     this.invalidatedAt = new LRUCache<string, number>({
       max: Math.max(MIN_REMEMBERED, options.max),
@@ -226,6 +232,35 @@ export class LruTier implements LocalTier {
     this.flush();
     this.trusted = true;
   }
+
+  untracked(): LocalTier {
+    return this;
+  }
+}
+
+/**
+ * L1 is trusted only while every one of its sources holds: the subscription (notes, tag and clear
+ * notes) and, under tracking, the server's tracking. The first one lost suspends it; it resumes (empty)
+ * once all hold again. Every source starts lost.
+ */
+export class Trust {
+  private readonly lost: Set<string>;
+
+  constructor(
+    private readonly tier: LocalTier,
+    sources: readonly string[],
+  ) {
+    this.lost = new Set(sources);
+  }
+
+  down(source: string, keep?: (key: string, value: unknown, freshMs: number, tags: readonly string[] | undefined) => void): void {
+    if (this.lost.size === 0) this.tier.suspend(keep);
+    this.lost.add(source);
+  }
+
+  up(source: string): void {
+    if (this.lost.delete(source) && this.lost.size === 0) this.tier.resume();
+  }
 }
 
 /** L1 switched off: every call is a no-op (no bookkeeping). */
@@ -241,4 +276,5 @@ export const NO_LOCAL_TIER: LocalTier = {
   flush: () => undefined,
   suspend: () => undefined,
   resume: () => undefined,
+  untracked: () => NO_LOCAL_TIER,
 };

@@ -35,6 +35,8 @@ export type BatchLoader<T> = (missing: string[], ctx: BatchLoaderContext) => Map
 export interface ManyHost {
   readonly deps: ProtocolDeps;
   readonly batch: Batch;
+  /** `batch`, or its counterpart on the tracked reads connection (Runtime.readBatch). */
+  readonly readBatch: Batch;
   readonly prefix: string;
   /** Every key's call: its flight, close guard and outcome. */
   readonly calls: Calls;
@@ -63,6 +65,7 @@ export function getOrComputeMany(rt: Runtime, guard: Guard, keys: readonly strin
   const host: ManyHost = {
     deps: rt.deps,
     batch: rt.batch,
+    readBatch: rt.readBatch,
     prefix: rt.options.prefix,
     calls: rt.calls,
     resolveCall: (key) => guard.call(key, ttlOrOptions),
@@ -293,7 +296,7 @@ async function readAll(h: ManyHost, keys: readonly string[], serves: (key: strin
   const { deps: d } = h;
   const tickets = keys.map((key) => d.local.begin(key));
   const sent = d.clock.now();
-  const replies = await d.store.readMany(h.batch, keys, keys.map((key) => entryKeys(h.prefix, key).value));
+  const replies = await d.store.readMany(h.readBatch, keys, keys.map((key) => entryKeys(h.prefix, key).value));
   return replies.map((reply, i) => {
     const key = keys[i] as string;
     if (!reply.ok) {

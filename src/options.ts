@@ -10,6 +10,7 @@ export {
   type CallOptions,
   type Clock,
   type EntryOptions,
+  type LocalInvalidation,
   type LocalTierOptions,
   type LockMode,
   type LockPolicy,
@@ -20,6 +21,6 @@ export {
   type RefreshAhead,
   type ReplicaAckOptions,
 } from './options/public.js';
-export { DEFAULTS, validateEntryOptions, type EntryOverrides, type ResolvedCache, type ResolvedCall, type ResolvedDefaults, type ResolvedRedlock } from './options/schema.js';
+export { DEFAULTS, validateEntryOptions, type EntryOverrides, type ResolvedCache, type ResolvedCall, type ResolvedDefaults, type ResolvedLocal, type ResolvedRedlock } from './options/schema.js';
 export { resolveCacheOptions, resolveCallOptions } from './options/resolve.js';
 export { BREAKER_MAX_GROWTH, mayWaitOnOthers, breakerCooldown, breakerJudgementWindow, breakerOpenings, entryCall, graceWindow, loaderTimeout, lockModeFor, physicalTtl, pollDelay, watchdogInterval, writeTtl } from './options/effective.js';

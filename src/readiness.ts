@@ -6,6 +6,8 @@ import type { Bus } from './wait.js';
 export interface Readiness {
   readonly port: RedisPort;
   readonly bus: Bus;
+  /** Server-assisted tracking holds within `timeoutMs` (tracking.ts); true at once where L1 is not tracked. */
+  tracked(timeoutMs: number): Promise<boolean>;
   readonly timeoutMs: number;
   /** Aborts at close(): ready() then resolves false at once, and reports nothing. */
   readonly lifetime: AbortSignal;
@@ -17,7 +19,7 @@ export interface Readiness {
 
 /**
  * `ready()`'s answer: true only when calls can reach Redis — the cache's pub/sub subscription holds
- * (waiters are woken, L1 is coherent), every master of the caller's client answered a PING on the
+ * (waiters are woken, L1 is coherent; under tracking, the server's tracking holds too), every master of the caller's client answered a PING on the
  * client's own connections (a subscriber duplicate can be up while the caller's client is not: a
  * node-redis client whose connect() failed, an ioredis client that gave up reconnecting), and no
  * circuit breaker refuses operations. The subscription and the PINGs are asked at once, so the answer
@@ -27,13 +29,14 @@ export interface Readiness {
  */
 export async function ready(r: Readiness): Promise<boolean> {
   if (r.lifetime.aborted) return false;
-  const [subscribed, answered] = await Promise.all([r.bus.ready(r.timeoutMs), pingEveryMaster(r)]);
+  const [subscribed, answered, tracked] = await Promise.all([r.bus.ready(r.timeoutMs), pingEveryMaster(r), r.tracked(r.timeoutMs)]);
   if (r.lifetime.aborted) return false;
   const refused = r.refusal();
   if (!subscribed) r.why(new RedisUnavailableError('subscribe', new Error(`the pub/sub subscription did not hold within ${r.timeoutMs} ms ("redisTimeout")`)));
+  if (!tracked) r.why(new RedisUnavailableError('subscribe', new Error(`server-assisted tracking (local.invalidation 'tracking') did not hold within ${r.timeoutMs} ms ("redisTimeout")`)));
   if (answered !== true) r.why(answered);
   if (refused) r.why(refused);
-  return subscribed && answered === true && !refused;
+  return subscribed && tracked && answered === true && !refused;
 }
 
 /** How long a refused PING waits before it is sent again (a client still connecting, offline queue off). */

@@ -79,7 +79,7 @@ async function getSome(rt: Runtime, keys: readonly string[]): Promise<Read[]> {
   const tickets = names.map((key) => rt.local.begin(key));
   const sent = rt.options.clock.now();
   const { prefix } = rt.options;
-  const replies = await rt.deps.store.readMany(rt.batch, names, names.map((key) => entryKeys(prefix, key).value));
+  const replies = await rt.deps.store.readMany(rt.readBatch, names, names.map((key) => entryKeys(prefix, key).value));
   replies.forEach((reply, j) => {
     const key = names[j] as string;
     if (!reply.ok) {

@@ -8,15 +8,15 @@ import { setMaxListeners } from 'node:events';
 import { Batch } from './batch.js';
 import { Calls } from './call.js';
 import { portFor } from './client/detect.js';
-import type { RedisPort } from './client/port.js';
+import type { RedisPort, TrackingPort } from './client/port.js';
 import { LruDegradedMemo, NO_DEGRADED_MEMO, type DegradedMemo } from './degraded-memo.js';
 import type { Emit } from './emit.js';
 import { CacheClosedError } from './errors.js';
 import { CallResolver, Guard } from './guards.js';
 import { nodeProbe, type CacheHealth, type HealthChange } from './health.js';
 import { Io } from './io.js';
-import { slotTag } from './keys.js';
-import { LruTier, NO_LOCAL_TIER, type LocalTier } from './local-tier.js';
+import { keyOfValueKey, slotTag } from './keys.js';
+import { LruTier, NO_LOCAL_TIER, Trust, type LocalTier } from './local-tier.js';
 import { NodeClocks } from './node-clock.js';
 import { GrantRegistry, ReleaseRetries } from './lock/grant.js';
 import { RedlockLock } from './lock/redlock.js';
@@ -31,6 +31,7 @@ import { replicaConfirm, withReplicaAck } from './replica-ack.js';
 import { Store, type StoreTags } from './store.js';
 import { HeardTags, noteReaches, parseTagNote, TagRecords } from './tags.js';
 import { Telemetry } from './telemetry.js';
+import { holdTracking, TrackedTier } from './tracking.js';
 import { Bus, Waiters, type Note } from './wait.js';
 import { broadcastNotes, ShardedWake, type WakeChannels } from './wake.js';
 
@@ -48,6 +49,15 @@ export class Runtime {
   /** Where key notes go, and the per-key wake channels of `notes: 'sharded'` (wake.ts). */
   readonly notes: WakeChannels;
   readonly local: LocalTier;
+  /**
+   * What the notes of other processes' writes and deletes drop from L1: L1 itself, or nothing where the
+   * server tracks L1's keys (`local.invalidation: 'tracking'`: its invalidations drop them instead).
+   */
+  private readonly noteL1: LocalTier;
+  /** L1 is trusted while the subscription (and, under tracking, the server's tracking) holds. */
+  private readonly trust: Trust;
+  /** The server's tracking of the reads that fill L1, or undefined (`local.invalidation: 'notes'`, or no L1). */
+  private readonly tracking: Bus | undefined;
   readonly memo: DegradedMemo;
   /** Releases Redis did not answer, sent again once it answers (a waiter need not wait out the lease). */
   readonly retries: ReleaseRetries;
@@ -63,6 +73,8 @@ export class Runtime {
   readonly calls: Calls;
   /** Many keys in one round trip per hash slot (getMany, deleteMany, getOrComputeMany, clear). */
   readonly batch: Batch;
+  /** As `batch`, for the store's reads of many keys: on the tracked reads connection under tracking. */
+  readonly readBatch: Batch;
   /** Every namespace path's generation (cached while subscribed). */
   readonly generations: Generations;
   /** The tag records: read-side checks, deleteByTag (tags.ts). */
@@ -112,15 +124,22 @@ export class Runtime {
       clock: o.clock,
     });
     this.notes = this.newNotes();
-    this.local = o.local ? new LruTier(o.local, o.clock, { incoherent: o.unsafe.incoherentL1 }) : NO_LOCAL_TIER;
+    // Tracking: the reads that fill L1 go on a connection of the cache's own, which the server tracks.
+    const tracked = o.local !== false && o.local.invalidation === 'tracking' ? this.port.tracking() : undefined;
+    const switches = { incoherent: o.unsafe.incoherentL1 };
+    this.local = !o.local ? NO_LOCAL_TIER : tracked ? new TrackedTier(o.local, o.clock, switches) : new LruTier(o.local, o.clock, switches);
+    this.noteL1 = tracked ? NO_LOCAL_TIER : this.local;
+    this.trust = new Trust(this.local, tracked ? ['subscription', 'tracking'] : ['subscription']);
     this.lockers = this.newLockers(scripts);
-    this.calls = new Calls(this.newParts(scripts), o.prefix, o.maxWaitersPerKey);
+    this.calls = new Calls(this.newParts(scripts, tracked), o.prefix, o.maxWaitersPerKey);
     this.deps = this.calls.deps;
     // A subscriber that has not acknowledged a clear within 2 × redisTimeout is one the heartbeat counts as down by then.
     const clearNotes = { channel: this.bus.channel, note: (path: string, id: string) => this.bus.message('c', clearNoteKey(path, id)) };
     this.generations = new Generations(this.port, this.io, o.prefix, clearNotes, replicaConfirm(this.port, o.replicaAck), 2 * o.redisTimeout, o.clock);
     this.startBus();
     this.batch = new Batch(this.port, this.io, replicaConfirm(this.port, o.replicaAck));
+    this.readBatch = tracked ? new Batch(tracked.reads, this.io) : this.batch;
+    this.tracking = tracked ? this.startTracking(tracked) : undefined;
     this.stopReadyListener = this.port.onReady(() => {
       this.clocks.forget(); // maybe another server now (a failover): its clock is measured again
       this.io.connected(); // reconnected: stop skipping Redis at once
@@ -173,7 +192,7 @@ export class Runtime {
     return { none: new StoreLock(lockDeps, 'none', false), local, single, redlock };
   }
 
-  private newParts(scripts: Scripts): Omit<ProtocolDeps, 'loads'> {
+  private newParts(scripts: Scripts, tracked: TrackingPort | undefined): Omit<ProtocolDeps, 'loads'> {
     const o = this.options;
     const emit = this.emit;
     const { tags, port } = this;
@@ -187,7 +206,9 @@ export class Runtime {
         return Number(s) * 1_000_000 + Number(us);
       },
     };
-    const store = new Store(this.io, scripts, this.notes, o.maxValueBytes, {
+    // Under tracking the store reads on the tracked connection; every other script stays on the caller's.
+    const reads = tracked ? defineScripts(tracked.reads) : scripts;
+    const store = new Store(this.io, { ...scripts, read: reads.read, getRange: reads.getRange }, this.notes, o.maxValueBytes, {
       decodeError: (key, reason, error) => emit('decodeError', { key, reason, error }),
       tagInvalidated: () => this.telemetry.tagInvalidated(),
     }, this.clocks, o.unsafe.unfencedWrites, storeTags);
@@ -202,20 +223,45 @@ export class Runtime {
       onNote: (note) => this.onNote(note),
       onUp: () => {
         this.generations.resume();
-        this.local.resume();
+        this.trust.up('subscription');
         // Notes sent while the subscription was down are lost, so a degraded copy may be older than a
         // write or delete made meanwhile: like L1, the memo starts over on every (re)subscribe.
         this.memo.clear();
       },
       onDown: () => {
         this.generations.suspend();
-        this.local.suspend((key, value, freshMs, tags) => this.memo.keep(key, value, freshMs, tags)); // served only while Redis is unavailable
+        this.trust.down('subscription', this.keepInMemo); // served only while Redis is unavailable
         // The heartbeat found the node silent: if it answered our operations nothing since either, it is
         // hung — suspect now, so the calls that L1 answered until now answer from memory at once instead
         // of each waiting out a read. (A close alone is no such sign: a subscriber killed on a live
         // server.) A Cluster's subscriber is on one node of many: it says nothing of the others.
         const silentSince = this.bus.silentSince;
         if (silentSince !== undefined && !this.port.cluster) this.io.silent(STANDALONE, silentSince);
+      },
+      onError: (error) => this.emit('degraded', { key: undefined, operation: 'subscribe', error }),
+    });
+  }
+
+  /** L1's fresh copies, kept by the degraded memo when L1 is suspended: served only while Redis is unavailable. */
+  private readonly keepInMemo = (key: string, value: unknown, freshMs: number, tags: readonly string[] | undefined): void => this.memo.keep(key, value, freshMs, tags);
+
+  /**
+   * Server-assisted invalidation: L1 trusted only while tracking holds (flushed when it is lost and when
+   * it holds again); each invalidated value key drops its copy, a flush (null) every copy.
+   */
+  private startTracking(port: TrackingPort): Bus {
+    const { prefix } = this.options;
+    const clientPrefix = port.reads.keyPrefix; // ioredis keyPrefix: the server names keys with it
+    // The listener's heartbeat, as the subscriber's: a silently dead socket counts as down within 2 × redisTimeout.
+    return holdTracking(port, this.options.redisTimeout, this.options.clock, {
+      onUp: () => this.trust.up('tracking'),
+      onDown: () => this.trust.down('tracking', this.keepInMemo),
+      onInvalidate: (keys) => {
+        if (keys === null) return this.local.flush();
+        for (const redisKey of keys) {
+          const key = redisKey.startsWith(clientPrefix) ? keyOfValueKey(prefix, redisKey.slice(clientPrefix.length)) : undefined;
+          if (key !== undefined) this.local.invalidate(key);
+        }
       },
       onError: (error) => this.emit('degraded', { key: undefined, operation: 'subscribe', error }),
     });
@@ -239,7 +285,7 @@ export class Runtime {
     }
     const change = REMOTE_CHANGES[note.kind];
     if (change && note.origin !== this.bus.origin) {
-      this.local.invalidate(note.key);
+      this.noteL1.invalidate(note.key);
       this.memo.invalidate(note.key); // a namespaced key's degraded copy and load too (withDegradedKeys)
       this.forget(note.key);
       this.emit('remoteChange', { key: note.key, kind: change });
@@ -291,6 +337,7 @@ export class Runtime {
     return ready({
       port: this.port,
       bus: this.bus,
+      tracked: (timeoutMs) => this.tracking?.ready(timeoutMs) ?? Promise.resolve(true),
       timeoutMs: this.options.redisTimeout,
       lifetime: this.lifetime.signal,
       refusal: () => this.io.refusal(),
@@ -314,6 +361,7 @@ export class Runtime {
     this.io.close();
     if (this.lockers.redlock instanceof RedlockLock) this.lockers.redlock.close();
     await this.bus.stop();
+    await this.tracking?.stop();
     this.notes.close();
     this.local.flush();
     this.memo.clear();

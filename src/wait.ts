@@ -233,7 +233,15 @@ export class Bus {
 
   /** Duplicates the caller's client (the only connection we ever create) and subscribes, retrying until it holds. */
   start(port: RedisPort, handlers: BusHandlers): void {
-    const sub = port.subscriber();
+    this.startOn(port.subscriber(), handlers);
+  }
+
+  /**
+   * As start(), on `sub`: whatever its subscribe() holds is held the same way (answered per connection
+   * generation, retried with backoff, the heartbeat on it). Server-assisted tracking holds its
+   * `CLIENT TRACKING` so (tracking.ts).
+   */
+  startOn(sub: SubscriberPort, handlers: BusHandlers): void {
     this.subscriber = sub;
     this.handlers = handlers;
     sub.on('error', (err) => handlers.onError(err));

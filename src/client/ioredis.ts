@@ -1,4 +1,4 @@
-import { isNoScript, isUnknownCommand, prop, QUEUED, type PipelinePort, type RedisPort, type Script, type ScriptArg, type ShardSubscriberPort, type SubscriberPort } from './port.js';
+import { INVALIDATE_CHANNEL, isNoScript, isUnknownCommand, prop, QUEUED, type PipelinePort, type RedisPort, type Script, type ScriptArg, type ShardSubscriberPort, type SubscriberPort, type TrackingPort } from './port.js';
 import { InvalidOptionError } from '../errors.js';
 import { Pending } from './pending.js';
 import { slotOf } from './slot.js';
@@ -132,6 +132,14 @@ export class IoredisPort implements RedisPort {
     // ClusterSubscriber's, which never reconnects (it is replaced) and handles its re-subscribe's rejection.
     const sub = this.cluster ? this.client.duplicate() : (this.client.duplicate as (override: { autoResubscribe: boolean }) => unknown)({ autoResubscribe: false });
     return new IoredisSubscriberPort(sub as IoredisSubscriber);
+  }
+
+  tracking(): TrackingPort {
+    const duplicate = (override: object) => (this.client.duplicate as (override: object) => unknown).call(this.client, override);
+    // The reads' connection: the caller's options (keyPrefix included: the keys read are the cache's own).
+    // The listener: RESP2 (ioredis 6 defaults to RESP3, where the server would send a push ioredis drops
+    // instead of a message on the channel), and our own re-subscribe, as for the Bus (subscriber() above).
+    return new IoredisTrackingPort(duplicate({}) as IoredisTracked, duplicate({ autoResubscribe: false, protocol: 2 }) as IoredisTracked);
   }
 
   shardSubscriber(): ShardSubscriberPort {
@@ -282,6 +290,83 @@ class Redial {
       // Never thrown by ioredis 5 or 6; a reconnect must not throw into the caller's timer.
       this.dropping = false;
     }
+  }
+}
+
+/** What the tracking port uses of its two ioredis duplicates. */
+interface IoredisTracked extends IoredisClient {
+  readonly status?: string;
+  call(command: string, ...args: string[]): Promise<unknown>;
+  subscribe(channel: string): Promise<unknown>;
+  ping(): Promise<unknown>;
+  on(event: string, listener: (...args: never[]) => void): unknown;
+  disconnect(reconnect?: boolean): void;
+}
+
+/**
+ * TrackingPort on a standalone ioredis client. ioredis reconnects each duplicate by itself and emits
+ * 'close' then 'ready' (on nextTick after the status change) for every connection: both are reported.
+ * The listener's invalidations come as 'messageBuffer' (the key list as Buffers, or null): its
+ * 'message' would join the keys with commas.
+ * Invariant: `listening` is the CLIENT ID + SUBSCRIBE of the listener's current connection (undefined
+ * until asked, and again after each 'close').
+ */
+class IoredisTrackingPort implements TrackingPort {
+  readonly reads: IoredisPort;
+  private listening: Promise<string> | undefined;
+  private closed = false;
+  private readonly redial: Redial;
+
+  constructor(
+    private readonly readsClient: IoredisTracked,
+    private readonly listener: IoredisTracked,
+  ) {
+    this.reads = new IoredisPort(readsClient);
+    this.redial = new Redial(listener);
+    listener.on('close', () => (this.listening = undefined));
+  }
+
+  track(): Promise<void> {
+    if (this.closed) return Promise.reject(new Error('tracking closed'));
+    const listening = (this.listening ??= this.listen());
+    return listening.then(
+      (id) => this.readsClient.call('CLIENT', 'TRACKING', 'on', 'REDIRECT', id).then(() => undefined),
+      (err: unknown) => {
+        if (this.listening === listening) this.listening = undefined;
+        throw err;
+      },
+    );
+  }
+
+  private async listen(): Promise<string> {
+    const id = String(await this.listener.call('CLIENT', 'ID'));
+    await this.listener.subscribe(INVALIDATE_CHANNEL);
+    return id;
+  }
+
+  on(event: 'ready' | 'close' | 'error', listener: (err: unknown) => void): void {
+    for (const c of [this.readsClient, this.listener]) c.on(event, listener);
+  }
+
+  onInvalidate(listener: (keys: readonly string[] | null) => void): void {
+    this.listener.on('messageBuffer', ((channel: Buffer, keys: Buffer[] | null) => {
+      if (!this.closed && channel.toString() === INVALIDATE_CHANNEL) listener(keys === null ? null : keys.map(String));
+    }));
+  }
+
+  ping(): Promise<unknown> {
+    return this.listener.ping();
+  }
+
+  reconnect(): void {
+    if (!this.closed) this.redial.now();
+  }
+
+  close(): void {
+    if (this.closed) return;
+    this.closed = true;
+    this.readsClient.disconnect();
+    this.listener.disconnect();
   }
 }
 

@@ -1,4 +1,4 @@
-import { isNoScript, isUnknownCommand, prop, QUEUED, type PipelinePort, type RedisPort, type Script, type ScriptArg, type ShardSubscriberPort, type SubscriberPort } from './port.js';
+import { INVALIDATE_CHANNEL, isNoScript, isUnknownCommand, prop, QUEUED, type PipelinePort, type RedisPort, type Script, type ScriptArg, type ShardSubscriberPort, type SubscriberPort, type TrackingPort } from './port.js';
 import { Pending } from './pending.js';
 import { slotOf } from './slot.js';
 
@@ -168,6 +168,19 @@ export class NodeRedisPort implements RedisPort {
     // As subscriber(): a Cluster duplicate connects to no master until a SSUBSCRIBE needs one.
     if (this.cluster) return new NodeRedisClusterShardSubscriberPort(() => (this.client.duplicate as (o: object) => unknown)({ minimizeConnections: true }) as NodeRedisSubscriber);
     return new NodeRedisShardSubscriberPort(() => this.client.duplicate() as NodeRedisSubscriber);
+  }
+
+  tracking(): TrackingPort {
+    const duplicate = (overrides: object) => (this.client.duplicate as (overrides: object) => NodeRedisSubscriber).call(this.client, overrides);
+    // Neither connection may carry node-redis's own client-side cache (it turns tracking on by itself,
+    // without REDIRECT) or its invalidation events. The listener is RESP2 (node-redis 6 defaults to
+    // RESP3, where the server sends a push instead of a message on the channel; its maintenance
+    // notifications need RESP3, so they are off there).
+    const own = { clientSideCache: undefined, emitInvalidate: undefined };
+    return new NodeRedisTrackingPort(
+      () => duplicate(own),
+      () => duplicate({ ...own, RESP: 2, maintNotifications: 'disabled' }),
+    );
   }
 
   pipeline(): PipelinePort {
@@ -913,3 +926,130 @@ class NodeRedisClusterShardSubscriberPort extends NodeRedisShardPort {
 
 const CLUSTER_LOST_EVENTS = ['node-reconnecting', 'node-disconnect', 'node-ready', '__resubscribeListeners', 'sharded-channel-moved-error', 'sharded-shannel-moved-error'];
 const PUBSUB_CLIENT_LOST_EVENTS = ['reconnecting', 'ready', 'end', 'sharded-channel-moved', 'server-sunsubscribe'];
+
+/**
+ * TrackingPort on a standalone node-redis client. The reads' duplicate reconnects by itself ('ready'
+ * after each reconnection; 'reconnecting' and 'end' are closes). The listener does not: node-redis
+ * re-subscribes a reconnected connection before its 'ready', and a subscribed RESP2 connection takes no
+ * CLIENT ID; so every loss of the listener (or node-redis giving it up) destroys it and opens a fresh
+ * one, as the Bus's port does on reconnect(). Invariant: `listener` is the current listener duplicate,
+ * `listening` the CLIENT ID + SUBSCRIBE sent on it (undefined until asked).
+ */
+class NodeRedisTrackingPort implements TrackingPort {
+  readonly reads: NodeRedisPort;
+  private readonly readsClient: NodeRedisSubscriber;
+  /** Undefined between a loss and the fresh listener. */
+  private listener: NodeRedisSubscriber | undefined;
+  private listening: Promise<string> | undefined;
+  private readonly events = new PortEvents();
+  private readonly connecting = new PendingConnects();
+  private invalidated: (keys: readonly string[] | null) => void = () => undefined;
+  private reopenTimer: NodeJS.Timeout | undefined;
+  /** Listeners replaced since one was last ready: the next wait doubles. */
+  private reopens = 0;
+  private closed = false;
+
+  constructor(
+    readsDuplicate: () => NodeRedisSubscriber,
+    private readonly listenerDuplicate: () => NodeRedisSubscriber,
+  ) {
+    const reads = readsDuplicate();
+    this.readsClient = reads;
+    this.reads = new NodeRedisPort(reads as unknown as NodeRedisClient);
+    reads.on('error', (err) => this.events.error(err));
+    reads.on('ready', () => this.events.up());
+    reads.on('reconnecting', () => this.events.down());
+    reads.on('end', () => this.events.down());
+    this.connecting.track(reads);
+    reads.connect().catch((err: unknown) => this.events.error(err));
+    this.openListener();
+  }
+
+  private openListener(): void {
+    const sub = this.listenerDuplicate();
+    this.listener = sub;
+    this.listening = undefined;
+    const mine = (fn: () => void) => () => {
+      if (this.listener === sub && !this.closed) fn();
+    };
+    sub.on('error', (err) => {
+      if (this.listener === sub) this.events.error(err);
+    });
+    sub.on(
+      'ready',
+      mine(() => {
+        this.reopens = 0;
+        this.events.up();
+      }),
+    );
+    const lost = mine(() => this.replaceListener(sub));
+    sub.on('reconnecting', lost);
+    sub.on('end', lost);
+    this.connecting.track(sub);
+    sub.connect().catch(lost);
+  }
+
+  /**
+   * The listener lost its connection (or never had one): report the close, destroy it, and open a fresh
+   * one: at once after a listener that was ready, then after a backoff doubling from 50 ms (Redis down).
+   */
+  private replaceListener(sub: NodeRedisSubscriber): void {
+    this.listener = undefined; // its later events are not ours
+    this.events.down();
+    this.connecting.destroy(sub);
+    const wait = this.reopens === 0 ? 0 : Math.min(50 * 2 ** this.reopens, MAX_RETRY_MS);
+    this.reopens++;
+    clearTimeout(this.reopenTimer);
+    this.reopenTimer = setTimeout(() => {
+      if (!this.closed) this.openListener();
+    }, wait);
+    this.reopenTimer.unref();
+  }
+
+  track(): Promise<void> {
+    if (this.closed) return Promise.reject(new Error('tracking closed'));
+    const sub = this.listener;
+    if (!sub) return Promise.reject(new Error('tracking listener connection is being reopened'));
+    const listening = (this.listening ??= this.listen(sub));
+    return listening.then(
+      (id) => attempt(() => (this.readsClient as unknown as { sendCommand(args: string[]): Promise<unknown> }).sendCommand(['CLIENT', 'TRACKING', 'on', 'REDIRECT', id])).then(() => undefined),
+      (err: unknown) => {
+        if (this.listening === listening) this.listening = undefined;
+        throw err;
+      },
+    );
+  }
+
+  private async listen(sub: NodeRedisSubscriber): Promise<string> {
+    const id = String(await attempt(() => (sub as unknown as { sendCommand(args: string[]): Promise<unknown> }).sendCommand(['CLIENT', 'ID'])));
+    // node-redis hands this channel's message over as the key list (or null), not as a string.
+    await attempt(() => sub.subscribe(INVALIDATE_CHANNEL, (keys) => {
+      if (this.listener === sub && !this.closed) this.invalidated(keys as unknown as readonly string[] | null);
+    }));
+    return id;
+  }
+
+  on(event: 'ready' | 'close' | 'error', listener: (err: unknown) => void): void {
+    this.events.on(event, listener);
+  }
+
+  onInvalidate(listener: (keys: readonly string[] | null) => void): void {
+    this.invalidated = listener;
+  }
+
+  ping(): Promise<unknown> {
+    return pingOn(this.listener);
+  }
+
+  reconnect(): void {
+    if (!this.closed && this.listener) this.replaceListener(this.listener);
+  }
+
+  close(): void {
+    if (this.closed) return;
+    this.closed = true;
+    clearTimeout(this.reopenTimer);
+    this.connecting.destroy(this.readsClient);
+    if (this.listener) this.connecting.destroy(this.listener);
+  }
+}

@@ -83,6 +83,41 @@ export interface ShardSubscriberPort {
   close(): void;
 }
 
+/** The channel a RESP2 redirect target receives the server's invalidations on (CLIENT TRACKING … REDIRECT). */
+export const INVALIDATE_CHANNEL = '__redis__:invalidate';
+
+/**
+ * Server-assisted L1 invalidation (`local.invalidation: 'tracking'`, docs/tracking.md): two connections
+ * of the cache's own, duplicates of the caller's client. `reads` carries the reads that fill L1 and
+ * nothing else; the *listener* (RESP2, subscribed to INVALIDATE_CHANNEL) receives the server's
+ * invalidations of every key read on `reads` once tracking is on. The caller's connection is never tracked.
+ */
+export interface TrackingPort {
+  /** The reads' connection, as a port (scripts, GETRANGE, pipelines). */
+  readonly reads: RedisPort;
+  /**
+   * On the current connections: CLIENT ID and SUBSCRIBE INVALIDATE_CHANNEL on the listener (once per
+   * listener connection: a RESP2 connection takes no CLIENT ID once subscribed), then `CLIENT TRACKING
+   * on REDIRECT <id>` on `reads`. Resolves once the server confirmed tracking; from then on every read
+   * sent on `reads` is tracked. Rejects with the client's error otherwise.
+   */
+  track(): Promise<void>;
+  /**
+   * 'close': either connection closed or was replaced (invalidations may be lost from now, and reads
+   * may go out untracked). 'ready': either connection is ready again (`track()` may now hold).
+   */
+  on(event: 'ready' | 'close', listener: () => void): void;
+  on(event: 'error', listener: (err: unknown) => void): void;
+  /** Every invalidation the listener receives: the Redis keys (as the server names them), or null (all: a flush). */
+  onInvalidate(listener: (keys: readonly string[] | null) => void): void;
+  /** A round trip on the listener connection itself (the heartbeat: PING is allowed in subscribed mode). */
+  ping(): Promise<unknown>;
+  /** Drops the listener connection and makes it again (the heartbeat's verdict on a silently dead socket): a 'close', then a 'ready'. */
+  reconnect(): void;
+  /** Drops both connections for good, without waiting for a reply. Idempotent. */
+  close(): void;
+}
+
 /** The caller's client, seen through the port. */
 export interface RedisPort {
   /** Which adapter: for messages and tests. */
@@ -104,6 +139,8 @@ export interface RedisPort {
   subscriber(): SubscriberPort;
   /** A new connection (on a Cluster, a set of them) for the per-key wake channels; see ShardSubscriberPort. */
   shardSubscriber(): ShardSubscriberPort;
+  /** Two new connections for server-assisted invalidation (standalone clients only); see TrackingPort. */
+  tracking(): TrackingPort;
   /** Calls `listener` on every (re)connection of the caller's client; returns the way to stop. */
   onReady(listener: () => void): () => void;
   /** Which node owns `key` (Cluster: the master of its slot; standalone: one fixed id). */

@@ -121,7 +121,20 @@ export type EntryOptions = Pick<CallOptions, 'ttl' | 'staleTtl' | 'failSafeTtl' 
 export interface LocalTierOptions {
   /** Most entries kept (lru-cache `max`). Required. */
   max: number;
+  /**
+   * What drops another process's change from this process's L1. `'notes'`: the cache's own notes (a
+   * write or delete publishes one that every process hears). `'tracking'`: the Redis server itself
+   * (`CLIENT TRACKING` on a connection of the cache's own that makes the reads filling L1, redirected
+   * to its subscriber connection): a copy is dropped when any client changes its key, whoever wrote
+   * it. Allows L1 with `notes: 'sharded'`. Needs Redis 6+, a standalone client (a Cluster client is
+   * refused for now) and, with ACLs, `client|tracking`, `client|id` and the channel
+   * `__redis__:invalidate`; opens two more connections per cache. See docs/tracking.md. Default `'notes'`.
+   */
+  invalidation?: LocalInvalidation;
 }
+
+/** What invalidates L1 copies (`LocalTierOptions.invalidation`). */
+export type LocalInvalidation = 'notes' | 'tracking';
 
 /** What a redlock acquisition does when no quorum of nodes answers. */
 export type OnNoQuorum = 'throw' | 'single' | 'local';
@@ -234,7 +247,7 @@ export interface CacheOptions {
    * `SPUBLISH`, so on a Cluster a note stays in its shard; `PUBLISH` on servers before Redis 7.0), which
    * a process subscribes to only while it waits on or rebuilds the key, so a process no longer handles
    * the notes of every key. Clears stay on the broadcast channel. `'sharded'` requires `local: false`
-   * (L1 needs every change) and must be the same in every process of a `prefix`: a process on
+   * (L1 needs every change) or `local.invalidation: 'tracking'` (the server drops L1 copies), and must be the same in every process of a `prefix`: a process on
    * `'broadcast'` misses the notes of one on `'sharded'` (its waiters fall back to polling, its L1 and
    * degraded copies are not dropped). See docs/operations.md, "Sharded notes". Default `'broadcast'`.
    */

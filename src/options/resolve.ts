@@ -54,8 +54,15 @@ export function resolveCacheOptions(input: CacheOptions): ResolvedCache {
   if (rest.replicaAck && rest.replicaAck.timeout >= rest.redisTimeout) {
     throw new InvalidOptionError('replicaAck.timeout', rest.replicaAck.timeout, `a number of ms below redisTimeout (${rest.redisTimeout})`);
   }
-  // L1 copies are dropped by the notes of every key; with sharded notes a process hears only the keys it waits on.
-  if (rest.notes === 'sharded' && rest.local !== false) throw new InvalidOptionError('local', rest.local, "false when notes is 'sharded' (an L1 copy must hear every change of its key)");
+  // Tracking is per server: a Cluster client would need it on a connection to every master (not built yet).
+  if (rest.local !== false && rest.local.invalidation === 'tracking' && portFor(rest.redis).cluster) {
+    throw new InvalidOptionError('local.invalidation', 'tracking', "'notes' with a Cluster client (tracking is not supported on a Cluster yet: docs/tracking.md)");
+  }
+  // Under 'notes', L1 copies are dropped by the notes of every key, and with sharded notes a process hears
+  // only the keys it waits on. Under tracking the server drops them (tag and clear notes stay broadcast).
+  if (rest.notes === 'sharded' && rest.local !== false && rest.local.invalidation === 'notes') {
+    throw new InvalidOptionError('local', input.local, "false, or { invalidation: 'tracking' }, when notes is 'sharded' (an L1 copy must hear every change of its key)");
+  }
   if (lock !== undefined && given.lock !== undefined) throw new InvalidOptionError('lock', lock, 'either lock or defaults.lock, not both');
   const defaults: ResolvedDefaults = Object.freeze({ ...CALL_DEFAULTS, ...given, ...(lock === undefined ? {} : { lock }) });
   return Object.freeze({ ...rest, replicaAck: rest.replicaAck, defaults, clock: clock ?? systemClock, unsafe: resolveUnsafe(input) });

@@ -36,7 +36,7 @@ import {
   type Parsed,
   type PerCallOnly,
 } from './fields.js';
-import type { CacheOptions, CallOptions, Clock, EntryOptions, LocalTierOptions, LockMode, Notes, OnNoQuorum, OnWaitTimeout, RedlockOptions, ReplicaAckOptions } from './public.js';
+import type { CacheOptions, CallOptions, Clock, EntryOptions, LocalInvalidation, LocalTierOptions, LockMode, Notes, OnNoQuorum, OnWaitTimeout, RedlockOptions, ReplicaAckOptions } from './public.js';
 
 // Builds a field. Not exported, so its `const` type parameters (which keep DEFAULTS' literal types,
 // `'single'`, `1000`) stay out of the published .d.ts: that still parses with TypeScript 4.9.
@@ -176,14 +176,18 @@ const prefix: Parse<string> = (v, name) => {
   throw new InvalidOptionError(name, v, 'a non-empty string of at most 256 characters without "{" or "}"');
 };
 
-const localTier: Parse<LocalTierOptions | false> = (v, name) => {
+export const LOCAL_FIELDS = {
+  max: field(positiveCount, { required: true }),
+  invalidation: field(oneOf<LocalInvalidation>(['notes', 'tracking']), 'notes'),
+} satisfies { readonly [K in keyof LocalTierOptions]-?: Field<unknown> };
+
+type LocalFields = typeof LOCAL_FIELDS;
+export type ResolvedLocal = Readonly<{ [K in keyof LocalFields]: Parsed<LocalFields[K]> }>;
+
+const localTier: Parse<ResolvedLocal | false> = (v, name) => {
   if (v === false) return false;
-  if (typeof v !== 'object' || v === null) throw new InvalidOptionError(name, v, '{ max: <positive integer> } or false');
-  const { max, ...extra } = v as { max?: unknown };
-  const unknown = Object.keys(extra)[0];
-  if (unknown !== undefined) throw new InvalidOptionError(`${name}.${unknown}`, (extra as Record<string, unknown>)[unknown], 'no such option (local takes max)');
-  if (typeof max !== 'number' || !Number.isInteger(max) || max <= 0) throw new InvalidOptionError(`${name}.max`, max, 'a positive integer');
-  return Object.freeze({ max });
+  if (typeof v !== 'object' || v === null) throw new InvalidOptionError(name, v, "{ max: <positive integer>, invalidation?: 'notes' | 'tracking' } or false");
+  return Object.freeze(parseFields(LOCAL_FIELDS, v, `${name}.`, 'local '));
 };
 
 const replicaAck: Parse<ReplicaAckOptions> = (v, name) => {
@@ -243,7 +247,7 @@ export const UNSAFE_FIELDS = {
 // ---------------------------------------------------------------- DEFAULTS
 
 type DefaultsOf<S> = { readonly [K in Defaulted<S>]: S[K] extends Field<infer _T, infer D> ? D : never };
-type AllDefaults = Readonly<DefaultsOf<CacheFields> & DefaultsOf<CallFields> & DefaultsOf<RedlockFields>>;
+type AllDefaults = Readonly<DefaultsOf<CacheFields> & DefaultsOf<CallFields> & DefaultsOf<RedlockFields> & DefaultsOf<LocalFields>>;
 
 function defaultsOf(schemas: readonly Readonly<Record<string, Field<unknown>>>[]): Readonly<Record<string, unknown>> {
   const out: Record<string, unknown> = {};
@@ -262,7 +266,7 @@ function defaultsOf(schemas: readonly Readonly<Record<string, Field<unknown>>>[]
  * The one place defaults live, read off the schema (every level in one flat object). The options
  * table of docs/options.md lists exactly these (test/unit/options-doc.test.ts). `ttl` has none on purpose.
  */
-export const DEFAULTS = defaultsOf([CACHE_FIELDS, CALL_FIELDS, REDLOCK_FIELDS]) as AllDefaults;
+export const DEFAULTS = defaultsOf([CACHE_FIELDS, CALL_FIELDS, REDLOCK_FIELDS, LOCAL_FIELDS]) as AllDefaults;
 
 /** The call-level defaults alone, the base every cache's `defaults` is merged over. */
 export const CALL_DEFAULTS = defaultsOf([CALL_FIELDS]) as Readonly<DefaultsOf<CallFields>>;

@@ -27,7 +27,7 @@ export async function readEntry(d: ProtocolDeps, key: string, keys: EntryKeys, s
  * holds) and reports a hit — unless the reader does not serve what it reads (`serves` false: a
  * `forceFresh` call bypasses the entry it finds).
  */
-export function entryRead(d: ProtocolDeps, key: string, ticket: Ticket, sent: number, found: Found, serves = true): Found {
+export function entryRead(d: ProtocolDeps, key: string, ticket: Ticket, sent: number, found: Found, serves = true, local = d.local): Found {
   // A miss: a copy of a value the store held is gone with it (deleted, expired, evicted); a degraded
   // value, never stored, stays. A value: the store is the truth again, every kept copy goes, and one
   // with a stale or fail-safe window is copied so that window still holds while Redis is unavailable.
@@ -39,12 +39,12 @@ export function entryRead(d: ProtocolDeps, key: string, ticket: Ticket, sent: nu
   if (found.state === 'fresh') {
     // Redis measured PTTL somewhere between `sent` and now: count L1's copy from `sent`, so a slow reply
     // never makes L1 outlive the entry in Redis.
-    d.local.fill(ticket, key, found.value, freshRemaining(found.pttl, found.graceMs) - (d.clock.now() - sent), found);
+    local.fill(ticket, key, found.value, freshRemaining(found.pttl, found.graceMs) - (d.clock.now() - sent), found);
     if (serves) d.emit('hit', { key, tier: 'redis' });
   } else if (found.state === 'stale') {
     // The stale window is served from L1 too, briefly: the winner's write note drops the copy in every
     // other process, this process's own write replaces it; STALE_L1_MS (and the window's end) bound it.
-    d.local.fillStale(ticket, key, found.value, Math.min(STALE_L1_MS, staleRemaining(found.pttl, found.graceMs, found.staleMs)) - (d.clock.now() - sent), found.tags);
+    local.fillStale(ticket, key, found.value, Math.min(STALE_L1_MS, staleRemaining(found.pttl, found.graceMs, found.staleMs)) - (d.clock.now() - sent), found.tags);
   }
   return found;
 }

@@ -147,6 +147,7 @@ function readWithGrant(t: Trip, grant: Grant, ticket: Ticket, sent: number): (()
     // A tagged entry is not known valid yet (the rebuild checks its tag records): nothing fills L1 from it here.
     if (found.state !== 'miss' && found.tags !== undefined) return found;
     const serves = t.call.forceFresh !== true || (found.state === 'fresh' && t.acceptable(found));
-    return entryRead(t.d, t.key, ticket, sent, found, serves);
+    // Read on the caller's connection, not the tracked one: under tracking it fills nothing (LocalTier.untracked).
+    return entryRead(t.d, t.key, ticket, sent, found, serves, t.d.local.untracked());
   };
 }

@@ -192,7 +192,7 @@ describe("notes: 'sharded'", () => {
     });
   });
 
-  it("createCache refuses notes 'sharded' with L1 on, naming local", () => {
+  it("createCache refuses notes 'sharded' with L1 on notes, naming local (L1 under tracking is allowed: coherence-tracking.test.ts)", () => {
     expect(() => h.cache({ notes: 'sharded', local: { max: 10 } })).toThrow(expect.objectContaining({ code: 'ERR_INVALID_OPTION', option: 'local' }));
   });
 });

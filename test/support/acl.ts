@@ -17,6 +17,14 @@ export const APP_COMMANDS = [
 ];
 
 /**
+ * With `local: { invalidation: 'tracking' }`, also (the docs' "with local.invalidation 'tracking', also:"
+ * line): CLIENT TRACKING on the reads connection, redirected to the listener, whose CLIENT ID it needs;
+ * and the channel `__redis__:invalidate` (the test users hold every channel). Granted to the test user in
+ * every run, so the tracking tests run as a least-privilege user too.
+ */
+export const TRACKING_COMMANDS = ['+client|tracking', '+client|id'];
+
+/**
  * What a Cluster client needs on top, per family (the docs' "with an … Cluster client, also:"
  * lines): ioredis reads the slot map (CLUSTER SLOTS) and checks readiness (CLUSTER INFO); node-redis
  * reads the slot map only. Granted only on the nodes of a test Cluster, each family's clients as a

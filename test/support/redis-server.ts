@@ -11,7 +11,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { createConnection, createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { APP_COMMANDS, IOREDIS_CLUSTER_COMMANDS, NODE_REDIS_CLUSTER_COMMANDS } from './acl.js';
+import { APP_COMMANDS, IOREDIS_CLUSTER_COMMANDS, NODE_REDIS_CLUSTER_COMMANDS, TRACKING_COMMANDS } from './acl.js';
 
 /**
  * With SG_TEST_ACL=1 the whole suite runs as a Redis ACL user holding only the commands the README
@@ -134,7 +134,7 @@ export async function startRedisServer(args: string[] = [], options: { port?: nu
       throw new Error(`port ${port} is answered by redis-server pid ${String(answering)}, not ours (${String(c.pid)})`);
     }
     if (AS_ACL_USER) {
-      if (!options.clusterNode) createAppUser(host, port, ACL_USER, APP_COMMANDS);
+      if (!options.clusterNode) createAppUser(host, port, ACL_USER, [...APP_COMMANDS, ...TRACKING_COMMANDS]);
       else {
         createAppUser(host, port, ACL_USER, [...APP_COMMANDS, ...IOREDIS_CLUSTER_COMMANDS]);
         createAppUser(host, port, NODE_REDIS_CLUSTER_ACL_USER, [...APP_COMMANDS, ...NODE_REDIS_CLUSTER_COMMANDS]);

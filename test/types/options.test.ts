@@ -11,7 +11,7 @@ import { describe, expectTypeOf, it } from 'vitest';
 import type * as api from '../../src/index.js';
 import type { Cache, CacheOptions, CallOptions, RedlockOptions } from '../../src/index.js';
 import type { Parsed } from '../../src/options/fields.js';
-import type { CACHE_FIELDS, CALL_FIELDS, DEFAULTS, REDLOCK_FIELDS, ResolvedCall, UNSAFE_FIELDS } from '../../src/options/schema.js';
+import type { CACHE_FIELDS, CALL_FIELDS, DEFAULTS, LOCAL_FIELDS, REDLOCK_FIELDS, ResolvedCall, UNSAFE_FIELDS } from '../../src/options/schema.js';
 import type { UnsafeSwitches } from '../../src/unsafe.js';
 
 declare const cache: Cache;
@@ -37,6 +37,17 @@ describe('the schema and the public option types list the same options', () => {
     expectTypeOf<Parsed<(typeof CACHE_FIELDS)['replicaAck']>>().toEqualTypeOf<api.ReplicaAckOptions>();
     // @ts-expect-error timeout is required
     expectTypeOf(() => createCache({ redis, replicaAck: { replicas: 1 } })).toBeFunction();
+  });
+
+  it("local: { max, invalidation }; the resolved value has both, invalidation defaulting to 'notes'", () => {
+    expectTypeOf<keyof typeof LOCAL_FIELDS>().toEqualTypeOf<keyof api.LocalTierOptions>();
+    expectTypeOf<ParsedAll<typeof LOCAL_FIELDS>>().toEqualTypeOf<Given<api.LocalTierOptions>>();
+    expectTypeOf<(typeof DEFAULTS)['invalidation']>().toEqualTypeOf<'notes'>();
+    expectTypeOf(() => createCache({ redis, local: { max: 10, invalidation: 'tracking' } })).returns.toEqualTypeOf<Cache>();
+    // @ts-expect-error invalidation is 'notes' or 'tracking'
+    expectTypeOf(() => createCache({ redis, local: { max: 10, invalidation: 'server' } })).toBeFunction();
+    // @ts-expect-error max is required
+    expectTypeOf(() => createCache({ redis, local: { invalidation: 'tracking' } })).toBeFunction();
   });
 
   it('redlock options: same names', () => {
@@ -98,7 +109,8 @@ describe('the entry point', () => {
     expectTypeOf<api.CallOptions>().toBeObject();
     expectTypeOf<api.CacheOptions>().toBeObject();
     expectTypeOf<api.RedlockOptions>().toBeObject();
-    expectTypeOf<api.LocalTierOptions>().toEqualTypeOf<{ max: number }>();
+    expectTypeOf<api.LocalTierOptions>().toEqualTypeOf<{ max: number; invalidation?: api.LocalInvalidation }>();
+    expectTypeOf<api.LocalInvalidation>().toEqualTypeOf<'notes' | 'tracking'>();
     expectTypeOf<api.OnNoQuorum>().toEqualTypeOf<'throw' | 'single' | 'local'>();
     expectTypeOf<api.OnWaitTimeout>().toEqualTypeOf<'compute' | 'throw'>();
     expectTypeOf<api.LockMode>().toEqualTypeOf<'none' | 'local' | 'single' | 'redlock'>();

@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import * as scripts from '../../src/lock/scripts.js';
 import { TAG_ACK, TAG_EXPIRE, TAG_INVALIDATE, TAG_STATES } from '../../src/tags.js';
-import { APP_COMMANDS, IOREDIS_CLUSTER_COMMANDS, NODE_REDIS_CLUSTER_COMMANDS } from '../support/acl.js';
+import { APP_COMMANDS, IOREDIS_CLUSTER_COMMANDS, NODE_REDIS_CLUSTER_COMMANDS, TRACKING_COMMANDS } from '../support/acl.js';
 
 /**
  * Scripts run with the caller's ACL permissions, so every command a script calls must be in the
@@ -50,5 +50,10 @@ describe.each([
   it('adds exactly the Cluster extras the tests grant, per family', () => {
     expect(comment('an ioredis Cluster client')).toEqual(IOREDIS_CLUSTER_COMMANDS);
     expect(comment('a node-redis Cluster client')).toEqual(NODE_REDIS_CLUSTER_COMMANDS);
+  });
+
+  it("adds exactly the tracking extras the tests grant, and the invalidation channel", () => {
+    expect(comment("local.invalidation 'tracking'")).toEqual(TRACKING_COMMANDS);
+    expect(lines.find((l) => l.startsWith("# with local.invalidation 'tracking', also:"))).toContain('&__redis__:invalidate');
   });
 });

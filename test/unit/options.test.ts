@@ -177,6 +177,8 @@ describe('resolveCacheOptions', () => {
     ['local.max', { local: { max: 0 } }],
     ['local', { local: 'yes' }],
     ['local.bogus', { local: { max: 10, bogus: 1 } }],
+    ['local.invalidation', { local: { max: 10, invalidation: 'server' } }],
+    ['local.max', { local: { invalidation: 'tracking' } }],
     ['redisTimeout', { redisTimeout: 0 }],
     ['maxValueBytes', { maxValueBytes: -1 }],
     ['defaults.bogus', { defaults: { bogus: 1 } }],
@@ -221,11 +223,24 @@ describe('resolveCacheOptions', () => {
     expectNamed(invalid(() => resolveCacheOptions({ redis: fakeClient, redisTimeout: 100, replicaAck: { replicas: 1, timeout: 100 } })), 'replicaAck.timeout', 100);
   });
 
-  it("notes: 'broadcast' by default; 'sharded' needs local off, and with L1 on the error names local and its value", () => {
+  it("notes: 'broadcast' by default; 'sharded' needs local off or tracked, and with L1 on notes the error names local and its value", () => {
     expect(resolveCacheOptions({ redis: fakeClient }).notes).toBe('broadcast');
     expect(resolveCacheOptions({ redis: fakeClient, notes: 'sharded' }).notes).toBe('sharded');
     expect(resolveCacheOptions({ redis: fakeClient, notes: 'broadcast', local: { max: 10 } }).notes).toBe('broadcast');
     expectNamed(invalid(() => resolveCacheOptions({ redis: fakeClient, notes: 'sharded', local: { max: 10 } })), 'local', { max: 10 });
+    expectNamed(invalid(() => resolveCacheOptions({ redis: fakeClient, notes: 'sharded', local: { max: 10, invalidation: 'notes' } })), 'local', { max: 10, invalidation: 'notes' });
+    // Under tracking the server drops L1 copies: L1 with sharded notes is allowed.
+    expect(resolveCacheOptions({ redis: fakeClient, notes: 'sharded', local: { max: 10, invalidation: 'tracking' } }).local).toEqual({ max: 10, invalidation: 'tracking' });
+  });
+
+  it("local.invalidation: 'notes' by default; 'tracking' kept; a bad value, and tracking with a Cluster client, named with the value", () => {
+    expect(resolveCacheOptions({ redis: fakeClient, local: { max: 10 } }).local).toEqual({ max: 10, invalidation: DEFAULTS.invalidation });
+    expect(DEFAULTS.invalidation).toBe('notes');
+    expect(resolveCacheOptions({ redis: fakeClient, local: { max: 10, invalidation: 'tracking' } }).local).toEqual({ max: 10, invalidation: 'tracking' });
+    expectNamed(invalid(() => resolveCacheOptions({ redis: fakeClient, local: { max: 10, invalidation: 'push' as never } })), 'local.invalidation', 'push');
+    const cluster = { ...fakeClient, isCluster: true } as unknown as CacheOptions['redis'];
+    expect(resolveCacheOptions({ redis: cluster, local: { max: 10 } }).local).toEqual({ max: 10, invalidation: 'notes' });
+    expectNamed(invalid(() => resolveCacheOptions({ redis: cluster, local: { max: 10, invalidation: 'tracking' } })), 'local.invalidation', 'tracking');
   });
 
   it('cache defaults are frozen, fill every call default, and keep a given ttl', () => {
@@ -249,6 +264,7 @@ describe('DEFAULTS', () => {
       breakerThreshold: 5, breakerCooldown: 1000, maxWaitersPerKey: 10_000, degradedMemo: 10_000, allowInsecureTls: false, notes: 'broadcast',
       ...DEFAULTS_OF_CALL,
       driftFactor: 0.01, retryCount: 3, retryDelay: 200, retryJitter: 100, nodeTimeout: 100, onNoQuorum: 'local',
+      invalidation: 'notes',
     });
   });
 });
