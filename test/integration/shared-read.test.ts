@@ -7,7 +7,7 @@
  * ioredis's Command (its resolve is called by the reply parser).
  */
 import { Redis } from 'ioredis';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { createCache, type Cache } from '../../src/index.js';
 import { commandCalls, deferred, keysOf, nextEvent, useRedis } from '../support/harness.js';
 
@@ -20,20 +20,37 @@ type Sent = { name: string; resolve: (v: unknown) => void };
 function holdingClient(url: string) {
   const client = new Redis(url);
   let gate: ReturnType<typeof deferred<void>> | undefined;
+  let holds = 'getrange';
+  let once = false;
+  let holding = false;
   const send = client.sendCommand.bind(client);
   client.sendCommand = ((command: Sent, ...rest: unknown[]): unknown => {
-    if (gate !== undefined && command.name === 'getrange') {
+    if (gate !== undefined && command.name === holds) {
       const answer = command.resolve;
       const held = gate.promise;
       command.resolve = (v: unknown) => void held.then(() => answer(v));
+      holding = true;
+      if (once) gate = undefined;
     }
     return (send as (...a: unknown[]) => unknown)(command, ...rest);
   });
+  let released: ReturnType<typeof deferred<void>> | undefined;
   return {
     client,
-    hold: () => (gate = deferred<void>()),
+    hold: () => {
+      holds = 'getrange';
+      once = false;
+      return (released = gate = deferred<void>());
+    },
+    /** Holds the reply of the next command named `name` only. */
+    holdNext: (name: string) => {
+      holds = name;
+      once = true;
+      released = gate = deferred<void>();
+    },
+    holding: () => holding,
     release: () => {
-      gate?.resolve();
+      released?.resolve();
       gate = undefined;
     },
   };
@@ -150,6 +167,29 @@ describe("ioredis without auto-pipelining: the plain reads of one tick go out to
       expect(await answers).toEqual(['X', 'Y', 'loaded']);
       // Only the wrong key's reads report it (its re-read under the lock reports it again).
       expect(new Set(decodeErrors)).toEqual(new Set(['wrong']));
+    } finally {
+      await done();
+    }
+  });
+});
+
+describe('a tag note detaches the reads out', () => {
+  it('a call that starts after deleteByTag resolved does not share a read whose tag check ran before it', async () => {
+    const { a, b, held, done } = await pair();
+    try {
+      await b.set('k', 'old', { ttl: 60_000, tags: ['t'] });
+      // A tagged hit first: the tag check's script is loaded on a's connection (EVALSHA from now on).
+      await b.set('w2', 'x', { ttl: 60_000, tags: ['other'] });
+      expect(await a.getOrCompute('w2', () => 'loaded', 60_000)).toBe('x');
+      // Hold the reply of the first script a sends: the tag check of the read below (its GETRANGE went through).
+      held.holdNext('evalsha');
+      const early = a.getOrCompute('k', () => 'loaded', 60_000);
+      await vi.waitFor(() => expect(held.holding()).toBe(true));
+      await b.deleteByTag('t'); // resolves once a acknowledged the note
+      const late = a.getOrCompute('k', () => 'loaded', 60_000);
+      held.release();
+      expect(await early).toBe('old'); // it started before the deleteByTag
+      expect(await late).toBe('loaded'); // its own read: the entry is invalid by the tag
     } finally {
       await done();
     }
