@@ -372,6 +372,52 @@ describe.each<Family>(['ioredis', 'ioredis6', 'node-redis', 'node-redis5'])('Red
       expect(await b.get('e4')).toBe('other');
     });
 
+    it("what a hit costs: untagged, one command on its entry's master; tagged from Redis, that and one script on the records' master; tagged from L1, none", async () => {
+      const prefix = `${family}-tg6`;
+      const a = await cache('tg6', { local: false });
+      const l1 = await cache('tg6', { local: { max: 100 } });
+      expect(await a.ready()).toBe(true);
+      const admin = clusterClient(true);
+      await admin.ping();
+      const masters = admin.nodes('master');
+      const ranges = await admin.cluster('SLOTS');
+      const masterOf = (slot: number) => String(ranges.find(([from, to]) => slot >= from && slot <= to)?.[2]?.[1]);
+      const recordsMaster = masterOf(Number(await admin.cluster('KEYSLOT', tagRecordKey(prefix, '', 'x'))));
+      // A tagged key whose entry is on another master than the records.
+      const key = Array.from({ length: 50 }, (_, i) => `tagged${i}`).find((k) => masterOf(hashSlot(k)) !== recordsMaster) as string;
+      await a.set('plain', 'p', 60_000);
+      await a.set(key, 't', { ttl: 60_000, tags: ['x'] });
+      await a.get('plain'); // each node's clock sampled: hits are plain reads from now on
+      await a.get(key);
+      // The reads each master ran meanwhile (INFO commandstats): plain reads and scripts — the commands
+      // a script runs are counted too, and nothing else the cache sends on a hit (heartbeats are PINGs).
+      const READS = /^(getrange|evalsha|evalsha_ro|eval|eval_ro)$/;
+      const stats = async () =>
+        Object.fromEntries(
+          await Promise.all(
+            masters.map(async (n) => {
+              const counts = new Map<string, number>();
+              for (const m of (await n.info('commandstats')).matchAll(/cmdstat_([^:]+):calls=(\d+)/g)) if (READS.test(m[1] as string)) counts.set(m[1] as string, Number(m[2]));
+              return [String(n.options.port), counts] as const;
+            }),
+          ),
+        );
+      /** What `read` of `entry` sent, as `command@node`: node 'entry' (its entry's master), 'records' (the records' master) or a port. */
+      const sentBy = async (entry: string, read: () => Promise<unknown>): Promise<string[]> => {
+        const before = await stats();
+        await read();
+        const after = await stats();
+        const where = (port: string) => (port === masterOf(hashSlot(entry)) ? 'entry' : port === recordsMaster ? 'records' : port);
+        const out: string[] = [];
+        for (const [port, counts] of Object.entries(after)) for (const [cmd, n] of counts) for (let i = before[port]?.get(cmd) ?? 0; i < n; i++) out.push(`${cmd}@${where(port)}`);
+        return out.sort();
+      };
+      expect(await sentBy('plain', async () => expect(await a.get('plain')).toBe('p'))).toEqual(['getrange@entry']);
+      expect(await sentBy(key, async () => expect(await a.get(key)).toBe('t'))).toEqual(['evalsha@records', 'getrange@entry']);
+      await l1.set(key, 't', { ttl: 60_000, tags: ['x'] });
+      expect(await sentBy(key, async () => expect(await l1.get(key)).toBe('t'))).toEqual([]);
+    });
+
     it("namespaces: ns.deleteByTag reaches only its entries (and its nested namespaces'); cache.deleteByTag reaches namespaced ones", async () => {
       const [a, b] = await pair('tg5');
       const users = a.namespace('users');
