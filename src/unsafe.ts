@@ -8,4 +8,6 @@ export interface UnsafeSwitches {
   clockSkewMs?: number;
   /** Negative control (tags tests): a tagged write carries the server's time at the write instead of its grant's (store.ts). */
   tagSnapshotAtWrite?: boolean;
+  /** Negative control (Cluster tags tests): a tagged entry read from Redis is served without the check of its tag records (store.ts). */
+  tagReadUnchecked?: boolean;
 }
