@@ -1,4 +1,5 @@
 import type { Batch, Reply } from './batch.js';
+import { InvalidOptionError } from './errors.js';
 import { isNoPerm, isWrongType } from './client/port.js';
 import { decodeEntry, encodeStorable, type Envelope } from './codec.js';
 import { entryState, type EntryFacts, type EntryState, type RefreshPolicy } from './entry.js';
@@ -354,6 +355,16 @@ export class Store {
     ]);
     grant.markReleased();
     return accepted === 1 ? (valid === false ? 'superseded' : 'accepted') : accepted === -1 ? 'fenceLost' : 'superseded';
+  }
+
+  /**
+   * Throws InvalidOptionError (naming `ctx.setOptions.tags`, before the write) where a loader's tags
+   * cannot be honoured: on a Cluster, a call that declared no `tags` took no grant time on the records'
+   * node (THE TAG RULE, On a Cluster), so its loader may not add any; `tags: []` declares them.
+   */
+  assertTaggable(key: string, callTags: readonly string[] | undefined, loaderTags: readonly string[] | undefined): void {
+    if (this.tags?.apart !== true || callTags !== undefined || loaderTags === undefined || loaderTags.length === 0) return;
+    throw new InvalidOptionError('ctx.setOptions.tags', loaderTags, "on a Cluster client, tags from the loader need the call to declare tags (tags: [] will do): only such a call takes its grant time on the tag records' node", key);
   }
 
   /** The records of a tagged write; a store without tags cannot write one. */

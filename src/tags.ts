@@ -291,8 +291,10 @@ export class TagRecords {
    * Undefined on a standalone Redis: the acquire script takes G itself.
    */
   grantApart(key: string, tags: readonly string[] | undefined): Promise<GrantTime> | undefined {
-    if (!this.d.port.cluster) return undefined;
-    const records = tags === undefined ? [] : this.records(key, tags);
+    // A call that declares no tags costs the records' node nothing, and does not wait on it: its
+    // loader may not add tags on a Cluster (Store.assertTaggable), so its entry never needs a G.
+    if (!this.d.port.cluster || tags === undefined) return undefined;
+    const records = this.records(key, tags);
     const run = (): Promise<unknown> => this.d.port.run(GRANT_APART(records.length), [this.anchor, ...records], [RECORD_TTL_MS]);
     return this.d.io.run('acquire', run, this.on(key)).then(Number, (error: unknown) => (error instanceof Error ? error : new Error(String(error))));
   }

@@ -202,7 +202,7 @@ export class RedlockLock implements Locker {
       const { args: tags, apart } = tagGrant(this.deps, key, call);
       let scriptG: number | undefined;
       [granted, fence, scriptG] = (await io.run('acquire', () => scripts.acquireTagged(keys.lock, keys.fence, keys.backoff, '', 0, call.lockTtl, false, tags), key)) as [number, number, number | undefined];
-      grantedAt = grantTimeOf(scriptG, await apart, call);
+      grantedAt = grantTimeOf(scriptG, await apart);
     } catch (err) {
       await giveUp();
       throw err;

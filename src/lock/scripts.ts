@@ -107,9 +107,11 @@ end
  *   - G is taken there (TAG_GRANT_APART: it creates the call's missing records as above) by a script
  *     sent alongside the grant's acquire (it may run a little before or after it, on its own node),
  *     and the loader starts only once both answered: the load reads its source after G, so an
- *     invalidation it may have missed (set before that read) has D > G. Every single-key grant takes
- *     it, tags or not: a loader may tag its entry, and a G taken later (at the write, or when the
- *     loader names a tag) would let a load that read its source before a deleteByTag land after it.
+ *     invalidation it may have missed (set before that read) has D > G. The grant of every call that
+ *     declares tags takes it (`tags: []` included), and only such a call's loader may add tags there
+ *     (Store.assertTaggable): a G taken later (at the write, or when the loader names a tag) would let
+ *     a load that read its source before a deleteByTag land after it. A call that declares none
+ *     sends nothing to the records' node.
  *   - The write is not refused (it cannot read the records): a tagged entry written after an
  *     invalidation it was granted before lands, and is never served, because every read of a tagged
  *     entry from Redis judges it against its records first (tags.ts, store.ts `vetted`): the read is

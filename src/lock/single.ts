@@ -41,14 +41,14 @@ export function tagGrant(deps: LockDeps, key: string, call: ResolvedCall): { rea
 }
 
 /**
- * The grant's G, once its acquire was granted: the script's own, or on a Cluster `apart`'s. A call
- * with tags whose G could not be taken apart has no grant (throws that error; the caller frees what
- * the acquire took); one without gets no G (a tag its loader adds then makes its entry invalid).
+ * The grant's G, once its acquire was granted: the script's own, or on a Cluster `apart`'s (taken only
+ * for a call that declares tags, `tags: []` included: only such a call's loader may add tags there).
+ * A call whose G could not be taken apart has no grant (throws that error; the caller frees what the
+ * acquire took).
  */
-export function grantTimeOf(scriptG: number | undefined, apart: GrantTime | undefined, call: ResolvedCall): number | undefined {
+export function grantTimeOf(scriptG: number | undefined, apart: GrantTime | undefined): number | undefined {
   if (!(apart instanceof Error)) return apart ?? scriptG;
-  if (call.tags !== undefined && call.tags.length > 0) throw apart;
-  return undefined;
+  throw apart;
 }
 
 /**
@@ -85,7 +85,7 @@ export class StoreLock implements Locker {
     const [, fence, scriptG, ...read] = reply as [1, number, number, number, Buffer | number];
     let grantedAt: number | undefined;
     try {
-      grantedAt = grantTimeOf(scriptG, elsewhere, call);
+      grantedAt = grantTimeOf(scriptG, elsewhere);
     } catch (error) {
       attempt.undo?.();
       throw error;

@@ -21,6 +21,7 @@ export async function writeEntry(t: Trip, grant: Grant, value: unknown, loadMs: 
   const refreshAhead = overrides?.refreshAhead;
   // The call's tags and its loader's together (THE TAG RULE judges them all against the grant).
   const tags = entryTags(t.call.tags, overrides?.tags, key);
+  d.store.assertTaggable(key, t.call.tags, overrides?.tags); // InvalidOptionError, nothing written
   const ttl = writeTtl(call);
   // Redis counts the ttl from when it ran the write: L1's copy starts counting when it was sent.
   const sent = d.clock.now();

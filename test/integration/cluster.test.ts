@@ -321,13 +321,17 @@ describe.each<Family>(['ioredis', 'ioredis6', 'node-redis', 'node-redis5'])('Red
       await before;
     });
 
-    it('tags chosen by the loader (ctx.setOptions) count from the grant: a deleteByTag during the load leaves its value unserved', async () => {
+    it('tags chosen by the loader (ctx.setOptions) count from the grant: a deleteByTag during the load leaves its value unserved; a call that declares no tags may not add any (ERR_INVALID_OPTION, nothing written)', async () => {
       const [a, b] = await pair('tg3');
+      // Only a call that declares tags takes its grant time on the records' node: `tags: []` does.
+      const declared = { ttl: 60_000, tags: [] };
+      await expect(a.getOrCompute('lc', (ctx) => (ctx.setOptions({ tags: ['org:9'] }), 'undeclared'), 60_000)).rejects.toMatchObject({ code: 'ERR_INVALID_OPTION', option: 'ctx.setOptions.tags' });
+      expect(await b.get('lc')).toBeUndefined();
       // A tag without a record yet (its first use) is unknown at the grant: that first value is not
       // served from Redis (one more load, once); the next lands.
-      expect(await a.getOrCompute('lc', (ctx) => (ctx.setOptions({ tags: ['org:9'] }), 'v-first'), 60_000)).toBe('v-first');
+      expect(await a.getOrCompute('lc', (ctx) => (ctx.setOptions({ tags: ['org:9'] }), 'v-first'), declared)).toBe('v-first');
       expect(await b.get('lc')).toBeUndefined();
-      expect(await a.getOrCompute('lc', (ctx) => (ctx.setOptions({ tags: ['org:9'] }), 'v0'), 60_000)).toBe('v0');
+      expect(await a.getOrCompute('lc', (ctx) => (ctx.setOptions({ tags: ['org:9'] }), 'v0'), declared)).toBe('v0');
       expect(await b.get('lc')).toBe('v0');
       await a.deleteByTag('org:9');
       expect(await b.get('lc')).toBeUndefined();
@@ -335,7 +339,7 @@ describe.each<Family>(['ioredis', 'ioredis6', 'node-redis', 'node-redis5'])('Red
       // A load granted before a deleteByTag, whose loader names the tag only afterwards.
       const gate = deferred<void>();
       const started = deferred<void>();
-      const call = a.getOrCompute('lc', async (ctx) => (started.resolve(), await gate.promise, ctx.setOptions({ tags: ['org:9'] }), 'v-old'), 60_000);
+      const call = a.getOrCompute('lc', async (ctx) => (started.resolve(), await gate.promise, ctx.setOptions({ tags: ['org:9'] }), 'v-old'), declared);
       await started.promise;
       await b.deleteByTag('org:9');
       const rejected = nextEvent(a, 'writeRejected');
@@ -344,7 +348,7 @@ describe.each<Family>(['ioredis', 'ioredis6', 'node-redis', 'node-redis5'])('Red
       await rejected;
       expect(await b.get('lc')).toBeUndefined();
       expect(await a.get('lc')).toBeUndefined();
-      expect(await b.getOrCompute('lc', (ctx) => (ctx.setOptions({ tags: ['org:9'] }), 'v1'), 60_000)).toBe('v1');
+      expect(await b.getOrCompute('lc', (ctx) => (ctx.setOptions({ tags: ['org:9'] }), 'v1'), declared)).toBe('v1');
       expect(await a.get('lc')).toBe('v1');
     });
 
@@ -372,7 +376,7 @@ describe.each<Family>(['ioredis', 'ioredis6', 'node-redis', 'node-redis5'])('Red
       expect(await b.get('e4')).toBe('other');
     });
 
-    it("what a hit costs: untagged, one command on its entry's master; tagged from Redis, that and one script on the records' master; tagged from L1, none", async () => {
+    it("what a hit costs: untagged, one command on its entry's master; tagged from Redis, that and one script on the records' master; tagged from L1, none; an untagged miss sends nothing to the records' master", async () => {
       const prefix = `${family}-tg6`;
       const a = await cache('tg6', { local: false });
       const l1 = await cache('tg6', { local: { max: 100 } });
@@ -416,6 +420,11 @@ describe.each<Family>(['ioredis', 'ioredis6', 'node-redis', 'node-redis5'])('Red
       expect(await sentBy(key, async () => expect(await a.get(key)).toBe('t'))).toEqual(['evalsha@records', 'getrange@entry']);
       await l1.set(key, 't', { ttl: 60_000, tags: ['x'] });
       expect(await sentBy(key, async () => expect(await l1.get(key)).toBe('t'))).toEqual([]);
+      // A miss of a call that declares no tags: its grant, load and write, none on the records' master.
+      const miss = Array.from({ length: 50 }, (_, i) => `miss${i}`).find((k) => masterOf(hashSlot(k)) !== recordsMaster) as string;
+      const sent = await sentBy(miss, async () => expect(await a.getOrCompute(miss, () => 'loaded', 60_000)).toBe('loaded'));
+      expect(sent.length).toBeGreaterThan(0);
+      expect(sent.filter((c) => c.endsWith('@records'))).toEqual([]);
     });
 
     it("namespaces: ns.deleteByTag reaches only its entries (and its nested namespaces'); cache.deleteByTag reaches namespaced ones", async () => {
