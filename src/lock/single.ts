@@ -5,7 +5,7 @@ import type { Io } from '../io.js';
 import type { EntryKeys } from '../keys.js';
 import type { Clock, LockMode, ResolvedCall } from '../options.js';
 import type { NoteRoute } from '../wake.js';
-import type { AcquireReadReply, Scripts } from './scripts.js';
+import type { AcquireReadReply, Scripts, TagGrantArgs } from './scripts.js';
 import { announceInStore, ReleaseOnce, silentInStore, type ReleaseRetries } from './grant.js';
 import type { AcquireOptions, Grant, Locker, ReleaseOutcome, ReleaseResult } from './types.js';
 import { Watchdog, type Extension } from './watchdog.js';
@@ -46,8 +46,7 @@ export class StoreLock implements Locker {
     const { scripts } = this.deps;
     // Only an exclusive grant's rebuilder re-reads (src/protocol/rebuild.ts): a fence-only grant reads nothing.
     const readUpTo = this.exclusive && opts.ignoreBackoff !== true ? opts.readUpTo : undefined;
-    // Every single-key grant takes its time G (THE TAG RULE): a loader may tag its entry (ctx.setOptions).
-    const tags = { records: call.tags === undefined ? [] : (this.deps.tagRecords?.(key, call.tags) ?? []), recordTtl: RECORD_TTL_MS };
+    const tags = this.tagGrant(key, call);
     const send =
       readUpTo === undefined
         ? () => scripts.acquireTagged(keys.lock, keys.fence, keys.backoff, attempt.token, attempt.lockTtl, call.lockTtl, opts.ignoreBackoff === true, tags)
@@ -64,6 +63,14 @@ export class StoreLock implements Locker {
   }
 
   /**
+   * Every grant takes its time G (THE TAG RULE), tagged call or not: a loader may tag its entry
+   * (`ctx.setOptions`, a batch loader's per key). The call's own tags' missing records are created with it.
+   */
+  private tagGrant(key: string, call: ResolvedCall): TagGrantArgs {
+    return { records: call.tags === undefined ? [] : (this.deps.tagRecords?.(key, call.tags) ?? []), recordTtl: RECORD_TTL_MS };
+  }
+
+  /**
    * Many keys' acquisitions in one pipelined round trip per hash slot (getOrComputeMany's misses):
    * each answered as `acquire` would answer it — a grant, null (held by another), or the error
    * `acquire` would throw (OriginBackoffError, RedisUnavailableError) — in the order of `items`.
@@ -74,9 +81,9 @@ export class StoreLock implements Locker {
       'acquire',
       items.map((it) => it.key),
       (scripts, i) => {
-        const { keys, call } = items[i] as ManyItem;
+        const { key, keys, call } = items[i] as ManyItem;
         const a = attempts[i] as Attempt;
-        void scripts.acquire(keys.lock, keys.fence, keys.backoff, a.token, a.lockTtl, call.lockTtl, false);
+        void scripts.acquireTagged(keys.lock, keys.fence, keys.backoff, a.token, a.lockTtl, call.lockTtl, false, this.tagGrant(key, call));
       },
       // A grant's state a failover must not lose: with replicaAck on, each group is confirmed by WAIT.
       (i) => (items[i] as ManyItem).keys.lock,
@@ -89,7 +96,9 @@ export class StoreLock implements Locker {
         return reply.error instanceof Error ? reply.error : new Error(String(reply.error));
       }
       try {
-        return a.answered(reply.value as [number, number], false);
+        // Granted: {1, fence, G}; else {0, pttl} or {2, pttl}.
+        const [granted, fenceOrPttl, grantedAt] = reply.value as [number, number, number | undefined];
+        return a.answered([granted, fenceOrPttl], false, grantedAt);
       } catch (error) {
         return error as Error;
       }
