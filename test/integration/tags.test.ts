@@ -408,6 +408,59 @@ describe('deleteByTag reaches only what may carry its tags (in-process loads, ea
   });
 });
 
+describe('set() with tags: its process keeps no L1 copy once a tag note reached it', () => {
+  // Negative controls (reverted fixes): without the `heard.reachedSince` check of set()'s write
+  // (writes.ts), 'expireByTag heard while its grant was out' fails (a's own get answers 'v-set' from
+  // L1); without it and L1's tag floor (local-tier.ts `fillable`), the 'write was out' case fails too.
+  // deleteByTag refuses the write itself: no copy either way.
+  const stale = { ttl: 60_000, staleTtl: 30_000, tags: ['org:3'] };
+
+  /** Holds a's next set() once its grant came back ('grant') or just before its write is sent ('write'), until open(). */
+  function pauseSet(cache: Cache, window: 'grant' | 'write') {
+    type Fn = (...args: unknown[]) => Promise<unknown>;
+    const deps = (cache as unknown as { rt: { deps: { fenceOnly: { acquire: Fn }; store: { write: Fn } } } }).rt.deps;
+    const paused = deferred<void>();
+    const gate = deferred<void>();
+    if (window === 'grant') {
+      const acquire = deps.fenceOnly.acquire.bind(deps.fenceOnly);
+      deps.fenceOnly.acquire = async (...args) => {
+        const grant = await acquire(...args);
+        paused.resolve();
+        await gate.promise;
+        return grant;
+      };
+      return { paused: paused.promise, open: () => ((deps.fenceOnly.acquire = acquire), gate.resolve()) };
+    }
+    const write = deps.store.write.bind(deps.store);
+    deps.store.write = async (...args) => (paused.resolve(), await gate.promise, write(...args));
+    return { paused: paused.promise, open: () => ((deps.store.write = write), gate.resolve()) };
+  }
+
+  it.each([
+    ['expireByTag', 'grant'],
+    ['expireByTag', 'write'],
+    ['deleteByTag', 'grant'],
+    ['deleteByTag', 'write'],
+  ] as const)('%s heard while its %s was out: no L1 copy, no fresh answer in any process', async (how, window) => {
+    const [a, b] = pair();
+    await ready(a, b);
+    const held = pauseSet(a, window);
+    const setting = a.set('k', 'v-set', stale);
+    await held.paused;
+    await (how === 'expireByTag' ? b.expireByTag('org:3') : b.deleteByTag('org:3')); // resolves once a acknowledged its note
+    held.open();
+    await setting;
+
+    const hits = a.stats().localHits;
+    expect(await a.get('k')).toBeUndefined();
+    expect(a.stats().localHits).toBe(hits);
+    expect(await b.get('k')).toBeUndefined();
+    // expireByTag refuses no write: the value landed, stale (served at once while one rebuild runs);
+    // deleteByTag refused it: a miss.
+    expect(await b.getOrCompute('k', () => 'new', stale)).toBe(how === 'expireByTag' ? 'v-set' : 'new');
+  });
+});
+
 describe('getOrComputeMany with tags: each key as a getOrCompute of it', () => {
   // SG_NEGATIVE_CONTROL=tag-snapshot-at-write: the worker's writes carry the time of the write instead
   // of their grant's (UNSAFE.tagSnapshotAtWrite), so its paused batch lands: both tests below must fail.
