@@ -15,7 +15,6 @@ import type { CacheHealth } from './health.js';
 import type { CacheStats } from './telemetry.js';
 import { invalidateTags, remove, removeMany, set } from './writes.js';
 import type { TagInvalidation } from './tags.js';
-import { InvalidOptionError } from './errors.js';
 import { tagsToDelete } from './options/fields.js';
 
 export type { Loader, LoaderContext } from './loader.js';
@@ -111,8 +110,6 @@ export class Cache extends EventEmitter<CacheEvents> {
    */
   async getOrComputeMany<T>(keys: readonly string[], loadMany: BatchLoader<T>, ttlOrOptions?: number | CallOptions): Promise<(T | undefined)[]> {
     this.guard.keys(keys);
-    // Tags on batches come in a later release: refused rather than silently dropped.
-    if (typeof ttlOrOptions === 'object' && ttlOrOptions !== null && ttlOrOptions.tags !== undefined) throw new InvalidOptionError('tags', ttlOrOptions.tags, 'no tags on getOrComputeMany (not supported yet: tag each key with getOrCompute or set)');
     return (await getOrComputeMany(this.rt, this.guard, keys, loadMany, ttlOrOptions)) as (T | undefined)[];
   }
 

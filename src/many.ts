@@ -7,7 +7,7 @@ import { entryKeys, type EntryKeys } from './keys.js';
 import { runLoader, type LoaderContext, type LoadResult } from './loader.js';
 import { StoreLock, type ManyItem } from './lock/single.js';
 import type { Grant, Locker } from './lock/types.js';
-import type { CallOptions, ResolvedCall } from './options.js';
+import { validateEntryOptions, type CallOptions, type EntryOptions, type ResolvedCall } from './options.js';
 import type { Guard } from './guards.js';
 import { getOrCompute } from './compute.js';
 import type { Runtime } from './runtime.js';
@@ -22,6 +22,15 @@ export interface BatchLoaderContext {
   readonly signal: AbortSignal;
   /** The fencing token of each key this call loads (its grant's), for loaders that fence their own writes. */
   readonly fencingTokens: ReadonlyMap<string, number | undefined>;
+  /**
+   * Sets options for the entry of one key this call loads (`key`: one of `missing`), as a loader's
+   * `ctx.setOptions` does for its own entry: any of `ttl`, `staleTtl`, `failSafeTtl`, `refreshAhead`
+   * and `tags` (added to the call's `tags`), validated like the call options of those names. Several
+   * calls for a key merge (the later value of a name wins). A bad value throws `InvalidOptionError`
+   * here and fails that key (not the others) for its callers with it, even if the loader catches it:
+   * nothing is written for it. A key this call does not load throws `InvalidOptionError` too.
+   */
+  readonly setOptions: (key: string, options: EntryOptions) => void;
 }
 
 /**
@@ -140,8 +149,57 @@ function observedAnswers(): Map<string, Promise<unknown>> {
 }
 
 /** A key's loader when it goes the single-key way: the batch's loadMany, asked for that key alone. */
-const singleLoader = (loadMany: BatchLoader<unknown>) => (key: string) => (ctx: LoaderContext) =>
-  pick(loadMany([key], { signal: ctx.signal, fencingTokens: new Map([[key, ctx.fencingToken]]) }), key);
+const singleLoader = (loadMany: BatchLoader<unknown>) => (key: string) => (ctx: LoaderContext) => pick(loadMany([key], singleKeyContext(key, ctx)), key);
+
+/** `loadMany([key])`'s ctx inside that key's own load (`ctx`): its setOptions is the load's own. */
+export function singleKeyContext(key: string, ctx: Pick<LoaderContext, 'signal' | 'fencingToken' | 'setOptions'>): BatchLoaderContext {
+  return {
+    signal: ctx.signal,
+    fencingTokens: new Map([[key, ctx.fencingToken]]),
+    setOptions: (k, options) => {
+      if (k !== key) throw notLoaded(k);
+      ctx.setOptions(options);
+    },
+  };
+}
+
+const notLoaded = (key: unknown): InvalidOptionError =>
+  new InvalidOptionError('ctx.setOptions', key, 'a key this loadMany call loads (one of `missing`)', typeof key === 'string' ? key : undefined);
+
+/**
+ * What one loadMany call set per key through `ctx.setOptions(key, options)`. Each key's own load
+ * (its trip's loader, once the call settled) replays it through its own ctx.setOptions, so a key's
+ * options and tags take the single-key path from there: its write, THE TAG RULE judging its tags
+ * against its grant, THE JOIN RULE, and a bad value failing that key alone.
+ */
+class KeyedOptions {
+  /** Per key: each valid call's options (validated copies), and the first bad one's, as given. */
+  private readonly given = new Map<string, { valid: EntryOptions[]; invalid?: { options: unknown; error: unknown } }>();
+
+  constructor(private readonly keys: ReadonlySet<string>) {}
+
+  readonly setOptions = (key: string, options: EntryOptions): void => {
+    if (!this.keys.has(key)) throw notLoaded(key);
+    let given = this.given.get(key);
+    if (given === undefined) this.given.set(key, (given = { valid: [] }));
+    try {
+      given.valid.push(validateEntryOptions(options, key));
+    } catch (error) {
+      given.invalid ??= { options, error };
+      throw error;
+    }
+  };
+
+  /** Hands `key`'s options to its own load's ctx; a bad one throws there (the load is then refused as invalid). */
+  replay(key: string, ctx: LoaderContext): void {
+    const given = this.given.get(key);
+    if (given === undefined) return;
+    for (const options of given.valid) ctx.setOptions(options);
+    if (given.invalid === undefined) return;
+    ctx.setOptions(given.invalid.options as EntryOptions); // throws again: the key's load is invalid
+    throw given.invalid.error; // the options changed since (mutated): still a failure of that key
+  }
+}
 
 /** L1 answers its fresh keys (not due for refresh ahead); a stale or due key goes the single-key way. Returns the keys to read. */
 function answerFromL1(run: BatchRun, unique: readonly string[]): string[] {
@@ -237,11 +295,20 @@ async function lockAndLoad(h: ManyHost, led: readonly Led[], loadMany: BatchLoad
   // An exclusive grant whose re-read finds the work done loads nothing (the rule of rebuild()).
   const toLoad = won.filter((w, i) => !(w.grant.exclusive && doneOnReread(again[i], { kind: 'fresh', bypassed: bypassedBy(w.entry) })));
   const tokens = new Map(won.map((w) => [w.entry.key, w.grant.fence as number | undefined]));
-  const loaded = toLoad.length === 0 ? undefined : loadOnce(d, loadMany, toLoad.map((w) => w.entry.key), tokens, (toLoad[0] as { entry: Led }).entry.call, toLoad.map((w) => w.entry.stop));
+  const keyed = new KeyedOptions(new Set(toLoad.map((w) => w.entry.key)));
+  const loaded = toLoad.length === 0 ? undefined : loadOnce(d, loadMany, toLoad.map((w) => w.entry.key), { fencingTokens: tokens, setOptions: keyed.setOptions }, (toLoad[0] as { entry: Led }).entry.call, toLoad.map((w) => w.entry.stop));
   // Observed here: if close() stops every rebuild before it picks its value, nobody else reads it.
   loaded?.catch(() => undefined);
   won.forEach((w, i) => {
-    const loader = (): Promise<unknown> => pick(loaded as Promise<Map<string, unknown>>, w.entry.key);
+    const { key } = w.entry;
+    // Replayed in `finally`: a bad setOptions for this key decides its load even if loadMany then threw (as for a single loader).
+    const loader = async (ctx: LoaderContext): Promise<unknown> => {
+      try {
+        return await pick(loaded as Promise<Map<string, unknown>>, key);
+      } finally {
+        keyed.replay(key, ctx);
+      }
+    };
     w.entry.answer((trip) => trip.withLoader(loader).answerWon(w.entry.found, w.grant, () => again[i]));
   });
 }
@@ -312,10 +379,10 @@ async function readAll(h: ManyHost, keys: readonly string[], serves: (key: strin
  * every call it loads for stopped (their callers all left): then it is a cancellation, not a failure.
  * Resolves its Map or rejects.
  */
-async function loadOnce(d: ProtocolDeps, loadMany: BatchLoader<unknown>, keys: string[], fencingTokens: ReadonlyMap<string, number | undefined>, call: ResolvedCall, stops: readonly (Stop | undefined)[]): Promise<Map<string, unknown>> {
+async function loadOnce(d: ProtocolDeps, loadMany: BatchLoader<unknown>, keys: string[], ctx: Omit<BatchLoaderContext, 'signal'>, call: ResolvedCall, stops: readonly (Stop | undefined)[]): Promise<Map<string, unknown>> {
   const everyStopped = allAborted(stops.map((s) => s?.signal));
   try {
-    const result: LoadResult = await runLoader((ctx) => loadMany(keys, { signal: ctx.signal, fencingTokens }), {
+    const result: LoadResult = await runLoader((run) => loadMany(keys, { signal: run.signal, fencingTokens: ctx.fencingTokens, setOptions: ctx.setOptions }), {
       key: keys[0] as string,
       fencingToken: undefined,
       staleValue: undefined,

@@ -5,9 +5,9 @@ import type { Io } from './io.js';
 import type { OwnKey } from './node-of.js';
 import type { Clock } from './options.js';
 import type { LoaderContext } from './loader.js';
-import type { BatchLoader } from './many.js';
+import { singleKeyContext, type BatchLoader } from './many.js';
 import type { DegradedMemo } from './degraded-memo.js';
-import type { CallOptions } from './options.js';
+import type { CallOptions, EntryOptions } from './options.js';
 import { script, type RedisPort } from './client/port.js';
 import { tagsToDelete } from './options/fields.js';
 import type { TagInvalidation } from './tags.js';
@@ -573,7 +573,8 @@ export class Namespace {
     const toInternal = new Map(internal.map((k, i) => [keys[i] as string, k]));
     const translated: BatchLoader<T> = async (missing, ctx) => {
       const tokens = new Map([...ctx.fencingTokens].map(([k, t]) => [toUser.get(k) as string, t]));
-      const found = await loadMany(missing.map((k) => toUser.get(k) as string), { signal: ctx.signal, fencingTokens: tokens });
+      const setOptions = (k: string, options: EntryOptions): void => ctx.setOptions(toInternal.get(k) ?? k, options);
+      const found = await loadMany(missing.map((k) => toUser.get(k) as string), { signal: ctx.signal, fencingTokens: tokens, setOptions });
       if (!(found instanceof Map)) return found;
       return new Map([...found].flatMap(([k, v]) => (toInternal.has(k) ? [[toInternal.get(k) as string, v] as const] : [])));
     };
@@ -589,7 +590,7 @@ export class Namespace {
   private async degradedMany<T>(keys: readonly string[], loadMany: BatchLoader<T>, ttlOrOptions: number | CallOptions | undefined, at: Unknown): Promise<(T | undefined)[]> {
     if (typeof loadMany !== 'function') throw new InvalidOptionError('loadMany', loadMany, 'a function (missing, ctx) => Map<key, value>');
     const one = async (key: string, ctx: LoaderContext): Promise<unknown> => {
-      const found: unknown = await loadMany([key], { signal: ctx.signal, fencingTokens: new Map([[key, undefined]]) });
+      const found: unknown = await loadMany([key], singleKeyContext(key, ctx));
       if (!(found instanceof Map)) throw new InvalidOptionError('loadMany', found, 'loadMany to return a Map<key, value>', key);
       const value: unknown = found.get(key);
       if (value instanceof Error) throw value;

@@ -30,11 +30,17 @@ export interface LockDeps {
   readonly tagGrantApart?: (key: string, tags: readonly string[] | undefined) => Promise<GrantTime> | undefined;
 }
 
+/** A grant's tags part and, on a Cluster, its G taken apart. */
+export interface TagGrant {
+  readonly args: TagGrantArgs;
+  readonly apart: Promise<GrantTime> | undefined;
+}
+
 /**
  * A grant's tags part (THE TAG RULE, lock/scripts.ts): the records its acquire script creates and
  * takes G with — none on a Cluster, where G is taken on the records' node by `apart`, sent alongside.
  */
-export function tagGrant(deps: LockDeps, key: string, call: ResolvedCall): { readonly args: TagGrantArgs; readonly apart: Promise<GrantTime> | undefined } {
+export function tagGrant(deps: LockDeps, key: string, call: ResolvedCall): TagGrant {
   const apart = deps.tagGrantApart?.(key, call.tags);
   const records = apart !== undefined || call.tags === undefined ? [] : (deps.tagRecords?.(key, call.tags) ?? []);
   return { args: { records, recordTtl: RECORD_TTL_MS }, apart };
@@ -69,7 +75,7 @@ export class StoreLock implements Locker {
     const { scripts } = this.deps;
     // Only an exclusive grant's rebuilder re-reads (src/protocol/rebuild.ts): a fence-only grant reads nothing.
     const readUpTo = this.exclusive && opts.ignoreBackoff !== true ? opts.readUpTo : undefined;
-    // Every single-key grant takes its time G (THE TAG RULE): a loader may tag its entry (ctx.setOptions).
+    // Every grant takes its time G (THE TAG RULE): a loader may tag its entry (ctx.setOptions).
     const { args: tags, apart } = tagGrant(this.deps, key, call);
     const send =
       readUpTo === undefined
@@ -101,18 +107,22 @@ export class StoreLock implements Locker {
    */
   async acquireMany(batch: Batch, items: readonly ManyItem[]): Promise<(Grant | null | Error)[]> {
     const attempts = items.map((it) => this.attempt(it.key, it.keys, it.call));
+    // Each key's G as a single key's (on a Cluster, taken apart for a call that declares tags).
+    const grants = items.map((it) => tagGrant(this.deps, it.key, it.call));
     const replies = await batch.run(
       'acquire',
       items.map((it) => it.key),
       (scripts, i) => {
         const { keys, call } = items[i] as ManyItem;
         const a = attempts[i] as Attempt;
-        void scripts.acquire(keys.lock, keys.fence, keys.backoff, a.token, a.lockTtl, call.lockTtl, false);
+        void scripts.acquireTagged(keys.lock, keys.fence, keys.backoff, a.token, a.lockTtl, call.lockTtl, false, (grants[i] as TagGrant).args);
       },
       // A grant's state a failover must not lose: with replicaAck on, each group is confirmed by WAIT.
       (i) => (items[i] as ManyItem).keys.lock,
       (group) => group.forEach((i) => attempts[i]?.undo?.()),
     );
+    // On a Cluster, the Gs taken apart: both answered before any loader starts.
+    const elsewhere: (GrantTime | undefined)[] = grants.some((g) => g.apart !== undefined) ? await Promise.all(grants.map((g) => g.apart ?? Promise.resolve(undefined))) : [];
     return replies.map((reply, i) => {
       const a = attempts[i] as Attempt;
       if (!reply.ok) {
@@ -120,7 +130,17 @@ export class StoreLock implements Locker {
         return reply.error instanceof Error ? reply.error : new Error(String(reply.error));
       }
       try {
-        return a.answered(reply.value as [number, number], false);
+        // Granted: {1, fence, G}; else {0, pttl} or {2, pttl}.
+        const [granted, fenceOrPttl, scriptG] = reply.value as [number, number, number | undefined];
+        if (granted !== 1) return a.answered([granted, fenceOrPttl], false);
+        let grantedAt: number | undefined;
+        try {
+          grantedAt = grantTimeOf(scriptG, elsewhere[i]);
+        } catch (error) {
+          a.undo?.();
+          throw error;
+        }
+        return a.answered([granted, fenceOrPttl], false, grantedAt);
       } catch (error) {
         return error as Error;
       }

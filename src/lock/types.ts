@@ -29,7 +29,8 @@ export interface Grant {
   /**
    * The server's TIME in µs taken by the script that granted it, after it created the call's missing
    * tag records (THE TAG RULE, lock/scripts.ts): a tagged entry written under this grant carries it.
-   * Undefined for grants taken in a batch (getOrComputeMany), which write no tags.
+   * Every grant the lockers take has it, a batch's too (its loader may tag each key); a tagged write
+   * under a grant without it is refused.
    */
   readonly grantedAt?: number | undefined;
   /** The mode this rebuild actually ran under (after any fallback). */

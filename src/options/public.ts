@@ -99,7 +99,8 @@ export interface CallOptions {
    */
   forceFresh?: boolean;
   /**
-   * Tags of the entry this call writes (its loader may add more with `ctx.setOptions({ tags })`):
+   * Tags of the entry this call writes — with getOrComputeMany, of every entry it writes (its loader
+   * may add more with `ctx.setOptions({ tags })`, a batch loader per key with `ctx.setOptions(key, { tags })`):
    * `cache.deleteByTag(tag)` then invalidates it, with every other entry carrying the tag, in every
    * process. At most 32 tags per entry, each a non-empty string of at most 256 characters
    * (`InvalidOptionError` otherwise, before any Redis traffic). Per call

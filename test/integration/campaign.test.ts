@@ -3,10 +3,12 @@
  * while a seeded schedule pauses and kills holders, pauses, kills and restarts Redis (without
  * persistence and with appendfsync always), flushes its scripts, kills the subscribers' connections
  * (CLIENT KILL TYPE pubsub), deletes or evicts (maxmemory + allkeys-lru) fence and lock keys, and
- * starts the workers before Redis is up. Workers record every settle, set and delete; the checker
- * verifies the hard properties on the history. Each property has a negative control that must be
- * caught: fencing off (UNSAFE unfencedWrites) for stale overwrites and superseded reads, an
- * incoherent L1 (UNSAFE incoherentL1) for L1 coherence.
+ * starts the workers before Redis is up. Workers record every settle, set, delete and deleteByTag
+ * (the coherence campaign tags half of its writes); the checker verifies the hard properties on the
+ * history. Each property has a negative control that must be caught: fencing off (UNSAFE
+ * unfencedWrites) for stale overwrites and superseded reads, an incoherent L1 (UNSAFE incoherentL1)
+ * for L1 coherence; for 'no read after deleteByTag', SG_NEGATIVE_CONTROL=tag-snapshot-at-write runs
+ * the coherence campaign with the tag snapshot taken at the write (UNSAFE tagSnapshotAtWrite): it must fail.
  */
 import { fork, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
@@ -23,6 +25,7 @@ import {
   producedAt,
   quantiles,
   recoveryTimes,
+  tagsOfValues,
   type Interval,
   type LoaderRun,
   type Settle,
@@ -38,7 +41,8 @@ const WORKER = fileURLToPath(new URL('../support/campaign-worker.ts', import.met
 const FAMILY = TEST_CLIENT.startsWith('ioredis') ? 'ioredis' : 'node-redis';
 const now = (): number => performance.timeOrigin + performance.now();
 
-type Fault = 'pause-holder' | 'kill-worker' | 'pause-redis' | 'restart-redis' | 'script-flush' | 'kill-pubsub' | 'del-fence-lock' | 'evict' | 'flap';
+/** 'tag-race' is no fault: the campaign (proc 0) makes a deleteByTag of the tags of a load that just began (granted before it). */
+type Fault = 'pause-holder' | 'kill-worker' | 'pause-redis' | 'restart-redis' | 'script-flush' | 'kill-pubsub' | 'del-fence-lock' | 'evict' | 'flap' | 'tag-race';
 
 interface CampaignConfig {
   name: string;
@@ -53,8 +57,11 @@ interface CampaignConfig {
   unsafe?: UnsafeSwitches;
   /** L1 on in every worker. */
   l1?: boolean;
-  /** Shares of get / set / delete / aborting getOrCompute steps (the rest: plain getOrCompute). */
-  mix?: { get: number; set: number; delete: number; abort: number };
+  /**
+   * Shares of get / set / delete / deleteByTag / aborting getOrCompute steps (the rest: plain
+   * getOrCompute); `tagged`: the share of sets and getOrComputes that tag their value with the key's tag.
+   */
+  mix?: { get: number; set: number; delete: number; abort: number; deleteByTag?: number; tagged?: number };
   /** Fresh time of every value; the L1 checks need it well above SUPERSEDE_BOUND. Default TIMING.ttl. */
   ttl?: number;
   /** Start the workers while Redis is down, and only then start it. */
@@ -64,7 +71,9 @@ interface CampaignConfig {
   /**
    * With pause-holder: the campaign (proc 0) deletes the frozen holder's key at once, so its late
    * value, made before that delete, is a superseded value if it is ever served (deterministic, not
-   * left to the random mix landing a delete inside the pause).
+   * left to the random mix landing a delete inside the pause). A tagged load (with `mix.tagged`) is
+   * invalidated by a deleteByTag of its tag instead: its late write must be refused by the tag alone
+   * (the key's fence is not raised).
    */
   deleteWhileFrozen?: boolean;
   /** Redis slow, not down (issue #13 §4): `DEBUG SLEEP 1.5` every 3 s for the whole campaign. */
@@ -103,13 +112,20 @@ const FAIL_BACKOFF = 2000;
  * one or two seconds fleet-wide; every write races a read in its own process.
  */
 const COHERENCE_MIX = { get: 0.2, set: 0.002, delete: 0.002, abort: 0.15 };
+/**
+ * The coherence campaign's: half of the writes tagged (one tag per key, two tags in all, so a
+ * deleteByTag reaches half of the keys), and deleteByTags rarer than deletes: a value a broken tag rule
+ * let through is then read past the bound before the next deleteByTag of its tag removes it (the
+ * campaign's own 'tag-race' makes the races).
+ */
+const TAGGED_MIX = { ...COHERENCE_MIX, deleteByTag: 0.0005, tagged: 0.5 };
 
 interface WorkerHandle {
   proc: number;
   child: ChildProcess;
   loading: number;
-  /** Called (once) on this worker's next loader start. */
-  onLoaderStart?: (key: string) => void;
+  /** Called (once) on this worker's next loader start, with its call's tags. */
+  onLoaderStart?: (key: string, tags: string[] | undefined) => void;
   history: Promise<{ settles: Settle[]; writes: Write[]; runs: LoaderRun[]; unstored: [string, number][]; unhandled: string[]; unsubscribed: Interval[]; resources: string[]; killed: boolean } | undefined>;
 }
 
@@ -174,8 +190,8 @@ async function campaign(c: CampaignConfig) {
     let downSince: number | undefined;
     type Raw = {
       settles?: [string, number, number, boolean, number, string, string, boolean][];
-      writes?: ['set' | 'delete', string, number, number, boolean, string, string][];
-      runs?: [string, number, number, number, string][];
+      writes?: ['set' | 'delete' | 'deleteByTag', string, number, number, boolean, string, string, string][];
+      runs?: [string, number, number, number, string, string][];
       refused?: [string, number, number][];
       unhandled?: string[];
       resources?: string[];
@@ -185,10 +201,11 @@ async function campaign(c: CampaignConfig) {
       for (const [key, start, end, ok, fence, code, value, signal] of m.settles ?? []) {
         acc.settles.push({ proc, key, start, end, ok, code, fence: fence === -1 ? undefined : fence, value: value === '' ? undefined : value, signal });
       }
-      for (const [kind, key, start, end, ok, value, code] of m.writes ?? []) {
-        acc.writes.push({ proc, key, kind, start, end, ok, value: value === '' ? undefined : value, code: code === '' ? undefined : code });
+      const tagList = (tags: string) => (tags === '' ? undefined : tags.split(','));
+      for (const [kind, key, start, end, ok, value, code, tags] of m.writes ?? []) {
+        acc.writes.push({ proc, key, kind, start, end, ok, value: value === '' ? undefined : value, code: code === '' ? undefined : code, tags: tagList(tags) });
       }
-      for (const [key, start, end, fence, value] of m.runs ?? []) acc.runs.push({ proc, key, start, end, fence: fence === -1 ? undefined : fence, value });
+      for (const [key, start, end, fence, value, tags] of m.runs ?? []) acc.runs.push({ proc, key, start, end, fence: fence === -1 ? undefined : fence, value, tags: tagList(tags) });
       for (const [key, fence, at] of m.refused ?? []) acc.unstored.push([unstoredId(proc, key, fence), at]);
       acc.unhandled.push(...(m.unhandled ?? []));
       for (const [up, at] of m.subscription ?? []) {
@@ -201,12 +218,12 @@ async function campaign(c: CampaignConfig) {
     };
     const unsubscribed = () => (downSince === undefined ? acc.unsubscribed : [...acc.unsubscribed, { proc, from: downSince, to: Infinity }]);
     handle.history = new Promise((resolve) => {
-      child.on('message', (m: Raw & { ev: string; key?: string }) => {
+      child.on('message', (m: Raw & { ev: string; key?: string; tags?: string[] }) => {
         if (m.ev === 'loader-start') {
           handle.loading++;
           const hook = handle.onLoaderStart;
           handle.onLoaderStart = undefined;
-          hook?.(m.key ?? '');
+          hook?.(m.key ?? '', m.tags);
         } else if (m.ev === 'loader-end') handle.loading--;
         else if (m.ev === 'batch') take(m);
         else if (m.ev === 'history') {
@@ -249,27 +266,54 @@ async function campaign(c: CampaignConfig) {
     const live = workers.filter((w) => w.child.exitCode === null && w.child.signalCode === null);
     if (fault === 'pause-holder') {
       // Freeze a worker the moment one of its loaders starts: it then holds a lock (and a fence).
-      const frozen = await new Promise<{ holder: WorkerHandle; key: string } | undefined>((resolve) => {
+      const frozen = await new Promise<{ holder: WorkerHandle; key: string; tags: string[] | undefined } | undefined>((resolve) => {
         const timer = setTimeout(() => resolve(undefined), 3000);
         for (const w of live) {
-          w.onLoaderStart = (key) => {
+          w.onLoaderStart = (key, tags) => {
             clearTimeout(timer);
             for (const o of live) o.onLoaderStart = undefined;
             process.kill(w.child.pid as number, 'SIGSTOP');
-            resolve({ holder: w, key });
+            resolve({ holder: w, key, tags });
           };
         }
       });
       if (!frozen) continue;
-      const { holder } = frozen;
+      const { holder, tags } = frozen;
       const from = now();
-      if (c.deleteWhileFrozen) {
+      // A deleteByTag resolves once every process acknowledged its note, the frozen one included, or
+      // after 2 × redisTimeout: it is awaited once the holder runs again.
+      let byTag: Promise<void> | undefined;
+      if (c.deleteWhileFrozen && tags !== undefined) {
+        byTag = writer.deleteByTag(tags).then(
+          () => void parentWrites.push({ proc: 0, key: '', kind: 'deleteByTag', start: from, end: now(), ok: true, tags }),
+          () => void parentWrites.push({ proc: 0, key: '', kind: 'deleteByTag', start: from, end: now(), ok: false, tags }),
+        );
+      } else if (c.deleteWhileFrozen) {
         const ok = await writer.delete(frozen.key).then(() => true, () => false);
         parentWrites.push({ proc: 0, key: frozen.key, kind: 'delete', start: from, end: now(), ok });
       }
       await sleep(c.holderPauseMs ?? TIMING.lockTtl * 2.5);
       process.kill(holder.child.pid as number, 'SIGCONT');
       pauses.push({ proc: holder.proc, from, to: now() });
+      await byTag;
+    } else if (fault === 'tag-race') {
+      // The next tagged load anywhere: its grant came before this deleteByTag, so its write must be
+      // refused and its value never read once the deleteByTag resolved (plus the bound).
+      const began = await new Promise<string[] | undefined>((resolve) => {
+        const end = (tags: string[] | undefined) => {
+          clearTimeout(timer);
+          for (const o of live) if (o.onLoaderStart === hook) o.onLoaderStart = undefined;
+          resolve(tags);
+        };
+        const timer = setTimeout(() => end(undefined), 3000);
+        const hook = (_key: string, tags: string[] | undefined): void => (tags === undefined ? arm() : end(tags));
+        const arm = () => live.forEach((w) => (w.onLoaderStart ??= hook));
+        arm();
+      });
+      if (!began) continue;
+      const start = now();
+      const ok = await writer.deleteByTag(began).then(() => true, () => false);
+      parentWrites.push({ proc: 0, key: '', kind: 'deleteByTag', start, end: now(), ok, tags: began });
     } else if (fault === 'kill-worker') {
       const victim = live[Math.floor(rand() * live.length)];
       if (!victim) continue;
@@ -355,7 +399,7 @@ async function campaign(c: CampaignConfig) {
   // subscription is down (and Redis unavailable to it) may be older than a write made meanwhile, for its ttl.
   const keptUntil = new Map(runs.filter((r) => r.fence === undefined && r.value !== undefined).map((r) => [r.value as string, r.end + ttl]));
   const unsubscribed = histories.flatMap((h) => h.unsubscribed);
-  const superseded = noSupersededReads(settles, writes, producedAt(runs, writes), SUPERSEDE_BOUND, pauses, { unsubscribed, lag: SUBSCRIPTION_LAG, keptUntil });
+  const superseded = noSupersededReads(settles, writes, producedAt(runs, writes), SUPERSEDE_BOUND, pauses, { unsubscribed, lag: SUBSCRIPTION_LAG, keptUntil }, tagsOfValues(runs, writes));
   const unhandled = histories.flatMap((h) => h.unhandled);
   const aborts = abortsHarmless(settles, unhandled, writes);
   const leaks = histories.filter((h) => !h.killed && h.resources.length > 0).map((h) => h.resources.join(','));
@@ -370,12 +414,12 @@ async function campaign(c: CampaignConfig) {
     unsafe: c.unsafe ?? {},
     calls: settles.length,
     errors: countBy(settles.filter((s) => !s.ok).map((s) => s.code ?? '?')),
-    'sets / deletes (ok)': `${writes.filter((w) => w.kind === 'set').length} / ${writes.filter((w) => w.kind === 'delete').length} (${writes.filter((w) => w.ok).length} ok)`,
+    'sets / deletes / deleteByTags (ok)': `${writes.filter((w) => w.kind === 'set').length} / ${writes.filter((w) => w.kind === 'delete').length} / ${writes.filter((w) => w.kind === 'deleteByTag').length} (${writes.filter((w) => w.ok).length} ok)`,
     'set/delete errors': countBy(writes.filter((w) => !w.ok).map((w) => w.code ?? '?')),
     loaderRuns: runs.length,
     'keys evicted': evicted,
     'no stale overwrite': `${reads.checked} ordered read pairs checked, ${reads.violations.length} violations (${fromRefusedWrites.size} answers of refused writes left out)`,
-    'no superseded read': `${superseded.checked} reads judged against a delete/set done > ${SUPERSEDE_BOUND} ms before, ${superseded.violations.length} violations (${superseded.allowedDegraded} degraded values older than a write left out: kept while their process's subscription was down)`,
+    'no superseded read': `${superseded.checked} reads judged against a delete/set/deleteByTag done > ${SUPERSEDE_BOUND} ms before, ${superseded.violations.length} violations (${superseded.allowedDegraded} degraded values older than a write left out: kept while their process's subscription was down)`,
     'aborts harmless': `${aborts.checked} calls with a signal; ${aborts.violations.filter((v) => v.property === 'no backoff from aborts').length} ERR_BACKOFF (calls, sets, deletes), ${aborts.violations.filter((v) => v.property === 'abort only the caller who aborted').length} ERR_ABORTED without a signal`,
     'bounded settle': `${bounded.checked} settles checked against ${SETTLE_BOUND} ms, ${bounded.violations.length} violations`,
     'unhandled rejections': unhandled.length,
@@ -388,7 +432,8 @@ async function campaign(c: CampaignConfig) {
     'first violations': violations.slice(0, 5).map((v) => `${v.property}: ${v.detail}`),
   };
   console.log(`campaign figures\n${JSON.stringify(figures, null, 2)}`);
-  return { violations, reads, bounded, superseded, aborts, unhandled, leftoverLocks, leaks, settles, perWindow: quantiles(loadersPerWindow(runs, ttl)), degradedPerWindow: quantiles(loadersPerWindow(degradedRuns, ttl)) };
+  const tagDeletes = writes.filter((w) => w.kind === 'deleteByTag' && w.ok).length;
+  return { violations, reads, bounded, superseded, aborts, unhandled, leftoverLocks, leaks, settles, tagDeletes, perWindow: quantiles(loadersPerWindow(runs, ttl)), degradedPerWindow: quantiles(loadersPerWindow(degradedRuns, ttl)) };
 }
 
 function countBy(xs: string[]): Record<string, number> {
@@ -477,9 +522,11 @@ describe('fault campaign', () => {
     expect(r.unhandled).toEqual([]);
   }, 120_000);
 
-  it(`L1 on, with sets, deletes and aborting callers under every fault: no read returns a value superseded by a delete/set done ${SUPERSEDE_BOUND} ms earlier, aborts harm nobody, and the hard properties hold`, async () => {
-    const r = await campaign({ name: 'coherence', seed: 808, seconds: 20, workers: 4, callers: 20, keys: 10, faults: ALL_FAULTS, aof: false, l1: true, mix: COHERENCE_MIX, ttl: L1_TTL, deleteWhileFrozen: true });
+  it(`L1 on, with sets, deletes, tagged writes, deleteByTags and aborting callers under every fault: no read returns a value superseded by a delete/set/deleteByTag done ${SUPERSEDE_BOUND} ms earlier, aborts harm nobody, and the hard properties hold`, async () => {
+    const unsafe = process.env.SG_NEGATIVE_CONTROL === 'tag-snapshot-at-write' ? { tagSnapshotAtWrite: true } : undefined;
+    const r = await campaign({ name: 'coherence', seed: 808, seconds: 20, workers: 4, callers: 20, keys: 10, faults: [...ALL_FAULTS, 'tag-race', 'tag-race'], aof: false, l1: true, mix: TAGGED_MIX, ttl: L1_TTL, deleteWhileFrozen: true, unsafe });
     expect(r.superseded.checked).toBeGreaterThan(1000);
+    expect(r.tagDeletes).toBeGreaterThan(5);
     expect(r.aborts.checked).toBeGreaterThan(500);
     expect(r.violations).toEqual([]);
     expect(r.leftoverLocks).toBe(0);

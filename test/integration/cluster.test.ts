@@ -427,6 +427,19 @@ describe.each<Family>(['ioredis', 'ioredis6', 'node-redis', 'node-redis5'])('Red
       expect(sent.filter((c) => c.endsWith('@records'))).toEqual([]);
     });
 
+    it('getOrComputeMany with tags: its keys, on several masters, are gone for another cache once deleteByTag resolves; a batch that declares no tags may not tag keys from loadMany', async () => {
+      const [a, b] = await pair('tg7');
+      const keys = Array.from({ length: 8 }, (_, i) => `m${i}`);
+      expect(await a.getOrComputeMany(keys, (missing) => new Map(missing.map((k) => [k, `old ${k}`])), tagged)).toEqual(keys.map((k) => `old ${k}`));
+      expect(await b.getMany(keys)).toEqual(keys.map((k) => `old ${k}`));
+      await a.deleteByTag('org:3');
+      expect(await b.getMany(keys)).toEqual(keys.map(() => undefined));
+      // Per-key tags from loadMany need the batch to declare tags (`tags: []`), as a single call's loader does.
+      const undeclared = a.getOrComputeMany(['u1'], (missing, ctx) => (ctx.setOptions('u1', { tags: ['org:3'] }), new Map(missing.map((k) => [k, 'u']))), 60_000);
+      await expect(undeclared).rejects.toMatchObject({ code: 'ERR_INVALID_OPTION', option: 'ctx.setOptions.tags' });
+      expect(await a.getOrComputeMany(['u2'], (missing, ctx) => (ctx.setOptions('u2', { tags: ['org:3'] }), new Map(missing.map((k) => [k, 'u']))), { ttl: 60_000, tags: [] })).toEqual(['u']);
+    });
+
     it("namespaces: ns.deleteByTag reaches only its entries (and its nested namespaces'); cache.deleteByTag reaches namespaced ones", async () => {
       const [a, b] = await pair('tg5');
       const users = a.namespace('users');

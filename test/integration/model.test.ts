@@ -1,14 +1,19 @@
 /**
  * Model-based test of one process's public API against a reference model (fast-check commands), on
- * a real redis-server, with L1 on and off. Commands: get / set / delete / getOrCompute, pairs of them
- * started together (neither awaited before both are started), getOrCompute with an already-aborted
- * signal or one that fires mid-flight; and, through a second cache (L1 off) on the same prefix
- * standing for every other process, a peek at what they read and their sets and deletes.
+ * a real redis-server, with L1 on and off. Commands: get / set / delete / getOrCompute (set and
+ * getOrCompute with or without tags), pairs of them started together (neither awaited before both are
+ * started), getOrCompute with an already-aborted signal or one that fires mid-flight, deleteByTag
+ * (alone, started together with a call, or while a load granted before it is paused); and, through a
+ * second cache (L1 off) on the same prefix standing for every other process, a peek at what they read
+ * and their sets, deletes and deleteByTags.
  *
  * The model keeps, per key, the SET of values the store may hold (more than one after a pair or an
  * abort). A result is accepted when some linear order of the commands, from some allowed state,
  * produces it; the allowed states after it are those orders' end states. Values are unique per
- * write, so "which write did this read return" is never ambiguous. No fault is injected: a call that
+ * write, so "which write did this read return" is never ambiguous, and each value's tags are those of
+ * the call that wrote it: a deleteByTag turns every allowed state carrying one of its tags into a miss
+ * — and a load granted before a deleteByTag (its loader ran while the deleteByTag was made) is ordered
+ * before it, so its value never outlives it (docs/tags.md). No fault is injected: a call that
  * rejects (other than ERR_ABORTED for a call that aborted) is a violation, and so is an unhandled
  * rejection. failBackoff is on: a cancelled load must not block the key.
  *
@@ -30,15 +35,16 @@ afterAll(async () => provided?.stop());
 const KEYS = ['a', 'b'] as const;
 type Key = (typeof KEYS)[number];
 type Val = string | undefined;
+type Tags = readonly ('t1' | 't2')[];
 
 /** What a call did: resolved with a value (undefined for a miss), or rejected with a code. */
 type Outcome = { ok: true; value: Val } | { ok: false; code: string };
 
 type Op =
   | { kind: 'get'; key: Key }
-  | { kind: 'set'; key: Key }
+  | { kind: 'set'; key: Key; tags?: Tags }
   | { kind: 'delete'; key: Key }
-  | { kind: 'getOrCompute'; key: Key; loaderMs: number }
+  | { kind: 'getOrCompute'; key: Key; loaderMs: number; tags?: Tags }
   /** abortAfter: 'pre' = the signal is already aborted when the call starts; n = it aborts after n ms. */
   | { kind: 'abortedGetOrCompute'; key: Key; loaderMs: number; abortAfter: 'pre' | number };
 
@@ -49,6 +55,8 @@ interface Real {
   observer: Cache;
   unhandled: unknown[];
   seq: number;
+  /** The tags of each value written (values are unique per run). */
+  tagsOf: Map<string, Tags>;
 }
 
 /** The model's states of one key after `op` ran atomically on `state` with `outcome`; [] = impossible. */
@@ -74,13 +82,17 @@ function apply(op: Op, written: string, state: Val, outcome: Outcome): Val[] {
   }
 }
 
+/** A state after deleteByTag(tags): a miss if its value carries one of them. */
+const dropTagged = (r: Real, state: Val, tags: Tags): Val => (state !== undefined && (r.tagsOf.get(state) ?? []).some((t) => tags.includes(t)) ? undefined : state);
+
+const tagged = (op: { tags?: Tags }): string => (op.tags && op.tags.length > 0 ? `, tags ${op.tags.join('+')}` : '');
 const describeOp = (op: Op, written: string): string =>
   op.kind === 'get' || op.kind === 'delete'
     ? `${op.kind}(${op.key})`
     : op.kind === 'set'
-      ? `set(${op.key}, ${written})`
+      ? `set(${op.key}, ${written}${tagged(op)})`
       : op.kind === 'getOrCompute'
-        ? `getOrCompute(${op.key}, ${op.loaderMs} ms → ${written})`
+        ? `getOrCompute(${op.key}, ${op.loaderMs} ms → ${written}${tagged(op)})`
         : `getOrCompute(${op.key}, ${op.loaderMs} ms → ${written}, abort ${op.abortAfter === 'pre' ? 'before the call' : `after ${op.abortAfter} ms`})`;
 
 const describeOutcome = (o: Outcome): string => (o.ok ? `→ ${String(o.value)}` : `✗ ${o.code}`);
@@ -96,23 +108,26 @@ function loader(ms: number, value: string) {
     });
 }
 
+const settle = (p: Promise<unknown>): Promise<Outcome> =>
+  p.then(
+    (value) => ({ ok: true as const, value: value as Val }),
+    (e: unknown) => ({ ok: false as const, code: String((e as { code?: string }).code ?? e) }),
+  );
+const withTags = (op: { tags?: Tags }) => (op.tags && op.tags.length > 0 ? { tags: op.tags } : undefined);
+
 /** Starts `op` on the real cache (synchronously: the call is issued before this returns). */
 function start(op: Op, r: Real): { written: string; settled: Promise<Outcome> } {
   const written = `${op.kind === 'set' ? 's' : 'l'}${++r.seq}`;
-  const settle = (p: Promise<unknown>): Promise<Outcome> =>
-    p.then(
-      (value) => ({ ok: true as const, value: value as Val }),
-      (e: unknown) => ({ ok: false as const, code: String((e as { code?: string }).code ?? e) }),
-    );
+  r.tagsOf.set(written, 'tags' in op ? (op.tags ?? []) : []);
   switch (op.kind) {
     case 'get':
       return { written, settled: settle(r.cache.get<string>(op.key)) };
     case 'set':
-      return { written, settled: settle(r.cache.set(op.key, written).then(() => written)) };
+      return { written, settled: settle(r.cache.set(op.key, written, withTags(op)).then(() => written)) };
     case 'delete':
       return { written, settled: settle(r.cache.delete(op.key).then(() => undefined)) };
     case 'getOrCompute':
-      return { written, settled: settle(r.cache.getOrCompute(op.key, loader(op.loaderMs, written))) };
+      return { written, settled: settle(r.cache.getOrCompute(op.key, loader(op.loaderMs, written), withTags(op))) };
     case 'abortedGetOrCompute': {
       const signal = op.abortAfter === 'pre' ? AbortSignal.abort() : AbortSignal.timeout(op.abortAfter);
       return { written, settled: settle(r.cache.getOrCompute(op.key, loader(op.loaderMs, written), { signal })) };
@@ -207,6 +222,77 @@ class OtherWrite implements fc.AsyncCommand<Model, Real> {
   toString = () => `other process: ${this.kind}(${this.key})`;
 }
 
+/** deleteByTag(tags) made here or by another process (the observer), awaited: every state carrying one of `tags` becomes a miss. */
+class DeleteByTag implements fc.AsyncCommand<Model, Real> {
+  constructor(
+    readonly tags: Tags,
+    readonly other: boolean,
+  ) {}
+  check = () => true;
+  async run(m: Model, r: Real): Promise<void> {
+    const what = `${this.toString()}`;
+    const outcome = await settle((this.other ? r.observer : r.cache).deleteByTag(this.tags).then(() => undefined));
+    if (!outcome.ok) throw new Error(`${what} ${describeOutcome(outcome)}`);
+    for (const k of KEYS) m.set(k, new Set([...(m.get(k) as Set<Val>)].map((s) => dropTagged(r, s, this.tags))));
+    await noUnhandled(r, what);
+  }
+  toString = () => `${this.other ? 'other process: ' : ''}deleteByTag(${this.tags.join('+')})`;
+}
+
+/**
+ * A call and a deleteByTag here. `paused` false: started together (either order). `paused` true: a
+ * tagged getOrCompute whose loader, once it runs (its grant taken), waits until the deleteByTag
+ * resolved — the load was granted before it, so only the order "the call, then the deleteByTag" is
+ * allowed: its caller may get its value, no one after it may (a call that was a hit settles first).
+ */
+class WithDeleteByTag implements fc.AsyncCommand<Model, Real> {
+  constructor(
+    readonly op: Op,
+    readonly tags: Tags,
+    readonly paused: boolean,
+  ) {}
+  check = () => true;
+  async run(m: Model, r: Real): Promise<void> {
+    let written: string;
+    let settled: Promise<Outcome>;
+    let deleted: Outcome;
+    if (this.paused && this.op.kind === 'getOrCompute') {
+      written = `l${++r.seq}`;
+      r.tagsOf.set(written, this.op.tags ?? []);
+      const running = deferred<void>();
+      const gate = deferred<void>();
+      const value = written;
+      settled = settle(r.cache.getOrCompute(this.op.key, async () => (running.resolve(), await gate.promise, value), withTags(this.op)));
+      await Promise.race([running.promise, settled]);
+      deleted = await settle(r.cache.deleteByTag(this.tags).then(() => undefined));
+      gate.resolve();
+    } else {
+      const started = start(this.op, r);
+      written = started.written;
+      settled = started.settled;
+      deleted = await settle(r.cache.deleteByTag(this.tags).then(() => undefined));
+    }
+    const outcome = await settled;
+    const what = `${this.paused ? 'paused across' : 'together'}: ${describeOp(this.op, written)} ${describeOutcome(outcome)} | deleteByTag(${this.tags.join('+')}) ${describeOutcome(deleted)}`;
+    if (!deleted.ok) throw new Error(what);
+    const next = new Set<Val>();
+    for (const s of m.get(this.op.key) as Set<Val>) {
+      for (const s1 of apply(this.op, written, s, outcome)) next.add(dropTagged(r, s1, this.tags));
+      if (!this.paused) for (const s2 of apply(this.op, written, dropTagged(r, s, this.tags), outcome)) next.add(s2);
+    }
+    check(m, this.op.key, next, what);
+    for (const k of KEYS) if (k !== this.op.key) m.set(k, new Set([...(m.get(k) as Set<Val>)].map((s) => dropTagged(r, s, this.tags))));
+    await noUnhandled(r, what);
+  }
+  toString = () => `${this.paused ? 'paused across' : 'together'}(${describeOp(this.op, '…')}, deleteByTag(${this.tags.join('+')}))`;
+}
+
+function deferred<T>(): { promise: Promise<T>; resolve: (value: T) => void } {
+  let resolve!: (value: T) => void;
+  const promise = new Promise<T>((r) => (resolve = r));
+  return { promise, resolve };
+}
+
 /** What any other process reads: the store, through a second cache without L1. */
 class Peek implements fc.AsyncCommand<Model, Real> {
   constructor(readonly key: Key) {}
@@ -222,13 +308,21 @@ class Peek implements fc.AsyncCommand<Model, Real> {
 
 const key = fc.constantFrom(...KEYS);
 const loaderMs = fc.constantFrom(0, 1, 5, 15);
+/** A write's tags: none (half of the writes), one or both. */
+const tags = fc.constantFrom<Tags>([], [], ['t1'], ['t2'], ['t1', 't2']);
+const deletedTags = fc.constantFrom<Tags>(['t1'], ['t2'], ['t1', 't2']);
 const plainOp = (k: fc.Arbitrary<Key>): fc.Arbitrary<Op> =>
   fc.oneof(
     k.map((key) => ({ kind: 'get' as const, key })),
-    k.map((key) => ({ kind: 'set' as const, key })),
+    fc.tuple(k, tags).map(([key, tags]) => ({ kind: 'set' as const, key, tags })),
     k.map((key) => ({ kind: 'delete' as const, key })),
-    fc.tuple(k, loaderMs).map(([key, loaderMs]) => ({ kind: 'getOrCompute' as const, key, loaderMs })),
+    fc.tuple(k, loaderMs, tags).map(([key, loaderMs, tags]) => ({ kind: 'getOrCompute' as const, key, loaderMs, tags })),
   );
+const tagCommands = [
+  fc.tuple(deletedTags, fc.boolean()).map(([t, other]) => new DeleteByTag(t, other)),
+  fc.tuple(plainOp(key), deletedTags).map(([op, t]) => new WithDeleteByTag(op, t, false)),
+  fc.tuple(key, loaderMs, fc.constantFrom<Tags>(['t1'], ['t2'], ['t1', 't2']), deletedTags).map(([k, ms, t, d]) => new WithDeleteByTag({ kind: 'getOrCompute', key: k, loaderMs: ms, tags: t }, d, true)),
+];
 const abortedOp: fc.Arbitrary<Op> = fc
   .tuple(key, loaderMs, fc.oneof(fc.constant('pre' as const), fc.integer({ min: 0, max: 20 })))
   .map(([key, loaderMs, abortAfter]) => ({ kind: 'abortedGetOrCompute' as const, key, loaderMs, abortAfter }));
@@ -239,6 +333,7 @@ const coherenceCommands = [
   pair,
   key.map((k) => new Peek(k)),
   fc.tuple(fc.constantFrom('set' as const, 'delete' as const), key).map(([kind, k]) => new OtherWrite(kind, k)),
+  ...tagCommands,
 ];
 const allCommands = fc.commands([...coherenceCommands, abortedOp.map((op) => new Single(op))], { maxCommands: 30 });
 /** Without aborts: what the L1 negative control runs, so that its failure is about L1 alone. */
@@ -250,11 +345,13 @@ const NUM_RUNS = 150;
 /** Numbers every run of every test, so each gets a prefix (and keys) of its own. */
 let run = 0;
 
-async function runModel(l1: boolean, commands = allCommands, unsafe: UnsafeSwitches = {}): Promise<void> {
+/** `endOnFailure`: a negative control stops at its first counterexample (no shrinking). */
+async function runModel(l1: boolean, commands = allCommands, unsafe: UnsafeSwitches = {}, endOnFailure = false): Promise<void> {
   // Rejections a previous test's background work left behind (reported against that test by vitest)
   // surface now, before this test's own listener is on.
   await new Promise((resolve) => setTimeout(resolve, 200));
-  console.log(`model test (L1 ${l1 ? 'on' : 'off'}${unsafe.incoherentL1 ? ', incoherentL1' : ''}): seed ${SEED}, ${NUM_RUNS} runs; replay with SG_MODEL_SEED=${SEED}`);
+  const switches = Object.keys(unsafe).map((name) => `, ${name}`).join('');
+  console.log(`model test (L1 ${l1 ? 'on' : 'off'}${switches}): seed ${SEED}, ${NUM_RUNS} runs; replay with SG_MODEL_SEED=${SEED}`);
   await fc.assert(
     fc.asyncProperty(commands, async (cmds) => {
       const prefix = `model${process.pid}x${++run}`;
@@ -262,7 +359,7 @@ async function runModel(l1: boolean, commands = allCommands, unsafe: UnsafeSwitc
       const defaults = { ttl: 60_000, failBackoff: 60_000, waitTimeout: 2_000 };
       const cache = createCache({ redis: clients[0] as Redis, prefix, local: l1 ? { max: 100 } : false, defaults, [UNSAFE]: unsafe } as CacheOptions);
       const observer = createCache({ redis: clients[1] as Redis, prefix, defaults });
-      const real: Real = { cache, client: clients[0] as Redis, observer, unhandled: [], seq: 0 };
+      const real: Real = { cache, client: clients[0] as Redis, observer, unhandled: [], seq: 0, tagsOf: new Map() };
       const onUnhandled = (e: unknown) => real.unhandled.push(e);
       process.on('unhandledRejection', onUnhandled);
       try {
@@ -277,12 +374,12 @@ async function runModel(l1: boolean, commands = allCommands, unsafe: UnsafeSwitc
         for (const c of clients) c.disconnect();
       }
     }),
-    { seed: SEED, numRuns: NUM_RUNS },
+    { seed: SEED, numRuns: NUM_RUNS, endOnFailure },
   );
 }
 
 describe('model-based: one process against a reference model (real Redis)', () => {
-  it('L1 on: get/set/delete/getOrCompute, pairs started together, aborted calls: every result allowed by the model, no unhandled rejection', async () => {
+  it('L1 on: get/set/delete/getOrCompute (tagged or not), deleteByTag, pairs started together, aborted calls: every result allowed by the model, no unhandled rejection', async () => {
     await runModel(true);
   }, 120_000);
 
@@ -292,6 +389,14 @@ describe('model-based: one process against a reference model (real Redis)', () =
 
   it('negative control: with an incoherent L1 (UNSAFE incoherentL1), the model finds a result no order of the calls allows', async () => {
     const failure = await runModel(true, withoutAborts, { incoherentL1: true }).then(() => undefined, (e: unknown) => e);
+    const why = String((failure as { cause?: unknown } | undefined)?.cause);
+    console.log(`negative control caught: ${String(failure).split('\n').find((l) => l.startsWith('Counterexample'))} — ${why}`);
+    expect(why).not.toMatch(/unhandled rejection/);
+    expect(why).toMatch(/no order of these calls|peek\([ab]\) from another cache/);
+  }, 120_000);
+
+  it('negative control: with the tag snapshot taken at the write instead of the grant (UNSAFE tagSnapshotAtWrite), the model finds a value that outlived a deleteByTag', async () => {
+    const failure = await runModel(true, withoutAborts, { tagSnapshotAtWrite: true }, true).then(() => undefined, (e: unknown) => e);
     const why = String((failure as { cause?: unknown } | undefined)?.cause);
     console.log(`negative control caught: ${String(failure).split('\n').find((l) => l.startsWith('Counterexample'))} — ${why}`);
     expect(why).not.toMatch(/unhandled rejection/);

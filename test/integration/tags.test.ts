@@ -254,7 +254,7 @@ describe('deleteByTag', () => {
     }
     for (const tag of ['', 1, [], ['ok', ''], 'y'.repeat(257)]) await expect(a.deleteByTag(tag as never)).rejects.toMatchObject({ code: 'ERR_INVALID_OPTION', option: 'tag' });
     await expect(a.namespace('n').deleteByTag('')).rejects.toBeInstanceOf(InvalidOptionError);
-    await expect(a.getOrComputeMany(['k'], async () => new Map(), { ttl: 1000, tags: ['t'] })).rejects.toMatchObject({ code: 'ERR_INVALID_OPTION', option: 'tags' });
+    await expect(a.getOrComputeMany(['k'], async () => new Map(), { ttl: 1000, tags: [''] })).rejects.toMatchObject({ code: 'ERR_INVALID_OPTION', option: 'tags' });
     expect(sent.count).toBe(0);
     // A loader's bad tags reject its call (no fail-safe hides it), and nothing is written.
     await expect(a.getOrCompute('k2', (ctx) => (ctx.setOptions({ tags: [''] }), 'v'), 1000)).rejects.toMatchObject({ code: 'ERR_INVALID_OPTION', option: 'ctx.setOptions.tags' });
@@ -408,6 +408,149 @@ describe('deleteByTag reaches only what may carry its tags (in-process loads, ea
   });
 });
 
+describe('set() with tags: its process keeps no L1 copy once a tag note reached it', () => {
+  // Negative controls (reverted fixes): without the `heard.reachedSince` check of set()'s write
+  // (writes.ts), 'expireByTag heard while its grant was out' fails (a's own get answers 'v-set' from
+  // L1); without it and L1's tag floor (local-tier.ts `fillable`), the 'write was out' case fails too.
+  // deleteByTag refuses the write itself: no copy either way.
+  const stale = { ttl: 60_000, staleTtl: 30_000, tags: ['org:3'] };
+
+  /** Holds a's next set() once its grant came back ('grant') or just before its write is sent ('write'), until open(). */
+  function pauseSet(cache: Cache, window: 'grant' | 'write') {
+    type Fn = (...args: unknown[]) => Promise<unknown>;
+    const deps = (cache as unknown as { rt: { deps: { fenceOnly: { acquire: Fn }; store: { write: Fn } } } }).rt.deps;
+    const paused = deferred<void>();
+    const gate = deferred<void>();
+    if (window === 'grant') {
+      const acquire = deps.fenceOnly.acquire.bind(deps.fenceOnly);
+      deps.fenceOnly.acquire = async (...args) => {
+        const grant = await acquire(...args);
+        paused.resolve();
+        await gate.promise;
+        return grant;
+      };
+      return { paused: paused.promise, open: () => ((deps.fenceOnly.acquire = acquire), gate.resolve()) };
+    }
+    const write = deps.store.write.bind(deps.store);
+    deps.store.write = async (...args) => (paused.resolve(), await gate.promise, write(...args));
+    return { paused: paused.promise, open: () => ((deps.store.write = write), gate.resolve()) };
+  }
+
+  it.each([
+    ['expireByTag', 'grant'],
+    ['expireByTag', 'write'],
+    ['deleteByTag', 'grant'],
+    ['deleteByTag', 'write'],
+  ] as const)('%s heard while its %s was out: no L1 copy, no fresh answer in any process', async (how, window) => {
+    const [a, b] = pair();
+    await ready(a, b);
+    const held = pauseSet(a, window);
+    const setting = a.set('k', 'v-set', stale);
+    await held.paused;
+    await (how === 'expireByTag' ? b.expireByTag('org:3') : b.deleteByTag('org:3')); // resolves once a acknowledged its note
+    held.open();
+    await setting;
+
+    const hits = a.stats().localHits;
+    expect(await a.get('k')).toBeUndefined();
+    expect(a.stats().localHits).toBe(hits);
+    expect(await b.get('k')).toBeUndefined();
+    // expireByTag refuses no write: the value landed, stale (served at once while one rebuild runs);
+    // deleteByTag refused it: a miss.
+    expect(await b.getOrCompute('k', () => 'new', stale)).toBe(how === 'expireByTag' ? 'v-set' : 'new');
+  });
+});
+
+describe('getOrComputeMany with tags: each key as a getOrCompute of it', () => {
+  // SG_NEGATIVE_CONTROL=tag-snapshot-at-write: the worker's writes carry the time of the write instead
+  // of their grant's (UNSAFE.tagSnapshotAtWrite), so its paused batch lands: both tests below must fail.
+  const atWrite = process.env.SG_NEGATIVE_CONTROL === 'tag-snapshot-at-write';
+  const tagged = { ttl: 60_000, tags: ['org:3'] };
+  const loadAs = (prefix: string) => async (missing: string[]) => new Map(missing.map((k) => [k, `${prefix}-${k}`]));
+  const isOld = (v: unknown) => typeof v === 'string' && v.startsWith('old');
+
+  it('a batch granted before deleteByTag resolved (its loadMany paused in another process): its writes are refused, and no call that starts after it, in any process, gets its values', async () => {
+    const a = h.cache({ local: { max: 100 } });
+    await a.ready();
+    const worker = await TagsWorker.start(h.url, prefixOf(a), atWrite);
+    const held = worker.gated({ op: 'computeMany', values: { b1: 'old-1', b2: 'old-2' }, tags: tagged.tags });
+    await held.started; // the worker holds both keys' grants
+    const before = a.getOrComputeMany(['b1', 'b2'], loadAs('before'), tagged); // waits on the worker's locks
+
+    await a.deleteByTag('org:3'); // resolves once the worker acknowledged its note
+
+    // Calls that start after it: here (they wait on the worker's locks), and in the worker (they join
+    // its batch's flights, begun before the note, then run their calls again).
+    const afterHere = a.getOrComputeMany(['b1', 'b2'], loadAs('here'), tagged);
+    const afterThere = worker.call({ op: 'computeMany', values: { b1: 'there-b1', b2: 'there-b2' }, tags: tagged.tags });
+    held.open();
+    expect((await held.result).value).toEqual(['old-1', 'old-2']); // its own caller started before the deleteByTag
+    const answers = [...(await afterHere), ...((await afterThere).value as unknown[])];
+    expect(answers.filter(isOld)).toEqual([]);
+    await before;
+    const read = [await a.get('b1'), await a.get('b2'), (await worker.call({ op: 'get', key: 'b1' })).value, (await worker.call({ op: 'get', key: 'b2' })).value];
+    expect(read.filter(isOld)).toEqual([]);
+    expect(read.filter((v) => v === undefined)).toEqual([]); // the calls after it stored their values
+  });
+
+  it("tags loadMany gives one key (ctx.setOptions(key, { tags })) count from that key's grant: a deleteByTag during the load refuses that key's write only; the other key lands with its own tag", async () => {
+    const a = h.cache({ local: { max: 100 } });
+    await a.ready();
+    const worker = await TagsWorker.start(h.url, prefixOf(a), atWrite);
+    await a.set('seed', 's', { ttl: 60_000, tags: ['org:5', 'org:6'] }); // the records exist (a tag's first use is unknown: refused once)
+    const held = worker.gated({ op: 'computeMany', values: { p5: 'old-5', p6: 'old-6' }, keyTags: { p5: ['org:5'], p6: ['org:6'] } });
+    await held.started;
+
+    await a.deleteByTag('org:5');
+
+    held.open();
+    expect((await held.result).value).toEqual(['old-5', 'old-6']);
+    expect(await a.get('p5')).toBeUndefined();
+    expect((await worker.call({ op: 'get', key: 'p5' })).value).toBeUndefined();
+    expect(await a.get('p6')).toBe('old-6');
+    const hits = (await worker.stats()).localHits;
+    expect((await worker.call({ op: 'get', key: 'p6' })).value).toBe('old-6');
+    expect((await worker.stats()).localHits).toBe(hits + 1); // the worker kept its own write in L1
+
+    // p6 carries the tag loadMany gave it: a deleteByTag of it reaches the entry and both L1 copies.
+    await a.deleteByTag('org:6');
+    expect(await a.get('p6')).toBeUndefined();
+    expect((await worker.call({ op: 'get', key: 'p6' })).value).toBeUndefined();
+  });
+
+  it('per-key options: bad ones fail their key alone (InvalidOptionError, nothing written for it); a key the call does not load is refused; a namespace maps its keys', async () => {
+    const a = h.cache();
+    await a.ready();
+    await a.set('seed', 's', { ttl: 60_000, tags: ['org:7'] });
+    const outcome = await a
+      .getOrComputeMany(['good', 'bad'], async (missing, ctx) => {
+        ctx.setOptions('good', { tags: ['org:7'] });
+        expect(() => ctx.setOptions('bad', { tags: [''] })).toThrow(InvalidOptionError); // caught: still fails its key
+        const notLoaded = (() => {
+          try {
+            ctx.setOptions('elsewhere', { ttl: 1000 });
+          } catch (error) {
+            return error;
+          }
+        })();
+        expect(notLoaded).toMatchObject({ code: 'ERR_INVALID_OPTION', option: 'ctx.setOptions', value: 'elsewhere' });
+        return new Map(missing.map((k) => [k, `v-${k}`]));
+      }, 60_000)
+      .then(() => 'resolved', (error: unknown) => error);
+    expect(outcome).toMatchObject({ code: 'ERR_INVALID_OPTION', option: 'ctx.setOptions.tags' });
+    expect(await a.get('bad')).toBeUndefined();
+    expect(await a.get('good')).toBe('v-good');
+    await a.deleteByTag('org:7');
+    expect(await a.get('good')).toBeUndefined();
+
+    const users = a.namespace('users');
+    await users.set('seed', 's', { ttl: 60_000, tags: ['org:8'] });
+    expect(await users.getOrComputeMany(['1', '2'], async (missing, ctx) => (ctx.setOptions('1', { tags: ['org:8'] }), new Map(missing.map((k) => [k, `u${k}`]))), 60_000)).toEqual(['u1', 'u2']);
+    await users.deleteByTag('org:8');
+    expect(await users.getMany(['1', '2'])).toEqual([undefined, 'u2']);
+  });
+});
+
 describe('expireByTag', () => {
   const stale = { ttl: 60_000, staleTtl: 30_000, tags: ['org:3'] };
   /** Resolves once `key`'s value was written by a load in any of `caches`. */
@@ -555,18 +698,25 @@ afterAll(() => {
   for (const child of forked) child.kill('SIGKILL');
 });
 
+type ComputeMany = { op: 'computeMany'; values: Record<string, unknown>; tags?: string[]; keyTags?: Record<string, string[]> };
+
 class TagsWorker {
   private next = 1;
   private readonly waiting = new Map<number, (m: Record<string, unknown>) => void>();
+  private readonly starting = new Map<number, () => void>();
   private constructor(private readonly child: ChildProcess) {
     child.on('message', (m: Record<string, unknown>) => {
       const id = m.id as number | undefined;
-      if (id !== undefined) this.waiting.get(id)?.(m);
+      if (id === undefined) return;
+      if (m.ev === 'started') this.starting.get(id)?.();
+      else this.waiting.get(id)?.(m);
     });
   }
 
-  static async start(url: string, prefix: string): Promise<TagsWorker> {
-    const child = fork(WORKER, [], { execArgv: ['--import', 'tsx'], env: { ...process.env, SG_REDIS_URL: url, SG_PREFIX: prefix }, stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+  /** `snapshotAtWrite`: the worker's cache runs the negative control UNSAFE.tagSnapshotAtWrite. */
+  static async start(url: string, prefix: string, snapshotAtWrite = false): Promise<TagsWorker> {
+    const env = { ...process.env, SG_REDIS_URL: url, SG_PREFIX: prefix, SG_TAG_SNAPSHOT_AT_WRITE: snapshotAtWrite ? '1' : '0' };
+    const child = fork(WORKER, [], { execArgv: ['--import', 'tsx'], env, stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
     forked.push(child);
     await new Promise<void>((resolve, reject) => {
       child.once('message', () => resolve());
@@ -575,12 +725,23 @@ class TagsWorker {
     return new TagsWorker(child);
   }
 
-  call(msg: { op: 'get'; key: string } | { op: 'compute'; key: string; value: unknown; tags?: string[]; staleTtl?: number; delayMs?: number }): Promise<Record<string, unknown>> {
+  call(msg: { op: 'get'; key: string } | { op: 'compute'; key: string; value: unknown; tags?: string[]; staleTtl?: number; delayMs?: number } | ComputeMany): Promise<Record<string, unknown>> {
     const id = this.next++;
     return new Promise((resolve) => {
       this.waiting.set(id, resolve);
       this.child.send({ ...msg, id });
     });
+  }
+
+  /** A getOrComputeMany whose loadMany (granted: it runs under the keys' grants) waits for `open()`; `started` resolves once it runs. */
+  gated(msg: ComputeMany): { started: Promise<void>; open(): void; result: Promise<Record<string, unknown>> } {
+    const id = this.next++;
+    const started = new Promise<void>((resolve) => this.starting.set(id, resolve));
+    const result = new Promise<Record<string, unknown>>((resolve) => {
+      this.waiting.set(id, resolve);
+      this.child.send({ ...msg, id, gated: true });
+    });
+    return { started, open: () => void this.child.send({ op: 'open', id }), result };
   }
 
   async stats(): Promise<CacheStats> {

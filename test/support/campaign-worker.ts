@@ -1,7 +1,9 @@
 /**
  * A fault-campaign worker: C callers loop over K keys until told time, recording every settle. Each
- * step is a getOrCompute, or (with SG_MIX) a get, set or delete, or a getOrCompute whose caller
- * aborts (an already-aborted signal, or one that fires at a random moment). Every value carries its
+ * step is a getOrCompute, or (with SG_MIX) a get, set or delete, a deleteByTag, or a getOrCompute whose caller
+ * aborts (an already-aborted signal, or one that fires at a random moment). With SG_MIX's `tagged`,
+ * that share of sets and getOrComputes tag their value with the key's tag (`t<i mod 2>` for key
+ * `k<i>`), recorded with the value; a deleteByTag invalidates the tag of the step's key. Every value carries its
  * identity `<proc>.<seq>`, so the checker can tell which write a read returned. Loader starts/ends go
  * to the parent live over IPC (so it can pause a holder); the history streams in batches, the rest
  * at the end, after close(), with the handles still open and any unhandled rejection.
@@ -19,7 +21,11 @@ const loaderMs = Number(env.SG_LOADER_MS);
 const thinkMs = Number(env.SG_THINK_MS);
 const options = JSON.parse(env.SG_CALL_OPTIONS as string) as CallOptions;
 /** Shares of each step; the rest are plain getOrCompute calls. */
-const mix = JSON.parse(env.SG_MIX ?? '{}') as { get?: number; set?: number; delete?: number; abort?: number };
+const mix = JSON.parse(env.SG_MIX ?? '{}') as { get?: number; set?: number; delete?: number; deleteByTag?: number; abort?: number; tagged?: number };
+/** The one tag of key `k<i>`: keys share tags, so a deleteByTag reaches several. */
+const tagOf = (key: string): string => `t${Number(key.slice(1)) % 2}`;
+/** The key's tag for a `tagged` share of the writes; undefined for the others. */
+const someTags = (key: string): string[] | undefined => (Math.random() < (mix.tagged ?? 0) ? [tagOf(key)] : undefined);
 const unsafe = JSON.parse(env.SG_UNSAFE ?? '{}') as UnsafeSwitches;
 
 const unhandled: string[] = [];
@@ -90,10 +96,10 @@ const nextId = (): string => `${proc}.${++seq}`;
 
 /** [key, start, end, ok, fence | -1, code, value id | '', had a signal] — compact, a soak records tens of thousands. */
 type SettleRow = [string, number, number, boolean, number, string, string, boolean];
-/** [kind, key, start, end, ok, value id | '', error code | ''] */
-type WriteRow = ['set' | 'delete', string, number, number, boolean, string, string];
-/** [key, start, end, fence | -1, value id] */
-type RunRow = [string, number, number, number, string];
+/** [kind, key ('' for deleteByTag), start, end, ok, value id | '', error code | '', tags (a set's, or those deleteByTag invalidated) joined by ','] */
+type WriteRow = ['set' | 'delete' | 'deleteByTag', string, number, number, boolean, string, string, string];
+/** [key, start, end, fence | -1, value id, its call's tags joined by ','] */
+type RunRow = [string, number, number, number, string, string];
 const settles: SettleRow[] = [];
 const writes: WriteRow[] = [];
 const runs: RunRow[] = [];
@@ -119,13 +125,15 @@ async function read(key: string): Promise<void> {
   }
 }
 
-/** A set or delete, recorded with its identity. */
-async function write(kind: 'set' | 'delete', key: string): Promise<void> {
+/** A set (tagged or not), delete or deleteByTag (of the key's tag), recorded with its identity and tags. */
+async function write(kind: 'set' | 'delete' | 'deleteByTag', key: string): Promise<void> {
   const start = now();
   const id = kind === 'set' ? nextId() : '';
+  const tags = kind === 'deleteByTag' ? [tagOf(key)] : kind === 'set' ? someTags(key) : undefined;
   let code = '';
-  await (kind === 'set' ? cache.set<Value>(key, { id, fence: undefined }, options) : cache.delete(key)).catch((err: unknown) => (code = codeOf(err)));
-  writes.push([kind, key, start, now(), code === '', id, code]);
+  const sent = kind === 'set' ? cache.set<Value>(key, { id, fence: undefined }, tags ? { ...options, tags } : options) : kind === 'delete' ? cache.delete(key) : cache.deleteByTag(tags as string[]);
+  await sent.catch((err: unknown) => (code = codeOf(err)));
+  writes.push([kind, kind === 'deleteByTag' ? '' : key, start, now(), code === '', id, code, tags?.join(',') ?? '']);
 }
 
 async function step(key: string, r: number): Promise<void> {
@@ -135,7 +143,9 @@ async function step(key: string, r: number): Promise<void> {
   // reading while another invalidates would: the read's reply must not bring the old value back.
   if (r < (cut += mix.set ?? 0)) return void (await Promise.all([read(key), write('set', key)]));
   if (r < (cut += mix.delete ?? 0)) return void (await Promise.all([read(key), write('delete', key)]));
+  if (r < (cut += mix.deleteByTag ?? 0)) return void (await Promise.all([read(key), write('deleteByTag', key)]));
   const start = now();
+  const tags = someTags(key);
   let signal: AbortSignal | undefined;
   if (r < (cut += mix.abort ?? 0)) signal = Math.random() < 0.3 ? AbortSignal.abort() : AbortSignal.timeout(Math.floor(Math.random() * 2 * loaderMs));
   try {
@@ -143,17 +153,17 @@ async function step(key: string, r: number): Promise<void> {
       key,
       async (ctx) => {
         const t0 = now();
-        process.send?.({ ev: 'loader-start', proc, key });
+        process.send?.({ ev: 'loader-start', proc, key, tags });
         try {
           await cancellableSleep(loaderMs, ctx.signal);
         } finally {
           process.send?.({ ev: 'loader-end', proc, key });
         }
         const id = nextId();
-        runs.push([key, t0, now(), ctx.fencingToken ?? -1, id]);
+        runs.push([key, t0, now(), ctx.fencingToken ?? -1, id, tags?.join(',') ?? '']);
         return { id, fence: ctx.fencingToken };
       },
-      signal ? { ...options, signal } : options,
+      { ...options, ...(signal ? { signal } : {}), ...(tags ? { tags } : {}) },
     );
     settles.push([key, start, now(), true, v.fence ?? -1, '', v.id, signal !== undefined]);
   } catch (err) {

@@ -20,20 +20,22 @@ export interface Settle {
 }
 
 /**
- * A completed-or-failed `set` or `delete`, as a worker recorded it. `value` is the identity the set
- * wrote; a delete writes nothing. Only `ok` ones supersede anything: a failed one may or may not have
- * landed.
+ * A completed-or-failed `set`, `delete` or `deleteByTag`, as a worker recorded it. `value` is the
+ * identity the set wrote; a delete writes nothing. Only `ok` ones supersede anything: a failed one may
+ * or may not have landed. A set's `tags` are those of the value it wrote; a deleteByTag's (key '')
+ * those it invalidated: it supersedes every value carrying one of them, of every key.
  */
 export interface Write {
   proc: number;
   key: string;
-  kind: 'set' | 'delete';
+  kind: 'set' | 'delete' | 'deleteByTag';
   start: number;
   end: number;
   ok: boolean;
   value?: string;
   /** The error code of a failed one. */
   code?: string;
+  tags?: string[];
 }
 
 /** A loader run: proc, key, start, end, its grant's fence. */
@@ -45,6 +47,8 @@ export interface LoaderRun {
   fence: number | undefined;
   /** The identity of the value it returned. */
   value?: string;
+  /** The tags of its call (the value carries them). */
+  tags?: string[];
 }
 
 export interface Interval {
@@ -150,10 +154,21 @@ export interface DegradedAllowance {
   keptUntil: Map<string, number>;
 }
 
+/** The tags of every value identity: its loader's call's, or its set's. */
+export function tagsOfValues(runs: LoaderRun[], writes: Write[]): Map<string, string[]> {
+  const tags = new Map<string, string[]>();
+  for (const r of runs) if (r.value !== undefined && r.tags && r.tags.length > 0) tags.set(r.value, r.tags);
+  for (const w of writes) if (w.kind === 'set' && w.value !== undefined && w.tags && w.tags.length > 0) tags.set(w.value, w.tags);
+  return tags;
+}
+
 /**
  * No read returns a superseded value: once a `delete` or `set` of a key has completed (call returned
  * ok at `W.end`), no call that starts more than `bound` ms later — in any process, L1 on or off —
- * returns a value that existed before `W` started (`produced < W.start`). `bound` is the propagation
+ * returns a value that existed before `W` started (`produced < W.start`). The same for a
+ * `deleteByTag` and every value carrying one of its tags (`tagsOf`), of any key: a value whose grant
+ * came before it (a loader's value exists from its loader's start, after its grant; a set's from the
+ * set's end, after its grant) is never read after it — property 'no read after deleteByTag'. `bound` is the propagation
  * allowance for other processes' L1 (the pub/sub note, or the flush after a resubscribe). A reader
  * that was frozen (SIGSTOP) after `W` ended is not judged against `W`: it could not hear the note.
  * Values whose origin the history lost (a killed worker's last batch) are not judged. With `degraded`,
@@ -168,23 +183,37 @@ export function noSupersededReads(
   bound: number,
   pauses: Interval[],
   degraded?: DegradedAllowance,
+  tagsOf: Map<string, string[]> = new Map(),
 ): { checked: number; violations: Violation[]; allowedDegraded: number } {
   const violations: Violation[] = [];
   let checked = 0;
   /** Reads left unjudged against at least one superseding write under the DegradedAllowance. */
   let allowedDegraded = 0;
   const done = new Map<string, Write[]>();
+  const byTag: Write[] = [];
   for (const w of writes) {
     if (!w.ok) continue;
+    if (w.kind === 'deleteByTag') {
+      byTag.push(w);
+      continue;
+    }
     let g = done.get(w.key);
     if (!g) done.set(w.key, (g = []));
     g.push(w);
   }
   for (const g of done.values()) g.sort((a, b) => a.end - b.end);
+  /** What supersedes the value a read returned: its key's writes, and the deleteByTags of one of its tags (sorted by end). */
+  const supersedersOf = (r: Settle & { value: string }): Write[] | undefined => {
+    const tags = tagsOf.get(r.value);
+    const g = done.get(r.key);
+    if (tags === undefined || byTag.length === 0) return g;
+    const reaching = byTag.filter((w) => w.tags?.some((t) => tags.includes(t)));
+    return reaching.length === 0 ? g : [...(g ?? []), ...reaching].sort((a, b) => a.end - b.end);
+  };
   for (const r of settles) {
     if (!r.ok || r.value === undefined) continue;
     const made = produced.get(r.value);
-    const g = done.get(r.key);
+    const g = supersedersOf(r as Settle & { value: string });
     if (made === undefined || !g) continue;
     const frozen = pauses.filter((p) => p.proc === r.proc && p.from < r.start);
     const kept = r.fence === undefined && degraded ? degraded.keptUntil.get(r.value) : undefined;
@@ -201,8 +230,8 @@ export function noSupersededReads(
       judged = true;
       if (w.start > made) {
         violations.push({
-          property: 'no superseded read',
-          detail: `proc ${r.proc} key ${r.key}: call at ${r.start.toFixed(0)} returned ${r.value} (made at ${made.toFixed(0)}), superseded by proc ${w.proc}'s ${w.kind} [${w.start.toFixed(0)}, ${w.end.toFixed(0)}]`,
+          property: w.kind === 'deleteByTag' ? 'no read after deleteByTag' : 'no superseded read',
+          detail: `proc ${r.proc} key ${r.key}: call at ${r.start.toFixed(0)} returned ${r.value} (made at ${made.toFixed(0)}${w.kind === 'deleteByTag' ? `, tagged ${tagsOf.get(r.value)?.join('+')}` : ''}), superseded by proc ${w.proc}'s ${w.kind}${w.kind === 'deleteByTag' ? `(${w.tags?.join('+')})` : ''} [${w.start.toFixed(0)}, ${w.end.toFixed(0)}]`,
         });
         break;
       }

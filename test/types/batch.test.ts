@@ -1,6 +1,6 @@
 /** Types of the batch API (issue #11): has, getMany, deleteMany. Nothing here runs a call. */
 import { describe, expectTypeOf, it } from 'vitest';
-import type { BatchLoader, BatchLoaderContext, Cache } from '../../src/index.js';
+import type { BatchLoader, BatchLoaderContext, Cache, EntryOptions } from '../../src/index.js';
 
 declare const cache: Cache;
 
@@ -20,13 +20,14 @@ describe('batch API types', () => {
 });
 
 describe('getOrComputeMany types', () => {
-  it('values are typed by the Map loadMany returns, aligned | undefined; ctx has signal and fencingTokens', () => {
+  it('values are typed by the Map loadMany returns, aligned | undefined; ctx has signal, fencingTokens and setOptions(key, options)', () => {
     void (() => {
       expectTypeOf(
         cache.getOrComputeMany(['a'], async (missing, ctx) => {
           expectTypeOf(missing).toEqualTypeOf<string[]>();
           expectTypeOf(ctx.signal).toEqualTypeOf<AbortSignal>();
           expectTypeOf(ctx.fencingTokens).toEqualTypeOf<ReadonlyMap<string, number | undefined>>();
+          expectTypeOf(ctx.setOptions).toEqualTypeOf<(key: string, options: EntryOptions) => void>();
           return new Map(missing.map((k) => [k, { id: k }]));
         }, 60_000),
       ).toEqualTypeOf<Promise<({ id: string } | undefined)[]>>();

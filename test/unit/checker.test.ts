@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { abortsHarmless, boundedSettles, loadersPerWindow, monotonicReads, noSupersededReads, producedAt, quantiles, recoveryTimes, type Settle, type Write } from '../support/checker.js';
+import { abortsHarmless, boundedSettles, loadersPerWindow, monotonicReads, noSupersededReads, producedAt, quantiles, recoveryTimes, tagsOfValues, type Settle, type Write } from '../support/checker.js';
 
 const s = (proc: number, start: number, end: number, fence: number | undefined, key = 'k'): Settle => ({ proc, key, start, end, ok: true, fence });
 
@@ -95,6 +95,33 @@ describe('campaign checker: no superseded read', () => {
     expect(judge(degradedRead(1, 1000), allowance(50, 2000))).toBe(1); // another process's subscription was down, not the reader's
     expect(judge(degradedRead(2, 1000, 7), allowance(50, 2000))).toBe(1); // a value with a token (store, L1): no exception
     expect(judge(degradedRead(2, 1000))).toBe(1); // no allowance given: judged as any other
+  });
+
+  it('deleteByTag: flags a value carrying one of its tags, of any key, made before it started and read after it (plus the bound); not an untagged or otherwise tagged one, nor one made after it started', () => {
+    const byTag = (start: number, end: number, tags: string[], ok = true): Write => ({ proc: 0, key: '', kind: 'deleteByTag', start, end, ok, tags });
+    const tagsOf = new Map([['1.1', ['t1']], ['2.1', ['t1']], ['3.1', ['t2']]]);
+    const at = new Map([['1.1', 100], ['2.1', 400], ['3.1', 100], ['4.1', 100]]);
+    const judged = (reads: Settle[], writes: Write[]) => noSupersededReads(reads, writes, at, 500, [], undefined, tagsOf);
+    // Made at 100, before deleteByTag(t1) started at 200; read at 1000 > 300 + 500: flagged, whatever its key.
+    for (const key of ['k', 'other']) {
+      const r = judged([read(2, 1000, '1.1', key)], [byTag(200, 300, ['t1'])]);
+      expect(r.violations.map((v) => v.property)).toEqual(['no read after deleteByTag']);
+    }
+    expect(judged([read(2, 1000, '1.1')], [byTag(200, 300, ['t2', 't1'])]).violations).toHaveLength(1);
+    const passes = judged(
+      [
+        read(2, 700, '1.1'), // within the bound
+        read(2, 1000, '2.1'), // made at 400, after it started
+        read(2, 1000, '3.1'), // tagged t2 only
+        read(2, 1000, '4.1'), // untagged
+      ],
+      [byTag(200, 300, ['t1']), byTag(50, 60, ['t2'], false)],
+    );
+    expect(passes.violations).toEqual([]);
+    expect(passes.checked).toBe(1); // only 2.1 was judged against it
+    // tagsOfValues: a loader's call's tags, a set's tags.
+    const tags = tagsOfValues([{ proc: 1, key: 'k', start: 1, end: 2, fence: 1, value: '1.1', tags: ['t1'] }, { proc: 1, key: 'k', start: 1, end: 2, fence: 2, value: '1.2' }], [{ ...set(2, 60, 70, '2.1'), tags: ['t2'] }]);
+    expect([...tags]).toEqual([['1.1', ['t1']], ['2.1', ['t2']]]);
   });
 
   it('producedAt: a loader value when its loader started (it read the origin then), a set value when the set settled', () => {
