@@ -1,6 +1,7 @@
 /**
  * Model-based test of one process's public API against a reference model (fast-check commands), on
- * a real redis-server, with L1 on and off. Commands: get / set / delete / getOrCompute, pairs of them
+ * a real redis-server, with L1 off, on (notes drop other processes' changes) and on under tracking
+ * (`local.invalidation: 'tracking'`: the server's invalidations drop them). Commands: get / set / delete / getOrCompute, pairs of them
  * started together (neither awaited before both are started), getOrCompute with an already-aborted
  * signal or one that fires mid-flight; and, through a second cache (L1 off) on the same prefix
  * standing for every other process, a peek at what they read and their sets and deletes.
@@ -42,8 +43,12 @@ type Op =
   /** abortAfter: 'pre' = the signal is already aborted when the call starts; n = it aborts after n ms. */
   | { kind: 'abortedGetOrCompute'; key: Key; loaderMs: number; abortAfter: 'pre' | number };
 
+/** L1 off, on with notes (the default), or on with the server's invalidations (docs/tracking.md). */
+type Mode = 'off' | 'notes' | 'tracking';
+
 interface Real {
   cache: Cache;
+  mode: Mode;
   /** The cache's own client. */
   client: Redis;
   observer: Cache;
@@ -180,7 +185,10 @@ class Pair implements fc.AsyncCommand<Model, Real> {
 /**
  * Another process writes (a set or delete through the second cache). Awaited until the cache under
  * test has heard of it (its `remoteChange` event): the model allows no propagation delay, so the
- * command waits for the note rather than the model allowing the old value for a while.
+ * command waits for the note rather than the model allowing the old value for a while. Under tracking
+ * the note drops no L1 copy: the server's invalidation does, on another connection, so the command
+ * also waits (at most INVALIDATION_WAIT_MS) until L1 holds no copy of the key. Past that it goes on,
+ * and the model judges what the cache answers next (an old copy still served is a violation).
  */
 class OtherWrite implements fc.AsyncCommand<Model, Real> {
   constructor(
@@ -202,9 +210,18 @@ class OtherWrite implements fc.AsyncCommand<Model, Real> {
     });
     await (this.kind === 'set' ? r.observer.set(this.key, written) : r.observer.delete(this.key));
     if (!(await heard)) throw new Error(`another process's ${this.kind}(${this.key}) was never heard by the cache under test (no remoteChange within 2 s)`);
+    if (r.mode === 'tracking') await invalidated(r.cache, this.key);
     m.set(this.key, new Set([this.kind === 'set' ? written : undefined]));
   }
   toString = () => `other process: ${this.kind}(${this.key})`;
+}
+
+const INVALIDATION_WAIT_MS = 1000;
+
+/** Until `cache`'s L1 holds no copy of `key` (the server's invalidation arrived), INVALIDATION_WAIT_MS at most. */
+async function invalidated(cache: Cache, key: Key): Promise<void> {
+  const local = (cache as unknown as { rt: { local: { get(key: string): unknown } } }).rt.local;
+  for (let waited = 0; local.get(key) !== undefined && waited < INVALIDATION_WAIT_MS; waited += 5) await new Promise((resolve) => setTimeout(resolve, 5));
 }
 
 /** What any other process reads: the store, through a second cache without L1. */
@@ -243,29 +260,44 @@ const coherenceCommands = [
 const allCommands = fc.commands([...coherenceCommands, abortedOp.map((op) => new Single(op))], { maxCommands: 30 });
 /** Without aborts: what the L1 negative control runs, so that its failure is about L1 alone. */
 const withoutAborts = fc.commands(coherenceCommands, { maxCommands: 30 });
+/**
+ * What the tracking negative control runs: one call at a time, peeks and other processes' writes (no
+ * pairs, no aborts), so that its failure is about the server's invalidations alone. (Under tracking,
+ * a set() and a getOrCompute() of one key started together can end with the loader's value stored
+ * after the set's, a result the model refuses: see docs/tracking.md, Limits.)
+ */
+const oneAtATime = fc.commands(
+  coherenceCommands.filter((c) => c !== pair),
+  { maxCommands: 30 },
+);
 
 const SEED = Number(process.env.SG_MODEL_SEED ?? 20261201);
 const NUM_RUNS = 150;
+/** Tracking mode: fewer runs (the suite's time is bounded; each run opens two more connections). */
+const TRACKING_RUNS = 60;
 
 /** Numbers every run of every test, so each gets a prefix (and keys) of its own. */
 let run = 0;
 
-async function runModel(l1: boolean, commands = allCommands, unsafe: UnsafeSwitches = {}): Promise<void> {
+async function runModel(mode: Mode, commands = allCommands, unsafe: UnsafeSwitches = {}, numRuns = NUM_RUNS): Promise<void> {
   // Rejections a previous test's background work left behind (reported against that test by vitest)
   // surface now, before this test's own listener is on.
   await new Promise((resolve) => setTimeout(resolve, 200));
-  console.log(`model test (L1 ${l1 ? 'on' : 'off'}${unsafe.incoherentL1 ? ', incoherentL1' : ''}): seed ${SEED}, ${NUM_RUNS} runs; replay with SG_MODEL_SEED=${SEED}`);
+  const switches = Object.keys(unsafe).filter((k) => unsafe[k as keyof UnsafeSwitches]);
+  console.log(`model test (L1 ${mode}${switches.map((k) => `, ${k}`).join('')}): seed ${SEED}, ${numRuns} runs; replay with SG_MODEL_SEED=${SEED}`);
+  const local = mode === 'off' ? false : mode === 'notes' ? { max: 100 } : { max: 100, invalidation: 'tracking' as const };
   await fc.assert(
     fc.asyncProperty(commands, async (cmds) => {
       const prefix = `model${process.pid}x${++run}`;
       const clients = [new Redis(provided.url, { maxRetriesPerRequest: 1 }), new Redis(provided.url, { maxRetriesPerRequest: 1 })];
       const defaults = { ttl: 60_000, failBackoff: 60_000, waitTimeout: 2_000 };
-      const cache = createCache({ redis: clients[0] as Redis, prefix, local: l1 ? { max: 100 } : false, defaults, [UNSAFE]: unsafe } as CacheOptions);
+      const cache = createCache({ redis: clients[0] as Redis, prefix, local, defaults, [UNSAFE]: unsafe } as CacheOptions);
       const observer = createCache({ redis: clients[1] as Redis, prefix, defaults });
-      const real: Real = { cache, client: clients[0] as Redis, observer, unhandled: [], seq: 0 };
+      const real: Real = { cache, mode, client: clients[0] as Redis, observer, unhandled: [], seq: 0 };
       const onUnhandled = (e: unknown) => real.unhandled.push(e);
       process.on('unhandledRejection', onUnhandled);
       try {
+        // ready() is true once subscribed (and, under tracking, tracked): L1 serves only from then on.
         await Promise.all([cache.ready(), observer.ready()]);
         const model: Model = new Map(KEYS.map((k) => [k, new Set<Val>([undefined])]));
         await fc.asyncModelRun(() => ({ model, real }), cmds);
@@ -277,24 +309,37 @@ async function runModel(l1: boolean, commands = allCommands, unsafe: UnsafeSwitc
         for (const c of clients) c.disconnect();
       }
     }),
-    { seed: SEED, numRuns: NUM_RUNS },
+    { seed: SEED, numRuns },
   );
+}
+
+/** A negative control: the model (without aborts by default, so the failure is about L1 alone) must find a result no order of the calls allows. */
+async function expectDisallowedResult(mode: Mode, unsafe: UnsafeSwitches, numRuns: number, commands = withoutAborts): Promise<void> {
+  const failure = await runModel(mode, commands, unsafe, numRuns).then(() => undefined, (e: unknown) => e);
+  const why = String((failure as { cause?: unknown } | undefined)?.cause);
+  console.log(`negative control caught: ${String(failure).split('\n').find((l) => l.startsWith('Counterexample'))} — ${why}`);
+  expect(why).not.toMatch(/unhandled rejection/);
+  expect(why).toMatch(/no order of these calls|peek\([ab]\) from another cache/);
 }
 
 describe('model-based: one process against a reference model (real Redis)', () => {
   it('L1 on: get/set/delete/getOrCompute, pairs started together, aborted calls: every result allowed by the model, no unhandled rejection', async () => {
-    await runModel(true);
+    await runModel('notes');
   }, 120_000);
 
   it('L1 off: the same commands and model', async () => {
-    await runModel(false);
+    await runModel('off');
+  }, 120_000);
+
+  it("L1 on under tracking (local.invalidation 'tracking'): the same commands and model, another process's change dropped by the server's invalidation", async () => {
+    await runModel('tracking', allCommands, {}, TRACKING_RUNS);
   }, 120_000);
 
   it('negative control: with an incoherent L1 (UNSAFE incoherentL1), the model finds a result no order of the calls allows', async () => {
-    const failure = await runModel(true, withoutAborts, { incoherentL1: true }).then(() => undefined, (e: unknown) => e);
-    const why = String((failure as { cause?: unknown } | undefined)?.cause);
-    console.log(`negative control caught: ${String(failure).split('\n').find((l) => l.startsWith('Counterexample'))} — ${why}`);
-    expect(why).not.toMatch(/unhandled rejection/);
-    expect(why).toMatch(/no order of these calls|peek\([ab]\) from another cache/);
+    await expectDisallowedResult('notes', { incoherentL1: true }, NUM_RUNS);
+  }, 120_000);
+
+  it('negative control: under tracking with the invalidation pushes ignored (UNSAFE ignoreInvalidations), the model finds a result no order of the calls allows', async () => {
+    await expectDisallowedResult('tracking', { ignoreInvalidations: true }, TRACKING_RUNS, oneAtATime);
   }, 120_000);
 });
