@@ -160,11 +160,11 @@ export class Cache extends EventEmitter<CacheEvents> {
    * Invalidates every entry tagged `tag` (or any of the tags of an array), namespaced ones included,
    * in every process: once this resolves, no call that starts afterwards returns an entry tagged so
    * whose load was granted (or whose set() was made) before it — not from Redis, not from any L1, not
-   * from a loader that was paused across it (its write is refused). O(1) in the number of entries:
+   * from a loader that was paused across it (its write is refused, or on a Cluster read as a miss). O(1) in the number of entries:
    * one record per tag is set to the server's time and one note tells every process to drop its
    * copies; it resolves once every subscribed process acknowledged (at most 2 × `redisTimeout`, as
    * clear()). Bad tags are an InvalidOptionError before any Redis traffic; RedisUnavailableError if
-   * Redis fails. Not on a Cluster client yet. See docs/tags.md.
+   * Redis fails. See docs/tags.md (on a Cluster: what a tagged hit costs there).
    */
   async deleteByTag(tag: string | readonly string[]): Promise<void> {
     return this.byTag(tag, 'delete');
@@ -177,7 +177,7 @@ export class Cache extends EventEmitter<CacheEvents> {
    * any L1. Such an entry is stale instead: served (with a `stale` event) for its `staleTtl` from now
    * while exactly one rebuild per key runs across the fleet (its waiters woken as usual); an entry
    * whose `staleTtl` is 0 is a miss, as after deleteByTag. Costs, acknowledgements and errors as
-   * deleteByTag's. Not on a Cluster client yet. See docs/tags.md.
+   * deleteByTag's. See docs/tags.md.
    */
   async expireByTag(tag: string | readonly string[]): Promise<void> {
     return this.byTag(tag, 'expire');
@@ -186,7 +186,6 @@ export class Cache extends EventEmitter<CacheEvents> {
   private async byTag(tag: string | readonly string[], how: TagInvalidation): Promise<void> {
     const tags = tagsToDelete(tag);
     this.guard.open();
-    if (this.rt.port.cluster) throw new InvalidOptionError('tags', tag, 'no tags on a Cluster client (not supported yet: docs/tags.md)');
     return invalidateTags(this.rt, '', tags, how);
   }
 

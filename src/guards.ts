@@ -13,11 +13,7 @@ export class CallResolver {
   private readonly byTtl: Map<number, ResolvedCall> | undefined;
   private readonly shapes: CallShapes;
 
-  constructor(
-    private readonly options: ResolvedCache,
-    /** A Cluster client: tags are refused there for now (their records would live on other nodes, with other clocks). */
-    private readonly cluster = false,
-  ) {
+  constructor(private readonly options: ResolvedCache) {
     this.byTtl = typeof options.defaults.lock === 'function' ? undefined : new Map();
     this.shapes = new CallShapes(options.defaults);
   }
@@ -29,7 +25,6 @@ export class CallResolver {
     }
     const call = typeof ttlOrOptions === 'object' && ttlOrOptions !== null ? this.shapes.resolve(ttlOrOptions, key) : resolveCallOptions(this.options.defaults, ttlOrOptions, key);
     if (call.lock === 'redlock' && !this.options.redlock) throw new InvalidOptionError('lock', 'redlock', 'redlock nodes configured: createCache({ redlock: { nodes } })', key);
-    if (this.cluster && call.tags !== undefined && call.tags.length > 0) throw new InvalidOptionError('tags', call.tags, 'no tags on a Cluster client (not supported yet: docs/tags.md)', key);
     if (typeof ttlOrOptions === 'number' && this.byTtl && this.byTtl.size < 256) this.byTtl.set(ttlOrOptions, call);
     return call;
   }

@@ -94,8 +94,8 @@ export class Io {
   ) {}
 
   run<T>(operation: string, fn: () => Promise<T>, target?: string | OwnKey, compensate?: () => void): Promise<T> {
-    const key = typeof target === 'object' ? undefined : target;
-    const subject: Subject = typeof target === 'object' ? { namespace: target.namespace } : target;
+    const key = typeof target === 'object' ? target.key : target;
+    const subject: Subject = typeof target === 'object' ? (target.key ?? { namespace: target.namespace }) : target;
     if (this.closed) return Promise.reject(new CacheClosedError(key));
     const node = this.nodeOf(target);
     const start = this.clock.now();

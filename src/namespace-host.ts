@@ -1,6 +1,6 @@
 import { announceClear } from './clearing.js';
 import { callOf, computeDegraded } from './compute.js';
-import { CacheClosedError, InvalidOptionError } from './errors.js';
+import { CacheClosedError } from './errors.js';
 import { invalidateTags } from './writes.js';
 import type { KeyedOps, NamespaceHost } from './namespace.js';
 import { degradedReads } from './reads.js';
@@ -25,7 +25,6 @@ export function namespaceHost(rt: Runtime, ops: KeyedOps): NamespaceHost {
     },
     invalidateTags: (path, tags, how) => {
       if (rt.closed) return Promise.reject(new CacheClosedError());
-      if (rt.port.cluster) return Promise.reject(new InvalidOptionError('tags', tags, 'no tags on a Cluster client (not supported yet: docs/tags.md)'));
       return invalidateTags(rt, path, tags, how);
     },
     clear: (path) => {

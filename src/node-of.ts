@@ -5,11 +5,12 @@
 export type NodeOf = (key: string | undefined) => string;
 
 /**
- * A command on a Redis key that is not one of an entry's (a namespace's generation counter): errors
- * name the `namespace` (its path), never as a key; `redisKey` is routed — the breaker charged is that
- * of the node owning it.
+ * A command on a Redis key that is not one of an entry's (a namespace's generation counter, a tag
+ * record): errors name `key` when it is about an entry (a tag record's check), else the `namespace`
+ * (its path); `redisKey` is routed — the breaker charged is that of the node owning it.
  */
 export interface OwnKey {
   readonly namespace: string;
   readonly redisKey: string;
+  readonly key?: string | undefined;
 }

@@ -99,7 +99,7 @@ export class Runtime {
   ) {
     this.options = o;
     this.port = portFor(o.redis);
-    const resolver = new CallResolver(o, this.port.cluster);
+    const resolver = new CallResolver(o);
     this.guard = new Guard(o, resolver, () => this.closed, false);
     this.reservedGuard = new Guard(o, resolver, () => this.closed, true);
     // Every running loader listens to the lifetime signal (and detaches when done): not a leak.
@@ -182,7 +182,10 @@ export class Runtime {
       this.telemetry.lockLost();
       this.emit('lockLost', { key, error });
     };
-    const lockDeps: LockDeps = { io: this.io, scripts, notes: this.notes, clock: o.clock, onLost, retries: this.retries, tagRecords: (key, tags) => this.tags.records(key, tags) };
+    const lockDeps: LockDeps = { io: this.io, scripts, notes: this.notes, clock: o.clock, onLost, retries: this.retries,
+      tagRecords: (key, tags) => this.tags.records(key, tags),
+      tagGrantApart: (key, tags) => this.tags.grantApart(key, tags),
+    };
     const local = new StoreLock(lockDeps, 'local', false);
     const single = new StoreLock(lockDeps, 'single', true);
     const fallback = { throw: undefined, single, local };
@@ -200,11 +203,10 @@ export class Runtime {
       judge: (key, entryTags, grantedAt) => tags.judge(key, entryTags, grantedAt),
       records: (key, entryTags) => tags.records(key, entryTags),
       snapshotAtWrite: o.unsafe.tagSnapshotAtWrite,
-      cluster: port.cluster,
-      timeNow: async () => {
-        const [s, us] = (await this.io.run('write', () => port.command(o.prefix, ['TIME']))) as [string, string];
-        return Number(s) * 1_000_000 + Number(us);
-      },
+      readUnchecked: o.unsafe.tagReadUnchecked,
+      apart: port.cluster,
+      ensure: (key, entryTags, ttl, grantedAt) => tags.ensure(key, entryTags, ttl, grantedAt),
+      timeNow: () => tags.timeNow(),
     };
     // Under tracking the store reads on the tracked connection; every other script stays on the caller's.
     const reads = tracked ? defineScripts(tracked.reads) : scripts;

@@ -1,5 +1,4 @@
 import type { Batch, Reply } from './batch.js';
-import { InvalidOptionError } from './errors.js';
 import { isNoPerm, isWrongType } from './client/port.js';
 import { decodeEntry, encodeStorable, type Envelope } from './codec.js';
 import { entryState, type EntryFacts, type EntryState, type RefreshPolicy } from './entry.js';
@@ -50,8 +49,19 @@ export interface StoreTags {
   timeNow(): Promise<number>;
   /** The UNSAFE switch: a tagged write carries the time of the write instead of its grant's. */
   readonly snapshotAtWrite: boolean;
-  /** A Cluster client: no tags (their records would live in other slots, on other clocks). */
-  readonly cluster: boolean;
+  /** The UNSAFE switch: a tagged entry read from Redis is served unchecked (on a Cluster the check is the rule's only gate). */
+  readonly readUnchecked: boolean;
+  /**
+   * A Cluster client: the records live in another slot than the entry, so a tagged write cannot check
+   * them; it lands, and the read's check keeps it from being served if it is invalid (THE TAG RULE, On
+   * a Cluster, lock/scripts.ts).
+   */
+  readonly apart: boolean;
+  /**
+   * On a Cluster, sent with a tagged write: re-creates its missing records, keeps them `ttl` ms at
+   * least, and tells whether the entry granted at `grantedAt` is valid now. Never rejects.
+   */
+  ensure(key: string, tags: readonly string[], ttl: number, grantedAt: number): Promise<boolean>;
 }
 
 /** Entry reads and fenced writes on the store's Redis. Throws RedisUnavailableError; never a decode error. */
@@ -110,7 +120,7 @@ export class Store {
    * of a call whose own read was counted already. Throws RedisUnavailableError.
    */
   async vetted(key: string, found: Found, counted = true): Promise<Found> {
-    if (found.state === 'miss' || found.tags === undefined) return found;
+    if (found.state === 'miss' || found.tags === undefined || this.tags?.readUnchecked === true) return found;
     // An entry whose tags cannot be checked (no record keeper, no grant time) is unknown: invalid.
     const verdict = this.tags !== undefined && found.grantedAt !== undefined ? await this.tags.judge(key, found.tags, found.grantedAt) : INVALID;
     if (verdict.kind === 'valid') return found;
@@ -311,8 +321,9 @@ export class Store {
    */
   async write(key: string, keys: EntryKeys, grant: Grant, value: unknown, call: ResolvedCall, loadMs: number, kind: NoteKind, ttl = call.ttl, refreshAhead?: RefreshPolicy, tags?: readonly string[]): Promise<Written> {
     const tagged = tags !== undefined && tags.length > 0;
-    // THE TAG RULE: a tagged entry carries its grant's time G. A grant without one (none is expected
-    // here) writes 0: every record is at least 0, so such a write is refused, never wrongly accepted.
+    // THE TAG RULE: a tagged entry carries its grant's time G. A grant without one (a batch's; on a
+    // Cluster, an untagged call whose G the records' node did not give) writes 0: every record is at
+    // least 0, so such an entry is refused (on a Cluster: read as invalid), never wrongly accepted.
     let grantedAt = tagged ? (grant.grantedAt ?? 0) : undefined;
     if (tagged && this.tags?.snapshotAtWrite === true) grantedAt = await this.tags.timeNow(); // the negative control
     const bytes = this.encode(key, value, grant.fence, call, loadMs, ttl, refreshAhead, tagged ? tags : undefined, grantedAt);
@@ -327,25 +338,22 @@ export class Store {
       ttl,
     ];
     const entry: [string, string, string] = [keys.value, keys.fence, keys.lock];
-    const accepted = await this.io.run(
-      kind === 's' ? 'set' : 'write',
-      () =>
-        tagged
-          ? this.scripts.writeTagged(entry, args, { records: this.tagRecords(key, tags), grantedAt: grantedAt ?? 0, recordTtl: RECORD_TTL_MS, deleted: this.notes.message('d', key) })
-          : this.writeScript(entry, args),
-      key,
-    );
+    // On a Cluster the records are checked alongside the write (THE TAG RULE, On a Cluster): an entry
+    // found invalid there is stored all the same (the reads' check keeps it unserved) but counts as refused.
+    const apart = tagged && this.tags?.apart === true ? this.tags.ensure(key, tags, args[3], grantedAt ?? 0) : undefined;
+    const [accepted, valid] = await Promise.all([
+      this.io.run(
+        kind === 's' ? 'set' : 'write',
+        () =>
+          tagged && apart === undefined
+            ? this.scripts.writeTagged(entry, args, { records: this.tagRecords(key, tags), grantedAt: grantedAt ?? 0, recordTtl: RECORD_TTL_MS, deleted: this.notes.message('d', key) })
+            : this.writeScript(entry, args),
+        key,
+      ),
+      apart,
+    ]);
     grant.markReleased();
-    return accepted === 1 ? 'accepted' : accepted === -1 ? 'fenceLost' : 'superseded';
-  }
-
-  /**
-   * Throws InvalidOptionError (naming `ctx.setOptions.tags`) where tags cannot be written: on a Cluster
-   * client (the call's own `tags` are refused before any traffic; a loader's are refused here, before
-   * its write, so its callers see why instead of a degraded write).
-   */
-  assertTaggable(key: string, tags: readonly string[]): void {
-    if (this.tags?.cluster === true) throw new InvalidOptionError('ctx.setOptions.tags', tags, 'no tags on a Cluster client (not supported yet: docs/tags.md)', key);
+    return accepted === 1 ? (valid === false ? 'superseded' : 'accepted') : accepted === -1 ? 'fenceLost' : 'superseded';
   }
 
   /** The records of a tagged write; a store without tags cannot write one. */

@@ -3,16 +3,22 @@
  * makes it safe, THE TAG RULE, is at the fence rule's side (lock/scripts.ts); this module holds the
  * tag records' layout, the read-side check, and the invalidation with its note and acknowledgements.
  *
- * Layout: a tag's record is `<prefix>:tag:<scope> <tag>`, where the scope is '' for the cache's own
+ * Layout: a tag's record is `<prefix>:tag:{<prefix>}:<scope> <tag>`, where the scope is '' for the cache's own
  * `deleteByTag` and a namespace path (`users`, `users/admins`) for a namespace's. An entry of the
  * namespace path `users/admins` tagged `t` is governed by three records, (`''`, t), (`users`, t) and
  * (`users/admins`, t), so `cache.deleteByTag(t)` reaches it, as do `users.deleteByTag(t)` and
  * `admins.deleteByTag(t)`; another namespace's `deleteByTag(t)` does not. Injective: a scope has no
- * space (namespace names have none), so the first space ends it, and the tag is the rest.
+ * space (namespace names have none), so the first space ends it, and the tag is the rest. The hash tag
+ * `{<prefix>}` (a prefix has no braces) puts every record of a cache, and its acknowledgement counters,
+ * in one slot: on a Cluster one script can set several records, and all their times come from one
+ * clock (THE TAG RULE, On a Cluster, lock/scripts.ts).
  */
 import { randomBytes } from 'node:crypto';
 import { script, type RedisPort, type Script } from './client/port.js';
+import { clusterReceivers } from './clear.js';
+import { TAG_ENSURE, TAG_GRANT_APART } from './lock/scripts.js';
 import type { Io } from './io.js';
+import type { OwnKey } from './node-of.js';
 import { parseNamespacedKey, RESERVED_KEY_START } from './namespace.js';
 import { tagList } from './options/fields.js';
 import type { Clock } from './options.js';
@@ -26,7 +32,12 @@ export const RECORD_TTL_MS = 24 * 60 * 60 * 1000;
 
 /** The record of `tag` in `scope` ('' = the whole cache). */
 export function tagRecordKey(prefix: string, scope: string, tag: string): string {
-  return `${prefix}:tag:${scope} ${tag}`;
+  return `${tagSlot(prefix)}${scope} ${tag}`;
+}
+
+/** The start of every record key of the cache: its hash tag decides their one slot. */
+function tagSlot(prefix: string): string {
+  return `${prefix}:tag:{${prefix}}:`;
 }
 
 /** The scopes an entry at internal key `key` is in: the whole cache, then each of its namespace paths. */
@@ -165,6 +176,9 @@ out[#KEYS + 1] = t[1] .. string.format('%06d', tonumber(t[2]))
 return out
 `;
 const STATES = variadic('sgTagStatesV2', 0, TAG_STATES, true);
+/** A Cluster's grant time and its tagged writes' records (lock/scripts.ts): KEYS[1] routes to the records' slot. */
+const GRANT_APART = variadic('sgTagGrantApartV1', 1, TAG_GRANT_APART);
+const ENSURE = variadic('sgTagEnsureV2', 1, TAG_ENSURE);
 
 /**
  * deleteByTag: KEYS[1]=the acknowledgement counter, KEYS[2…]=records; ARGV[1]=the counter's ttl
@@ -259,6 +273,9 @@ export interface TagDeps {
   readonly clock: Clock;
 }
 
+/** What a grant takes of the records on a Cluster (THE TAG RULE, On a Cluster): G, or why it could not. */
+export type GrantTime = number | Error;
+
 /** The records of one cache: the read-side check, the invalidation, the acknowledgement. */
 export class TagRecords {
   constructor(private readonly d: TagDeps) {}
@@ -268,14 +285,55 @@ export class TagRecords {
   }
 
   /**
+   * On a Cluster (THE TAG RULE, On a Cluster): the records' slot is not the entry's, so a grant takes G
+   * there, with this, sent alongside its acquire (creating the missing records of `tags`, the call's).
+   * Never rejects: resolves the RedisUnavailableError instead (the grant decides what it costs).
+   * Undefined on a standalone Redis: the acquire script takes G itself.
+   */
+  grantApart(key: string, tags: readonly string[] | undefined): Promise<GrantTime> | undefined {
+    if (!this.d.port.cluster) return undefined;
+    const records = tags === undefined ? [] : this.records(key, tags);
+    const run = (): Promise<unknown> => this.d.port.run(GRANT_APART(records.length), [this.anchor, ...records], [RECORD_TTL_MS]);
+    return this.d.io.run('acquire', run, this.on(key)).then(Number, (error: unknown) => (error instanceof Error ? error : new Error(String(error))));
+  }
+
+  /**
+   * On a Cluster, with a tagged write (THE TAG RULE, On a Cluster): re-creates the entry's missing
+   * records, keeps them at least `ttl` ms (the entry's physical life), and tells whether the entry
+   * granted at `grantedAt` is valid now. Never rejects: false when the records' node did not answer
+   * (a record not kept makes the entry invalid, nothing worse).
+   */
+  async ensure(key: string, tags: readonly string[], ttl: number, grantedAt: number): Promise<boolean> {
+    const records = this.records(key, tags);
+    const run = (): Promise<unknown> => this.d.port.run(ENSURE(records.length), [this.anchor, ...records], [RECORD_TTL_MS, ttl, grantedAt]);
+    return this.d.io.run('write', run, this.on(key)).then((valid) => Number(valid) === 1, () => false);
+  }
+
+  /** Negative control only (UNSAFE.tagSnapshotAtWrite): the records' clock now, in µs. */
+  async timeNow(): Promise<number> {
+    const [s, us] = (await this.d.io.run('write', () => this.d.port.command(this.anchor, ['TIME']), this.on(undefined))) as [string, string];
+    return Number(s) * 1_000_000 + Number(us);
+  }
+
+  /**
    * What THE TAG RULE says of the entry at `key` tagged `tags` and granted at `grantedAt` (see
-   * `judge`): one round trip. Throws RedisUnavailableError.
+   * `judge`): one round trip, to the records' node. Throws RedisUnavailableError.
    */
   async judge(key: string, tags: readonly string[], grantedAt: number): Promise<TagVerdict> {
     const records = this.records(key, tags);
-    const reply = (await this.d.io.run('read', () => this.d.port.run(STATES(records.length), records, []), key)) as (string | null)[];
+    const reply = (await this.d.io.run('read', () => this.d.port.run(STATES(records.length), records, []), this.on(key))) as (string | null)[];
     if (reply.length !== records.length + 1) return INVALID;
     return judge(reply.slice(0, records.length), grantedAt, Number(reply[records.length]));
+  }
+
+  /** A key of the records' slot, never written: routes a script with no record there. */
+  private get anchor(): string {
+    return tagSlot(this.d.prefix);
+  }
+
+  /** Io's target for a command on the records about the entry at `key`: the breaker charged is the records' node's, errors name `key`. */
+  private on(key: string | undefined): OwnKey {
+    return { namespace: '', redisKey: this.anchor, key };
   }
 
   /**
@@ -296,7 +354,9 @@ export class TagRecords {
       return reached;
     };
     const own = { namespace: scope, redisKey: ack };
-    const receivers = Number(await d.io.run('delete', run, own));
+    // On a Cluster PUBLISH counts only the subscribers of the node that ran it: count every node's first (as clear()).
+    const everywhere = await clusterReceivers(d.port, d.io, d.channel);
+    const receivers = Math.max(Number(await d.io.run('delete', run, own)), everywhere ?? 0);
     const deadline = d.clock.now() + d.ackWaitMs;
     while (d.clock.now() < deadline) {
       const acked = Number((await d.io.run('delete', () => d.port.command(ack, ['GET', ack]), own)) ?? 0);
@@ -311,7 +371,8 @@ export class TagRecords {
     this.d.io.run('delete', () => this.d.port.run(ACK, [key], [ACK_TTL_MS]), { namespace: '', redisKey: key }).catch(() => undefined);
   }
 
+  /** In the records' slot (the invalidation's script sets both); no space, so never a record. */
   private ackKey(id: string): string {
-    return `${this.d.prefix}:tag-ack:${id}`;
+    return `${this.anchor}ack:${id}`;
   }
 }

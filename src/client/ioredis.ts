@@ -62,8 +62,6 @@ export class IoredisPort implements RedisPort {
 
   constructor(private readonly client: IoredisClient) {
     this.commands = client as unknown as Record<string, Command | undefined>;
-    const autoPipelined = prop(client, 'options', 'enableAutoPipelining') === true;
-    this.reads = client.isCluster === true || autoPipelined ? undefined : new TickReads(client as unknown as IoredisReads);
   }
 
   run(script: Script, keys: readonly string[], args: readonly ScriptArg[], bytes = false): Promise<unknown> {
@@ -94,16 +92,8 @@ export class IoredisPort implements RedisPort {
    * first run that never reached Redis still uses up `sent`. Both known, not fixed.
    */
   getRange(key: string, end: string): Promise<Buffer> {
-    if (this.reads === undefined) return (this.client as unknown as IoredisReads).getrangeBuffer(key, 0, end);
-    return this.reads.getRange(key, end);
+    return (this.client as unknown as IoredisReads).getrangeBuffer(key, 0, end);
   }
-
-  /**
-   * The fresh-hit reads of one tick, sent together (a standalone client without its own
-   * auto-pipelining); undefined where the client sends each as it comes: a Cluster (a pipeline holds
-   * one slot's keys) or a client that auto-pipelines already.
-   */
-  private readonly reads: TickReads | undefined;
 
   private read(script: Script, keys: readonly string[], args: readonly ScriptArg[], bytes: boolean): Promise<unknown> {
     if (!this.sent.has(script.sha)) {
@@ -720,75 +710,7 @@ function asError(err: unknown): Error {
   return err instanceof Error ? err : new Error(String(err));
 }
 
-/** What TickReads uses of an ioredis client: GETRANGE as Buffers, and pipelines of it. */
+/** What a plain read uses of an ioredis client: GETRANGE as Buffers. */
 interface IoredisReads {
   getrangeBuffer(key: string, start: number, end: string): Promise<Buffer>;
-  pipeline(): { getrangeBuffer(key: string, start: number, end: string): unknown; exec(): Promise<[Error | null, unknown][] | null> };
-}
-
-interface QueuedRead {
-  readonly key: string;
-  readonly end: string;
-  readonly resolve: (bytes: Buffer) => void;
-  readonly reject: (error: unknown) => void;
-}
-
-/**
- * ioredis writes each command to its socket as it is issued, unless the client was made with
- * `enableAutoPipelining`; a busy process's fresh hits then cost a socket write each, the larger part
- * of a hit's client CPU (bench:hit's profiles). The reads issued in one tick — the callers a batch of
- * replies woke, typically — go out as one pipeline, written once, after the tick's promise reactions
- * ran (process.nextTick from them runs once the microtask queue is empty). A lone read is sent as is.
- * Ordering: only among these reads (nothing relies on the order of a read and another command; each
- * read is still bounded by Io's redisTimeout from when it was issued, before the tick ended).
- */
-class TickReads {
-  private queued: QueuedRead[] | undefined;
-
-  constructor(private readonly client: IoredisReads) {}
-
-  getRange(key: string, end: string): Promise<Buffer> {
-    return new Promise<Buffer>((resolve, reject) => {
-      if (this.queued === undefined) {
-        this.queued = [];
-        process.nextTick(this.flush);
-      }
-      this.queued.push({ key, end, resolve, reject });
-    });
-  }
-
-  private readonly flush = (): void => {
-    const reads = this.queued ?? [];
-    this.queued = undefined;
-    const only = reads.length === 1 ? reads[0] : undefined;
-    if (only !== undefined) {
-      try {
-        this.client.getrangeBuffer(only.key, 0, only.end).then(only.resolve, only.reject);
-      } catch (error) {
-        only.reject(error); // on a tick of its own: a throw would be uncaught
-      }
-      return;
-    }
-    let pipe: ReturnType<IoredisReads['pipeline']>;
-    try {
-      pipe = this.client.pipeline();
-      for (const r of reads) pipe.getrangeBuffer(r.key, 0, r.end);
-    } catch (error) {
-      for (const r of reads) r.reject(error);
-      return;
-    }
-    pipe.exec().then(
-      (replies) => {
-        reads.forEach((r, i) => {
-          const reply = replies?.[i];
-          if (reply === undefined) r.reject(new Error('stampede-guard: a pipelined read got no reply'));
-          else if (reply[0] !== null) r.reject(reply[0]);
-          else r.resolve(reply[1] as Buffer);
-        });
-      },
-      (error: unknown) => {
-        for (const r of reads) r.reject(error);
-      },
-    );
-  };
 }

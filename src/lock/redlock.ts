@@ -6,10 +6,9 @@ import type { EntryKeys } from '../keys.js';
 import type { ResolvedCall, ResolvedRedlock } from '../options.js';
 import { defineScripts, type Scripts } from './scripts.js';
 import { announceInStore, ReleaseOnce, silentInStore } from './grant.js';
-import { newToken, type LockDeps } from './single.js';
+import { grantTimeOf, newToken, tagGrant, type LockDeps } from './single.js';
 import type { Grant, Locker, ReleaseOutcome, ReleaseResult } from './types.js';
 import { Watchdog, type Extension } from './watchdog.js';
-import { RECORD_TTL_MS } from '../tags.js';
 
 // ------------------------------------------------------------------ pure rules (table-tested)
 
@@ -199,9 +198,11 @@ export class RedlockLock implements Locker {
       void allAnswered.then(() => this.releaseNodes(keys.lock, token));
     };
     try {
-      // The fence and the grant's time G (THE TAG RULE) are the main store's.
-      const tags = { records: call.tags === undefined ? [] : (this.deps.tagRecords?.(key, call.tags) ?? []), recordTtl: RECORD_TTL_MS };
-      [granted, fence, grantedAt] = (await io.run('acquire', () => scripts.acquireTagged(keys.lock, keys.fence, keys.backoff, '', 0, call.lockTtl, false, tags), key)) as [number, number, number | undefined];
+      // The fence and the grant's time G (THE TAG RULE) are the main store's (on a Cluster, its records' node's).
+      const { args: tags, apart } = tagGrant(this.deps, key, call);
+      let scriptG: number | undefined;
+      [granted, fence, scriptG] = (await io.run('acquire', () => scripts.acquireTagged(keys.lock, keys.fence, keys.backoff, '', 0, call.lockTtl, false, tags), key)) as [number, number, number | undefined];
+      grantedAt = grantTimeOf(scriptG, await apart, call);
     } catch (err) {
       await giveUp();
       throw err;

@@ -99,8 +99,24 @@ end
  * since the grant refuses nothing: the write lands, and its entry, granted before the expiry, is read
  * as stale (never fresh) until a rebuild granted after it replaces it.
  * As for the fence's re-seed, this holds unless two of these scripts ran in the same microsecond on
- * either side of a record's loss, or the Redis host clock went backwards. Standalone Redis only: on a
- * Cluster the records would live on other nodes, with other clocks (refused for now).
+ * either side of a record's loss, or the Redis host clock went backwards.
+ *
+ * On a Cluster, an entry's keys and its records are in different slots, so no script can both read
+ * the records and write the entry. There, every record of a cache shares one hash slot (tags.ts), so
+ * D, X and G all come from the clock of that slot's master, and the rule holds with two changes:
+ *   - G is taken there (TAG_GRANT_APART: it creates the call's missing records as above) by a script
+ *     sent alongside the grant's acquire (it may run a little before or after it, on its own node),
+ *     and the loader starts only once both answered: the load reads its source after G, so an
+ *     invalidation it may have missed (set before that read) has D > G. Every single-key grant takes
+ *     it, tags or not: a loader may tag its entry, and a G taken later (at the write, or when the
+ *     loader names a tag) would let a load that read its source before a deleteByTag land after it.
+ *   - The write is not refused (it cannot read the records): a tagged entry written after an
+ *     invalidation it was granted before lands, and is never served, because every read of a tagged
+ *     entry from Redis judges it against its records first (tags.ts, store.ts `vetted`): the read is
+ *     the rule's gate there. TAG_ENSURE, sent alongside the write, re-creates missing records (value
+ *     TIME, as the refused write does here), extends them to the entry's life, and tells whether the
+ *     entry was valid then: if not, its writer counts the write as refused (no L1 copy of it, a
+ *     `writeRejected` event), as here; only its bytes stay, read as a miss until replaced.
  */
 const TAG_GRANT = `
 local function tag_grant(first, ttl)
@@ -111,6 +127,37 @@ local function tag_grant(first, ttl)
   end
   return g
 end
+`;
+
+/**
+ * A Cluster's grant time (THE TAG RULE, On a Cluster): KEYS[1]=any key of the records' slot (routes the
+ * script there), KEYS[2…]=the call's records; ARGV[1]=a created record's ttl. → G.
+ */
+export const TAG_GRANT_APART = `${TAG_GRANT}
+return tag_grant(2, ARGV[1])`;
+
+/**
+ * A Cluster's tagged write's records (THE TAG RULE, On a Cluster): KEYS as TAG_GRANT_APART's, for the
+ * entry's records; ARGV[1]=a created record's ttl ARGV[2]=the entry's physical ttl ARGV[3]=its G. A
+ * missing record is created with TIME (what carries it stays invalid: unknown means invalid), and every
+ * record lives at least as long as the entry. → 1 the entry is valid now | 0 it is not (TAG_CHECK's test).
+ */
+export const TAG_ENSURE = `
+local valid = 1
+local g = tonumber(ARGV[3])
+for i = 2, #KEYS do
+  local r = redis.call('GET', KEYS[i])
+  if r then r = string.match(r, '^%d+') end
+  if not r then
+    local t = redis.call('TIME')
+    redis.call('SET', KEYS[i], t[1] .. string.format('%06d', tonumber(t[2])), 'PX', ARGV[1])
+    valid = 0
+  elseif tonumber(r) >= g then
+    valid = 0
+  end
+  if redis.call('PTTL', KEYS[i]) < tonumber(ARGV[2]) then redis.call('PEXPIRE', KEYS[i], ARGV[2]) end
+end
+return valid
 `;
 
 /**

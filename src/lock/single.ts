@@ -5,11 +5,11 @@ import type { Io } from '../io.js';
 import type { EntryKeys } from '../keys.js';
 import type { Clock, LockMode, ResolvedCall } from '../options.js';
 import type { NoteRoute } from '../wake.js';
-import type { AcquireReadReply, Scripts } from './scripts.js';
+import type { AcquireReadReply, Scripts, TagGrantArgs } from './scripts.js';
 import { announceInStore, ReleaseOnce, silentInStore, type ReleaseRetries } from './grant.js';
 import type { AcquireOptions, Grant, Locker, ReleaseOutcome, ReleaseResult } from './types.js';
 import { Watchdog, type Extension } from './watchdog.js';
-import { RECORD_TTL_MS } from '../tags.js';
+import { RECORD_TTL_MS, type GrantTime } from '../tags.js';
 
 export function newToken(): string {
   return randomBytes(16).toString('base64url'); // 128 random bits per grant
@@ -26,6 +26,29 @@ export interface LockDeps {
   readonly retries?: ReleaseRetries;
   /** The tag records that govern the entry of `key` tagged `tags` (tags.ts). */
   readonly tagRecords?: (key: string, tags: readonly string[]) => readonly string[];
+  /** On a Cluster, G taken on the records' node (tags.ts `grantApart`); undefined on a standalone Redis. */
+  readonly tagGrantApart?: (key: string, tags: readonly string[] | undefined) => Promise<GrantTime> | undefined;
+}
+
+/**
+ * A grant's tags part (THE TAG RULE, lock/scripts.ts): the records its acquire script creates and
+ * takes G with — none on a Cluster, where G is taken on the records' node by `apart`, sent alongside.
+ */
+export function tagGrant(deps: LockDeps, key: string, call: ResolvedCall): { readonly args: TagGrantArgs; readonly apart: Promise<GrantTime> | undefined } {
+  const apart = deps.tagGrantApart?.(key, call.tags);
+  const records = apart !== undefined || call.tags === undefined ? [] : (deps.tagRecords?.(key, call.tags) ?? []);
+  return { args: { records, recordTtl: RECORD_TTL_MS }, apart };
+}
+
+/**
+ * The grant's G, once its acquire was granted: the script's own, or on a Cluster `apart`'s. A call
+ * with tags whose G could not be taken apart has no grant (throws that error; the caller frees what
+ * the acquire took); one without gets no G (a tag its loader adds then makes its entry invalid).
+ */
+export function grantTimeOf(scriptG: number | undefined, apart: GrantTime | undefined, call: ResolvedCall): number | undefined {
+  if (!(apart instanceof Error)) return apart ?? scriptG;
+  if (call.tags !== undefined && call.tags.length > 0) throw apart;
+  return undefined;
 }
 
 /**
@@ -47,7 +70,7 @@ export class StoreLock implements Locker {
     // Only an exclusive grant's rebuilder re-reads (src/protocol/rebuild.ts): a fence-only grant reads nothing.
     const readUpTo = this.exclusive && opts.ignoreBackoff !== true ? opts.readUpTo : undefined;
     // Every single-key grant takes its time G (THE TAG RULE): a loader may tag its entry (ctx.setOptions).
-    const tags = { records: call.tags === undefined ? [] : (this.deps.tagRecords?.(key, call.tags) ?? []), recordTtl: RECORD_TTL_MS };
+    const { args: tags, apart } = tagGrant(this.deps, key, call);
     const send =
       readUpTo === undefined
         ? () => scripts.acquireTagged(keys.lock, keys.fence, keys.backoff, attempt.token, attempt.lockTtl, call.lockTtl, opts.ignoreBackoff === true, tags)
@@ -56,9 +79,17 @@ export class StoreLock implements Locker {
       attempt.failed(error);
       throw error;
     });
+    const elsewhere = await apart; // sent alongside: both answered before any loader starts
     if (reply[0] !== 1) return attempt.answered(reply as [number, number], false);
     // Granted: {1, fence, G} and, for acquireReadTagged with an entry, READ's [pttl, bytes].
-    const [, fence, grantedAt, ...read] = reply as [1, number, number, number, Buffer | number];
+    const [, fence, scriptG, ...read] = reply as [1, number, number, number, Buffer | number];
+    let grantedAt: number | undefined;
+    try {
+      grantedAt = grantTimeOf(scriptG, elsewhere, call);
+    } catch (error) {
+      attempt.undo?.();
+      throw error;
+    }
     const answer: AcquireReadReply = read.length === 2 ? [1, fence, read[0], read[1]] : [1, fence];
     return attempt.answered(answer, readUpTo !== undefined, grantedAt);
   }

@@ -102,7 +102,7 @@ export interface CallOptions {
    * Tags of the entry this call writes (its loader may add more with `ctx.setOptions({ tags })`):
    * `cache.deleteByTag(tag)` then invalidates it, with every other entry carrying the tag, in every
    * process. At most 32 tags per entry, each a non-empty string of at most 256 characters
-   * (`InvalidOptionError` otherwise, before any Redis traffic). Not on a Cluster client yet. Per call
+   * (`InvalidOptionError` otherwise, before any Redis traffic). Per call
    * only. Default none. See docs/tags.md.
    */
   tags?: readonly string[];

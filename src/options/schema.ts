@@ -242,6 +242,7 @@ export const UNSAFE_FIELDS = {
   sharedBreaker: field(boolean, false),
   clockSkewMs: field(finiteNumber, 0),
   tagSnapshotAtWrite: field(boolean, false),
+  tagReadUnchecked: field(boolean, false),
   ignoreInvalidations: field(boolean, false),
 } satisfies { readonly [K in keyof UnsafeSwitches]-?: Field<Required<UnsafeSwitches>[K]> };
 

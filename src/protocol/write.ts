@@ -21,7 +21,6 @@ export async function writeEntry(t: Trip, grant: Grant, value: unknown, loadMs: 
   const refreshAhead = overrides?.refreshAhead;
   // The call's tags and its loader's together (THE TAG RULE judges them all against the grant).
   const tags = entryTags(t.call.tags, overrides?.tags, key);
-  if (tags !== undefined) d.store.assertTaggable(key, tags); // a Cluster: InvalidOptionError, nothing written
   const ttl = writeTtl(call);
   // Redis counts the ttl from when it ran the write: L1's copy starts counting when it was sent.
   const sent = d.clock.now();

@@ -5,6 +5,8 @@ import { portFor } from '../../src/client/detect.js';
 import { clusterReceivers } from '../../src/clear.js';
 import { createCache, type Cache, type CacheOptions, type RedisClient } from '../../src/index.js';
 import { entryKeys, hashSlot } from '../../src/keys.js';
+import { tagRecordKey } from '../../src/tags.js';
+import { UNSAFE, type UnsafeSwitches } from '../../src/unsafe.js';
 import { clusterClient as sharedClusterClient, deferred, heldRebuild, missedCall, nextEvent, nodeRedisClusterClient, subscribed, subscriptionDowns } from '../support/harness.js';
 import { ACL_USER, AS_ACL_USER, startRedisCluster, type RedisClusterHandle } from '../support/redis-server.js';
 
@@ -251,14 +253,190 @@ describe.each<Family>(['ioredis', 'ioredis6', 'node-redis', 'node-redis5'])('Red
     expect(await b.get('{k}')).toBeUndefined();
   });
 
-  it('tags are refused with InvalidOptionError naming the option (not supported on a Cluster yet)', async () => {
-    const c = await cache('tags');
-    await expect(c.getOrCompute('k', () => 'v', { ttl: 60_000, tags: ['t'] })).rejects.toMatchObject({ code: 'ERR_INVALID_OPTION', option: 'tags' });
-    await expect(c.set('k', 'v', { ttl: 60_000, tags: ['t'] })).rejects.toMatchObject({ code: 'ERR_INVALID_OPTION', option: 'tags' });
-    await expect(c.deleteByTag('t')).rejects.toMatchObject({ code: 'ERR_INVALID_OPTION', option: 'tags' });
-    await expect(c.namespace('n').deleteByTag('t')).rejects.toMatchObject({ code: 'ERR_INVALID_OPTION', option: 'tags' });
-    await expect(c.getOrCompute('k', (ctx) => (ctx.setOptions({ tags: ['t'] }), 'v'), 60_000)).rejects.toMatchObject({ code: 'ERR_INVALID_OPTION', option: 'ctx.setOptions.tags' });
-    expect(await c.get('k')).toBeUndefined();
+  describe('tags (records in one slot of their own, the check on every read of a tagged entry: docs/tags.md)', () => {
+    /** Two caches on one prefix, each with L1: two processes of one service. `unsafe`: negative-control switches for both. */
+    async function pair(prefix: string, unsafe?: UnsafeSwitches): Promise<[Cache, Cache]> {
+      const extra = { local: { max: 1000 }, ...(unsafe ? { [UNSAFE]: unsafe } : {}) } as Partial<CacheOptions>;
+      const a = await cache(prefix, extra);
+      const b = await cache(prefix, extra);
+      expect(await a.ready()).toBe(true);
+      expect(await b.ready()).toBe(true);
+      return [a, b];
+    }
+    const tagged = { ttl: 60_000, tags: ['org:3'] };
+
+    it('deleteByTag: another cache never returns an entry tagged so after it resolves (Redis and its L1), whichever master holds the entry; other tags and untagged entries stay', async () => {
+      const [a, b] = await pair('tg1');
+      const keys = Array.from({ length: 12 }, (_, i) => `t${i}`);
+      for (const k of keys) await a.getOrCompute(k, () => `old ${k}`, { ttl: 60_000, tags: ['org:3', `user:${k}`] });
+      await a.set('other', 'o', { ttl: 60_000, tags: ['org:4'] });
+      await a.set('plain', 'p', 60_000);
+      expect(await b.getMany(keys)).toEqual(keys.map((k) => `old ${k}`)); // from Redis, each checked
+      expect(await b.getMany(keys)).toEqual(keys.map((k) => `old ${k}`)); // b's L1
+      // The entries are spread over several masters; every record of the cache is in one slot.
+      const admin = clusterClient(true);
+      const ranges = await admin.cluster('SLOTS');
+      const owner = (slot: number) => ranges.find(([from, to]) => slot >= from && slot <= to)?.[2]?.[1];
+      expect(new Set(keys.map((k) => owner(hashSlot(k)))).size).toBeGreaterThan(1);
+      const records = ['org:3', 'org:4', ...keys.map((k) => `user:${k}`)].map((t) => tagRecordKey(`${family}-tg1`, '', t));
+      expect(new Set(await Promise.all(records.map((r) => admin.cluster('KEYSLOT', r)))).size).toBe(1);
+      expect(await admin.exists(...records)).toBe(records.length);
+
+      await a.deleteByTag('org:3');
+
+      expect(await b.getMany(keys)).toEqual(keys.map(() => undefined));
+      expect(await a.get('t0')).toBeUndefined();
+      expect(b.stats().tagInvalidations).toBe(keys.length);
+      expect(await b.get('other')).toBe('o');
+      expect(await b.get('plain')).toBe('p');
+      let ran = 0;
+      expect(await b.getOrCompute('t0', () => (ran++, 'new'), tagged)).toBe('new');
+      expect(ran).toBe(1);
+      expect(await a.get('t0')).toBe('new');
+    });
+
+    it('a loader paused past deleteByTag (granted before, writing after): no call that starts after it gets its value, in either cache', async () => {
+      // Negative controls (SG_NEGATIVE_CONTROL), each must fail this test: tag-snapshot-at-write (the
+      // entry carries the time of its write instead of its grant's), tag-read-unchecked (a tagged entry
+      // read from Redis is served without the check of its records: on a Cluster the write lands, and
+      // the read's check is what keeps it unserved).
+      const control = process.env.SG_NEGATIVE_CONTROL;
+      const unsafe = control === 'tag-snapshot-at-write' ? { tagSnapshotAtWrite: true } : control === 'tag-read-unchecked' ? { tagReadUnchecked: true } : undefined;
+      const [a, b] = await pair('tg2', unsafe);
+      const held = await heldRebuild<string>(a, 'k', tagged); // granted, then paused
+      const before = b.getOrCompute('k', () => 'b-before', tagged); // waits on a's lock
+
+      await b.deleteByTag('org:3');
+
+      const afterA = a.getOrCompute('k', () => 'a-after', tagged); // joins a's load, runs again once it settles
+      const afterB = b.getOrCompute('k', () => 'b-after', tagged); // waits on a's lock, re-reads at its write
+      let rejected = 0;
+      a.on('writeRejected', () => rejected++);
+      held.open('paused-old');
+      expect(await held.call).toBe('paused-old'); // its own caller started before the deleteByTag
+      expect(await Promise.all([afterA, afterB])).not.toContain('paused-old');
+      expect(rejected).toBe(1); // the records checked alongside the write found it invalid
+      expect(await b.get('k')).not.toBe('paused-old');
+      expect(await a.get('k')).not.toBe('paused-old');
+      await before;
+    });
+
+    it('tags chosen by the loader (ctx.setOptions) count from the grant: a deleteByTag during the load leaves its value unserved', async () => {
+      const [a, b] = await pair('tg3');
+      // A tag without a record yet (its first use) is unknown at the grant: that first value is not
+      // served from Redis (one more load, once); the next lands.
+      expect(await a.getOrCompute('lc', (ctx) => (ctx.setOptions({ tags: ['org:9'] }), 'v-first'), 60_000)).toBe('v-first');
+      expect(await b.get('lc')).toBeUndefined();
+      expect(await a.getOrCompute('lc', (ctx) => (ctx.setOptions({ tags: ['org:9'] }), 'v0'), 60_000)).toBe('v0');
+      expect(await b.get('lc')).toBe('v0');
+      await a.deleteByTag('org:9');
+      expect(await b.get('lc')).toBeUndefined();
+
+      // A load granted before a deleteByTag, whose loader names the tag only afterwards.
+      const gate = deferred<void>();
+      const started = deferred<void>();
+      const call = a.getOrCompute('lc', async (ctx) => (started.resolve(), await gate.promise, ctx.setOptions({ tags: ['org:9'] }), 'v-old'), 60_000);
+      await started.promise;
+      await b.deleteByTag('org:9');
+      const rejected = nextEvent(a, 'writeRejected');
+      gate.resolve();
+      expect(await call).toBe('v-old');
+      await rejected;
+      expect(await b.get('lc')).toBeUndefined();
+      expect(await a.get('lc')).toBeUndefined();
+      expect(await b.getOrCompute('lc', (ctx) => (ctx.setOptions({ tags: ['org:9'] }), 'v1'), 60_000)).toBe('v1');
+      expect(await a.get('lc')).toBe('v1');
+    });
+
+    it('expireByTag: no fresh answer after it resolves; the old value is served stale while one rebuild runs for both caches', async () => {
+      const [a, b] = await pair('tg4');
+      const stale = { ttl: 60_000, staleTtl: 30_000, tags: ['org:3'] };
+      await a.getOrCompute('e', () => 'old', stale);
+      await a.set('e4', 'other', { ...stale, tags: ['org:4'] });
+      expect(await b.get('e')).toBe('old');
+      expect(await b.get('e')).toBe('old'); // b's L1
+
+      await a.expireByTag('org:3');
+
+      expect(await b.get('e')).toBeUndefined(); // get() answers fresh values only
+      const gate = deferred<void>();
+      let runs = 0;
+      const loader = async () => (runs++, await gate.promise, 'new');
+      const written = new Promise<void>((resolve) => [a, b].forEach((c) => c.on('computed', (e) => e.key === 'e' && e.written && resolve())));
+      expect(await Promise.all([b.getOrCompute('e', loader, stale), a.getOrCompute('e', loader, stale), b.getOrCompute('e', loader, stale)])).toEqual(['old', 'old', 'old']);
+      gate.resolve();
+      await written;
+      expect(await b.get('e')).toBe('new');
+      expect(await a.get('e')).toBe('new');
+      expect(runs).toBe(1);
+      expect(await b.get('e4')).toBe('other');
+    });
+
+    it("what a hit costs: untagged, one command on its entry's master; tagged from Redis, that and one script on the records' master; tagged from L1, none", async () => {
+      const prefix = `${family}-tg6`;
+      const a = await cache('tg6', { local: false });
+      const l1 = await cache('tg6', { local: { max: 100 } });
+      expect(await a.ready()).toBe(true);
+      const admin = clusterClient(true);
+      await admin.ping();
+      const masters = admin.nodes('master');
+      const ranges = await admin.cluster('SLOTS');
+      const masterOf = (slot: number) => String(ranges.find(([from, to]) => slot >= from && slot <= to)?.[2]?.[1]);
+      const recordsMaster = masterOf(Number(await admin.cluster('KEYSLOT', tagRecordKey(prefix, '', 'x'))));
+      // A tagged key whose entry is on another master than the records.
+      const key = Array.from({ length: 50 }, (_, i) => `tagged${i}`).find((k) => masterOf(hashSlot(k)) !== recordsMaster) as string;
+      await a.set('plain', 'p', 60_000);
+      await a.set(key, 't', { ttl: 60_000, tags: ['x'] });
+      await a.get('plain'); // each node's clock sampled: hits are plain reads from now on
+      await a.get(key);
+      // The reads each master ran meanwhile (INFO commandstats): plain reads and scripts — the commands
+      // a script runs are counted too, and nothing else the cache sends on a hit (heartbeats are PINGs).
+      const READS = /^(getrange|evalsha|evalsha_ro|eval|eval_ro)$/;
+      const stats = async () =>
+        Object.fromEntries(
+          await Promise.all(
+            masters.map(async (n) => {
+              const counts = new Map<string, number>();
+              for (const m of (await n.info('commandstats')).matchAll(/cmdstat_([^:]+):calls=(\d+)/g)) if (READS.test(m[1] as string)) counts.set(m[1] as string, Number(m[2]));
+              return [String(n.options.port), counts] as const;
+            }),
+          ),
+        );
+      /** What `read` of `entry` sent, as `command@node`: node 'entry' (its entry's master), 'records' (the records' master) or a port. */
+      const sentBy = async (entry: string, read: () => Promise<unknown>): Promise<string[]> => {
+        const before = await stats();
+        await read();
+        const after = await stats();
+        const where = (port: string) => (port === masterOf(hashSlot(entry)) ? 'entry' : port === recordsMaster ? 'records' : port);
+        const out: string[] = [];
+        for (const [port, counts] of Object.entries(after)) for (const [cmd, n] of counts) for (let i = before[port]?.get(cmd) ?? 0; i < n; i++) out.push(`${cmd}@${where(port)}`);
+        return out.sort();
+      };
+      expect(await sentBy('plain', async () => expect(await a.get('plain')).toBe('p'))).toEqual(['getrange@entry']);
+      expect(await sentBy(key, async () => expect(await a.get(key)).toBe('t'))).toEqual(['evalsha@records', 'getrange@entry']);
+      await l1.set(key, 't', { ttl: 60_000, tags: ['x'] });
+      expect(await sentBy(key, async () => expect(await l1.get(key)).toBe('t'))).toEqual([]);
+    });
+
+    it("namespaces: ns.deleteByTag reaches only its entries (and its nested namespaces'); cache.deleteByTag reaches namespaced ones", async () => {
+      const [a, b] = await pair('tg5');
+      const users = a.namespace('users');
+      await users.set('1', 'u1', tagged);
+      await users.namespace('admins').set('1', 'a1', tagged);
+      await a.namespace('orders').set('1', 'o1', tagged);
+      await a.set('1', 'p1', tagged);
+      expect(await b.namespace('users').get('1')).toBe('u1');
+
+      await users.deleteByTag('org:3');
+      expect(await b.namespace('users').get('1')).toBeUndefined();
+      expect(await b.namespace('users').namespace('admins').get('1')).toBeUndefined();
+      expect(await b.namespace('orders').get('1')).toBe('o1');
+      expect(await b.get('1')).toBe('p1');
+
+      await b.deleteByTag('org:3');
+      expect(await a.namespace('orders').get('1')).toBeUndefined();
+      expect(await a.get('1')).toBeUndefined();
+    });
   });
 
   it('fencing: a set() during an in-flight rebuild wins', async () => {

@@ -192,8 +192,8 @@ describe.each(['notes', 'tracking'] as const)('L1 coherence in one process (loca
       const socket = (client as unknown as { stream: Socket }).stream;
       socket.cork();
       read = many ? a.getMany(['k']).then(([v]) => v) : a.get('k'); // begun after set()'s invalidation: its ticket holds
-      // The write goes into the corked socket after the read did: a plain read on ioredis is written
-      // at the end of the tick it was issued in (one pipeline per tick), so the write waits a turn.
+      // The write goes into the corked socket after the read did: it waits a turn, so the read (issued
+      // through the cache's async read path) is surely written first.
       return new Promise((resolve, reject) => {
         setImmediate(() => {
           (send(...args) as Promise<unknown>).then(resolve, reject);

@@ -1,47 +1,15 @@
 /**
- * Review of the shared store read (Calls.read) and TickReads: edges the read made before any trip
+ * Review of the shared store read (Calls.read) and the plain read: edges the read made before any trip
  * must still keep (close(), maxWaitersPerKey) and ioredis client shapes (keyPrefix).
  */
 import { Redis } from 'ioredis';
 import { describe, expect, it } from 'vitest';
 import { createCache, type Cache, type CacheOptions } from '../../src/index.js';
 import { deferred, useRedis } from '../support/harness.js';
+import { holdingClient } from '../support/holding-client.js';
 
 const h = useRedis();
 let n = 0;
-
-type Sent = { name: string; resolve: (v: unknown) => void };
-
-/** A client whose GETRANGE replies are held while `holding` (the command ran in Redis; its answer waits). */
-function holdingClient(url: string) {
-  const client = new Redis(url);
-  let gate: ReturnType<typeof deferred<void>> | undefined;
-  let all: ReturnType<typeof deferred<void>> | undefined;
-  const send = client.sendCommand.bind(client);
-  client.sendCommand = ((command: Sent, ...rest: unknown[]): unknown => {
-    const g = command.name === 'getrange' ? gate : all;
-    if (g !== undefined) {
-      const answer = command.resolve;
-      const held = g.promise;
-      command.resolve = (v: unknown) => void held.then(() => answer(v));
-    }
-    return (send as (...a: unknown[]) => unknown)(command, ...rest);
-  });
-  return {
-    client,
-    /** Holds the replies of every other command too (a Redis slow to answer the rest). */
-    holdAll: () => (all = deferred<void>()),
-    releaseAll: () => {
-      all?.resolve();
-      all = undefined;
-    },
-    hold: () => (gate = deferred<void>()),
-    release: () => {
-      gate?.resolve();
-      gate = undefined;
-    },
-  };
-}
 
 async function warmPair(options: Partial<CacheOptions> = {}): Promise<{ a: Cache; b: Cache; held: ReturnType<typeof holdingClient>; done: () => Promise<void> }> {
   const held = holdingClient(h.url);
@@ -126,8 +94,8 @@ describe('maxWaitersPerKey and the shared read', () => {
   });
 });
 
-describe('TickReads on a client with keyPrefix', () => {
-  it('the reads of one tick, pipelined, read the prefixed keys', async () => {
+describe('plain reads on a client with keyPrefix', () => {
+  it('concurrent plain reads read the prefixed keys', async () => {
     const client = new Redis(h.url, { keyPrefix: 'kp:' });
     const other = new Redis(h.url, { keyPrefix: 'kp:' });
     const prefix = `rvk${process.pid}x${++n}`;
@@ -153,8 +121,8 @@ describe('TickReads on a client with keyPrefix', () => {
   });
 });
 
-describe('TickReads and an ACL without +getrange', () => {
-  it('the reads of one tick, refused (NOPERM) in their pipeline, fall back to the script: every call answered, nothing degraded', async () => {
+describe('plain reads and an ACL without +getrange', () => {
+  it('concurrent plain reads, refused (NOPERM), fall back to the script: every call answered, nothing degraded', async () => {
     await h.admin.call('ACL', 'SETUSER', 'rvnogetrange', 'on', '>pw', '~*', '&*', '+@all', '-getrange');
     const u = new URL(h.url.replace(/\/\/[^@]*@/, '//'));
     u.username = 'rvnogetrange';

@@ -17,14 +17,20 @@ describe('stale window', () => {
     await writer.getOrCompute('s', () => 'v1', options);
     await sleep(80); // past the fresh time: stale now
     const client = h.client();
-    const reader = createCache({ redis: client, prefix: prefixOf(writer), local: { max: 10 } });
+    // The stale L1 copy lives 50 ms of the reader's clock: held still across the two calls, so a busy
+    // machine's pause between them cannot outlast it (the property is the copy, not its lifetime).
+    let held: number | undefined;
+    const clock = { now: () => held ?? performance.now() };
+    const reader = createCache({ redis: client, prefix: prefixOf(writer), local: { max: 10 }, clock });
     expect(await reader.ready()).toBe(true);
     const stale: string[] = [];
     reader.on('stale', (e) => stale.push(e.reason));
+    held = performance.now();
     // The reader's own refresh starts here and never lands, so the window stays open.
     expect(await reader.getOrCompute('s', () => new Promise<string>(() => undefined), options)).toBe('v1');
     const sent = countCommands(client);
     expect(await reader.getOrCompute('s', () => new Promise<string>(() => undefined), options)).toBe('v1');
+    held = undefined;
     expect(sent.count).toBe(0);
     expect(stale).toEqual(['window', 'window']);
     expect(await reader.get('s')).toBeUndefined(); // get() returns fresh values only

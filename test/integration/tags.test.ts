@@ -140,7 +140,7 @@ describe('deleteByTag', () => {
     await ready(a, b);
     await a.getOrCompute('ev', () => 'old', { ttl: 60_000, tags: ['lost'] });
     const records = await h.admin.keys(`${prefixOf(a)}:tag:*`);
-    expect(records).toEqual([`${prefixOf(a)}:tag: lost`]);
+    expect(records).toEqual([`${prefixOf(a)}:tag:{${prefixOf(a)}}: lost`]);
     await h.admin.del(...records);
     let runs = 0;
     const loader = () => (runs++, `new-${runs}`);
@@ -156,7 +156,7 @@ describe('deleteByTag', () => {
     const started = deferred<void>();
     const call = a.getOrCompute('ev2', async (ctx) => (started.resolve(), await gate.promise, ctx.setOptions({ tags: ['lost2'] }), 'first'), 60_000);
     await started.promise;
-    await h.admin.del(`${prefixOf(a)}:tag: lost2`);
+    await h.admin.del(`${prefixOf(a)}:tag:{${prefixOf(a)}}: lost2`);
     const rejected = nextEvent(a, 'writeRejected');
     gate.resolve();
     expect(await call).toBe('first');
