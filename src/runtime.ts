@@ -254,11 +254,14 @@ export class Runtime {
   private startTracking(port: TrackingPort): Bus {
     const { prefix } = this.options;
     const clientPrefix = port.reads.keyPrefix; // ioredis keyPrefix: the server names keys with it
+    // UNSAFE ignoreInvalidations (negative control only): tracking holds, but no push drops a copy.
+    const deaf = this.options.unsafe.ignoreInvalidations;
     // The listener's heartbeat, as the subscriber's: a silently dead socket counts as down within 2 × redisTimeout.
     return holdTracking(port, this.options.redisTimeout, this.options.clock, {
       onUp: () => this.trust.up('tracking'),
       onDown: () => this.trust.down('tracking', this.keepInMemo),
       onInvalidate: (keys) => {
+        if (deaf) return;
         if (keys === null) return this.local.flush();
         for (const redisKey of keys) {
           const key = redisKey.startsWith(clientPrefix) ? keyOfValueKey(prefix, redisKey.slice(clientPrefix.length)) : undefined;

@@ -10,4 +10,6 @@ export interface UnsafeSwitches {
   tagSnapshotAtWrite?: boolean;
   /** Negative control (Cluster tags tests): a tagged entry read from Redis is served without the check of its tag records (store.ts). */
   tagReadUnchecked?: boolean;
+  /** Negative control (tracking tests): tracking is on, but the server's invalidation pushes are dropped unread (runtime.ts startTracking). */
+  ignoreInvalidations?: boolean;
 }

@@ -243,6 +243,7 @@ export const UNSAFE_FIELDS = {
   clockSkewMs: field(finiteNumber, 0),
   tagSnapshotAtWrite: field(boolean, false),
   tagReadUnchecked: field(boolean, false),
+  ignoreInvalidations: field(boolean, false),
 } satisfies { readonly [K in keyof UnsafeSwitches]-?: Field<Required<UnsafeSwitches>[K]> };
 
 // ---------------------------------------------------------------- DEFAULTS

@@ -3,12 +3,15 @@
  * while a seeded schedule pauses and kills holders, pauses, kills and restarts Redis (without
  * persistence and with appendfsync always), flushes its scripts, kills the subscribers' connections
  * (CLIENT KILL TYPE pubsub), deletes or evicts (maxmemory + allkeys-lru) fence and lock keys, and
- * starts the workers before Redis is up. Workers record every settle, set, delete and deleteByTag
- * (the coherence campaign tags half of its writes); the checker verifies the hard properties on the
- * history. Each property has a negative control that must be caught: fencing off (UNSAFE
- * unfencedWrites) for stale overwrites and superseded reads, an incoherent L1 (UNSAFE incoherentL1)
- * for L1 coherence; for 'no read after deleteByTag', SG_NEGATIVE_CONTROL=tag-snapshot-at-write runs
- * the coherence campaign with the tag snapshot taken at the write (UNSAFE tagSnapshotAtWrite): it must fail.
+ * starts the workers before Redis is up; with L1 under tracking (docs/tracking.md), it kills the
+ * tracked reads connections and the invalidation listeners and overflows the server's tracking table.
+ * Workers record every settle, set, delete and deleteByTag (the coherence campaigns tag half of their
+ * writes); the checker verifies the hard properties on the history. Each property has a negative
+ * control that must be caught: fencing off (UNSAFE unfencedWrites) for stale overwrites and superseded
+ * reads, an incoherent L1 (UNSAFE incoherentL1) for L1 coherence, the server's invalidations ignored
+ * (UNSAFE ignoreInvalidations) for L1 under tracking; for 'no read after deleteByTag',
+ * SG_NEGATIVE_CONTROL=tag-snapshot-at-write runs the coherence campaign with the tag snapshot taken at
+ * the write (UNSAFE tagSnapshotAtWrite): it must fail.
  */
 import { fork, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
@@ -42,7 +45,21 @@ const FAMILY = TEST_CLIENT.startsWith('ioredis') ? 'ioredis' : 'node-redis';
 const now = (): number => performance.timeOrigin + performance.now();
 
 /** 'tag-race' is no fault: the campaign (proc 0) makes a deleteByTag of the tags of a load that just began (granted before it). */
-type Fault = 'pause-holder' | 'kill-worker' | 'pause-redis' | 'restart-redis' | 'script-flush' | 'kill-pubsub' | 'del-fence-lock' | 'evict' | 'flap' | 'tag-race';
+type Fault =
+  | 'pause-holder'
+  | 'kill-worker'
+  | 'pause-redis'
+  | 'restart-redis'
+  | 'script-flush'
+  | 'kill-pubsub'
+  | 'del-fence-lock'
+  | 'evict'
+  | 'flap'
+  | 'tag-race'
+  // L1 under tracking only:
+  | 'kill-listener'
+  | 'kill-reads'
+  | 'tracking-overflow';
 
 interface CampaignConfig {
   name: string;
@@ -55,8 +72,8 @@ interface CampaignConfig {
   aof: boolean;
   /** Negative-control switches passed to every worker's createCache as `[UNSAFE]`. */
   unsafe?: UnsafeSwitches;
-  /** L1 on in every worker. */
-  l1?: boolean;
+  /** L1 on in every worker; 'tracking': on, under `local.invalidation: 'tracking'`. */
+  l1?: boolean | 'tracking';
   /**
    * Shares of get / set / delete / deleteByTag / aborting getOrCompute steps (the rest: plain
    * getOrCompute); `tagged`: the share of sets and getOrComputes that tag their value with the key's tag.
@@ -92,7 +109,8 @@ const SETTLE_BOUND = TIMING.waitTimeout + TIMING.loaderMs + 8 * TIMING.redisTime
 /**
  * The stated propagation bound of "no superseded read": how long after a delete/set returned another
  * process's L1 may still serve the old value. The pub/sub note (or, after a subscriber reconnect,
- * the flush on resubscribe: ioredis reconnects after 50 ms, then in steps of 50 ms) arrives within
+ * the flush on resubscribe: ioredis reconnects after 50 ms, then in steps of 50 ms; under tracking,
+ * the server's invalidation, or the flush once tracking holds again) arrives within
  * 2 × pollInterval; a flight that was still writing when the delete ran settles within
  * 2 × redisTimeout (its write and release); plus 500 ms of scheduling slack on 2 shared cores.
  */
@@ -146,6 +164,8 @@ async function campaign(c: CampaignConfig) {
   const heals: number[] = [];
   const injected: Record<string, number> = {};
   let evicted = 0;
+  /** Tracked reads connections and invalidation listeners the campaign killed. */
+  let trackingKilled = 0;
   // The campaign's own writer (proc 0, L1 off) for faults that need a write at a chosen moment.
   const writerClient = new Redis(server.url, { maxRetriesPerRequest: 1 });
   writerClient.on('error', () => undefined);
@@ -153,6 +173,18 @@ async function campaign(c: CampaignConfig) {
   // that fails is not judged, and the L1 properties would then be checked against fewer writes).
   const writer = createCache({ redis: writerClient, prefix, redisTimeout: 5 * TIMING.redisTimeout });
   const parentWrites: Write[] = [];
+  /** The campaign (proc 0) deletes every key, each attempt recorded as it went; a failed one is retried (twice at most). */
+  const deleteEveryKey = async (): Promise<void> => {
+    for (let k = 0; k < c.keys; k++) {
+      const key = `k${k}`;
+      for (let attempt = 0; attempt < 3; attempt++) {
+        const start = now();
+        const ok = await writer.delete(key).then(() => true, () => false);
+        parentWrites.push({ proc: 0, key, kind: 'delete', start, end: now(), ok });
+        if (ok) break;
+      }
+    }
+  };
 
   const spawnWorker = async (): Promise<WorkerHandle> => {
     const proc = ++nextProc;
@@ -170,7 +202,7 @@ async function campaign(c: CampaignConfig) {
         SG_LOADER_MS: String(TIMING.loaderMs),
         SG_THINK_MS: '40',
         SG_UNSAFE: JSON.stringify(c.unsafe ?? {}),
-        SG_L1: c.l1 ? '1' : '0',
+        SG_L1: c.l1 === 'tracking' ? 'tracking' : c.l1 ? '1' : '0',
         SG_CACHE_OPTIONS: JSON.stringify(c.cacheOptions ?? {}),
         SG_MIX: JSON.stringify(c.mix ?? {}),
         SG_CALL_OPTIONS: JSON.stringify({
@@ -340,19 +372,43 @@ async function campaign(c: CampaignConfig) {
       // the subscription is down, flushed when it is back) within the bound.
       const held = await holdSubscribersOut(admin);
       try {
-        for (let k = 0; k < c.keys; k++) {
-          const key = `k${k}`;
-          // Each attempt is recorded as it went; a failed one is retried (twice at most).
-          for (let attempt = 0; attempt < 3; attempt++) {
-            const start = now();
-            const ok = await writer.delete(key).then(() => true, () => false);
-            parentWrites.push({ proc: 0, key, kind: 'delete', start, end: now(), ok });
-            if (ok) break;
-          }
-        }
+        await deleteEveryKey();
         await sleep(200);
       } finally {
         await held.release();
+      }
+    } else if (fault === 'kill-listener') {
+      // Every invalidation listener drops and is kept out for a while (as kill-pubsub's subscribers):
+      // the server has nowhere to send the invalidations of the deletes made meanwhile, so they are
+      // surely lost (redis #11767: silently). The notes still arrive, but under tracking they drop no
+      // L1 copy: each worker's copy must go by other means (not served while tracking is lost, flushed
+      // when it holds again) within the bound.
+      const held = await holdListenersOut(admin);
+      trackingKilled += held.killed;
+      try {
+        await deleteEveryKey();
+        await sleep(200);
+      } finally {
+        await held.release();
+      }
+    } else if (fault === 'kill-reads') {
+      // Every tracked reads connection drops; the deletes race its reconnection and CLIENT TRACKING
+      // (reads sent before tracking holds again are untracked: their fills must be refused).
+      trackingKilled += await killTrackedReads(admin);
+      await deleteEveryKey();
+    } else if (fault === 'tracking-overflow') {
+      // The tracking table holds one key: the server evicts the others by invalidating them, all the
+      // time the workers read. Deletes made meanwhile must still drop every copy.
+      const [, before] = (await admin.config('GET', 'tracking-table-max-keys').catch(() => ['', '1000000'])) as [string, string];
+      try {
+        await admin.config('SET', 'tracking-table-max-keys', '1');
+        await sleep(300);
+        await deleteEveryKey();
+        await sleep(300);
+      } catch {
+        // Redis went away under another fault: nothing to undo on a fresh server.
+      } finally {
+        await admin.config('SET', 'tracking-table-max-keys', before).catch(() => undefined);
       }
     } else if (fault === 'del-fence-lock') {
       for (const kind of ['f', 'l']) {
@@ -410,7 +466,7 @@ async function campaign(c: CampaignConfig) {
     campaign: c.name,
     seed: c.seed,
     faults: injected,
-    l1: c.l1 === true,
+    l1: c.l1 ?? false,
     unsafe: c.unsafe ?? {},
     calls: settles.length,
     errors: countBy(settles.filter((s) => !s.ok).map((s) => s.code ?? '?')),
@@ -418,6 +474,7 @@ async function campaign(c: CampaignConfig) {
     'set/delete errors': countBy(writes.filter((w) => !w.ok).map((w) => w.code ?? '?')),
     loaderRuns: runs.length,
     'keys evicted': evicted,
+    'tracking connections killed': trackingKilled,
     'no stale overwrite': `${reads.checked} ordered read pairs checked, ${reads.violations.length} violations (${fromRefusedWrites.size} answers of refused writes left out)`,
     'no superseded read': `${superseded.checked} reads judged against a delete/set/deleteByTag done > ${SUPERSEDE_BOUND} ms before, ${superseded.violations.length} violations (${superseded.allowedDegraded} degraded values older than a write left out: kept while their process's subscription was down)`,
     'aborts harmless': `${aborts.checked} calls with a signal; ${aborts.violations.filter((v) => v.property === 'no backoff from aborts').length} ERR_BACKOFF (calls, sets, deletes), ${aborts.violations.filter((v) => v.property === 'abort only the caller who aborted').length} ERR_ABORTED without a signal`,
@@ -433,7 +490,7 @@ async function campaign(c: CampaignConfig) {
   };
   console.log(`campaign figures\n${JSON.stringify(figures, null, 2)}`);
   const tagDeletes = writes.filter((w) => w.kind === 'deleteByTag' && w.ok).length;
-  return { violations, reads, bounded, superseded, aborts, unhandled, leftoverLocks, leaks, settles, tagDeletes, perWindow: quantiles(loadersPerWindow(runs, ttl)), degradedPerWindow: quantiles(loadersPerWindow(degradedRuns, ttl)) };
+  return { violations, injected, trackingKilled, reads, bounded, superseded, aborts, unhandled, leftoverLocks, leaks, settles, tagDeletes, perWindow: quantiles(loadersPerWindow(runs, ttl)), degradedPerWindow: quantiles(loadersPerWindow(degradedRuns, ttl)) };
 }
 
 function countBy(xs: string[]): Record<string, number> {
@@ -501,9 +558,46 @@ async function holdSubscribersOut(admin: Redis): Promise<{ release(): Promise<vo
   return { release: async () => void (await admin.config('SET', 'maxclients', before).catch(() => undefined)) };
 }
 
+/** The connections CLIENT TRACKING is on (CLIENT LIST flags `t`) and the listeners they redirect to (`redir=`). */
+async function trackingConnections(admin: Redis): Promise<{ all: number; reads: string[]; listeners: string[] }> {
+  const lines = String(await admin.call('CLIENT', 'LIST').catch(() => '')).split('\n').filter((l) => l.trim() !== '');
+  const tracked = lines.filter((l) => / flags=\S*t/.test(l));
+  const reads = tracked.map((l) => / id=(\d+) /.exec(` ${l}`)?.[1] as string);
+  const listeners = [...new Set(tracked.map((l) => / redir=(\d+) /.exec(l)?.[1]).filter((id): id is string => id !== undefined && id !== '-1'))];
+  return { all: lines.length, reads, listeners };
+}
+
+/** Kills every tracked reads connection; returns how many. They reconnect at once. */
+async function killTrackedReads(admin: Redis): Promise<number> {
+  const { reads } = await trackingConnections(admin);
+  let killed = 0;
+  for (const id of reads) killed += Number(await admin.call('CLIENT', 'KILL', 'ID', id).catch(() => 0));
+  return killed;
+}
+
+/**
+ * Kills every invalidation listener and keeps new connections out until `release()` (maxclients
+ * lowered to the connections that stay, as holdSubscribersOut): the listeners cannot come back, the
+ * rest (the workers' clients, subscribers and reads connections, the writer) go on working.
+ */
+async function holdListenersOut(admin: Redis): Promise<{ killed: number; release(): Promise<void> }> {
+  const [, before] = (await admin.config('GET', 'maxclients').catch(() => ['maxclients', '10000'])) as [string, string];
+  const { all, listeners } = await trackingConnections(admin);
+  await admin.config('SET', 'maxclients', String(Math.max(1, all - listeners.length))).catch(() => undefined);
+  let killed = 0;
+  for (const id of listeners) killed += Number(await admin.call('CLIENT', 'KILL', 'ID', id).catch(() => 0));
+  return { killed, release: async () => void (await admin.config('SET', 'maxclients', before).catch(() => undefined)) };
+}
+
 const ALL_FAULTS: Fault[] = ['pause-holder', 'kill-worker', 'pause-redis', 'restart-redis', 'script-flush', 'kill-pubsub', 'del-fence-lock', 'evict'];
 /** The L1 checks need values to stay fresh well past the propagation bound. */
 const L1_TTL = 3 * SUPERSEDE_BOUND;
+/**
+ * L1 under tracking, a shortened schedule (this file runs once per client family): the faults that
+ * matter to tracking. Seed 8028 draws each of the four among its first four faults.
+ */
+const TRACKING_FAULTS: Fault[] = ['kill-listener', 'kill-reads', 'tracking-overflow', 'restart-redis'];
+const TRACKING_CAMPAIGN: CampaignConfig = { name: 'coherence-tracking', seed: 8028, seconds: 10, workers: 4, callers: 20, keys: 10, faults: TRACKING_FAULTS, aof: false, l1: 'tracking', mix: COHERENCE_MIX, ttl: L1_TTL };
 
 describe('fault campaign', () => {
   it('hard properties hold under mixed faults (no persistence): no stale overwrite, bounded settles, no unhandled rejection, no lock left, nothing leaked', async () => {
@@ -533,6 +627,17 @@ describe('fault campaign', () => {
     expect(r.leaks).toEqual([]);
   }, 120_000);
 
+  it(`L1 under tracking, with sets, deletes and aborting callers, its listeners and tracked reads connections killed (CLIENT KILL), Redis restarted and the tracking table overflowing: no read returns a value superseded by a delete/set done ${SUPERSEDE_BOUND} ms earlier, aborts harm nobody, and the hard properties hold`, async () => {
+    const r = await campaign(TRACKING_CAMPAIGN);
+    expect(Object.keys(r.injected)).toEqual(expect.arrayContaining(TRACKING_FAULTS));
+    expect(r.trackingKilled).toBeGreaterThan(0);
+    expect(r.superseded.checked).toBeGreaterThan(500);
+    expect(r.aborts.checked).toBeGreaterThan(250);
+    expect(r.violations).toEqual([]);
+    expect(r.leftoverLocks).toBe(0);
+    expect(r.leaks).toEqual([]);
+  }, 120_000);
+
   it('Redis down at boot, then up, with subscriber kills: every process hears the others (L1 coherent), aborts harm nobody', async () => {
     const r = await campaign({ name: 'boot-down', seed: 4242, seconds: 8, workers: 3, callers: 20, keys: 3, faults: ['kill-pubsub'], aof: false, l1: true, mix: COHERENCE_MIX, ttl: L1_TTL, bootDown: true });
     expect(r.superseded.checked).toBeGreaterThan(500);
@@ -555,6 +660,11 @@ describe('fault campaign', () => {
     // 16 s (about 10 subscriber kills): the copies L1 keeps across a kill are served past the bound
     // only when they were filled late enough before the delete; with 8 s one CI run once saw none.
     const r = await campaign({ name: 'negative-incoherent-l1', seed: 4242, seconds: 16, workers: 3, callers: 20, keys: 3, faults: ['kill-pubsub'], aof: false, l1: true, unsafe: { incoherentL1: true }, mix: COHERENCE_MIX, ttl: L1_TTL, bootDown: true });
+    expect(r.superseded.violations.length).toBeGreaterThan(0);
+  }, 120_000);
+
+  it('negative control: under tracking with the server\'s invalidations ignored (UNSAFE ignoreInvalidations), the same campaign reports superseded reads', async () => {
+    const r = await campaign({ ...TRACKING_CAMPAIGN, name: 'negative-ignored-invalidations', unsafe: { ignoreInvalidations: true } });
     expect(r.superseded.violations.length).toBeGreaterThan(0);
   }, 120_000);
 

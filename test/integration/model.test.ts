@@ -1,11 +1,12 @@
 /**
  * Model-based test of one process's public API against a reference model (fast-check commands), on
- * a real redis-server, with L1 on and off. Commands: get / set / delete / getOrCompute (set and
- * getOrCompute with or without tags), pairs of them started together (neither awaited before both are
- * started), getOrCompute with an already-aborted signal or one that fires mid-flight, deleteByTag
- * (alone, started together with a call, or while a load granted before it is paused); and, through a
- * second cache (L1 off) on the same prefix standing for every other process, a peek at what they read
- * and their sets, deletes and deleteByTags.
+ * a real redis-server, with L1 off, on (notes drop other processes' changes) and on under tracking
+ * (`local.invalidation: 'tracking'`: the server's invalidations drop them). Commands: get / set /
+ * delete / getOrCompute (set and getOrCompute with or without tags), pairs of them started together
+ * (neither awaited before both are started), getOrCompute with an already-aborted signal or one that
+ * fires mid-flight, deleteByTag (alone, started together with a call, or while a load granted before
+ * it is paused); and, through a second cache (L1 off) on the same prefix standing for every other
+ * process, a peek at what they read and their sets, deletes and deleteByTags.
  *
  * The model keeps, per key, the SET of values the store may hold (more than one after a pair or an
  * abort). A result is accepted when some linear order of the commands, from some allowed state,
@@ -48,8 +49,12 @@ type Op =
   /** abortAfter: 'pre' = the signal is already aborted when the call starts; n = it aborts after n ms. */
   | { kind: 'abortedGetOrCompute'; key: Key; loaderMs: number; abortAfter: 'pre' | number };
 
+/** L1 off, on with notes (the default), or on with the server's invalidations (docs/tracking.md). */
+type Mode = 'off' | 'notes' | 'tracking';
+
 interface Real {
   cache: Cache;
+  mode: Mode;
   /** The cache's own client. */
   client: Redis;
   observer: Cache;
@@ -195,7 +200,10 @@ class Pair implements fc.AsyncCommand<Model, Real> {
 /**
  * Another process writes (a set or delete through the second cache). Awaited until the cache under
  * test has heard of it (its `remoteChange` event): the model allows no propagation delay, so the
- * command waits for the note rather than the model allowing the old value for a while.
+ * command waits for the note rather than the model allowing the old value for a while. Under tracking
+ * the note drops no L1 copy: the server's invalidation does, on another connection, so the command
+ * also waits (at most INVALIDATION_WAIT_MS) until L1 holds no copy of the key. Past that it goes on,
+ * and the model judges what the cache answers next (an old copy still served is a violation).
  */
 class OtherWrite implements fc.AsyncCommand<Model, Real> {
   constructor(
@@ -217,6 +225,7 @@ class OtherWrite implements fc.AsyncCommand<Model, Real> {
     });
     await (this.kind === 'set' ? r.observer.set(this.key, written) : r.observer.delete(this.key));
     if (!(await heard)) throw new Error(`another process's ${this.kind}(${this.key}) was never heard by the cache under test (no remoteChange within 2 s)`);
+    if (r.mode === 'tracking') await invalidated(r.cache, this.key);
     m.set(this.key, new Set([this.kind === 'set' ? written : undefined]));
   }
   toString = () => `other process: ${this.kind}(${this.key})`;
@@ -293,6 +302,14 @@ function deferred<T>(): { promise: Promise<T>; resolve: (value: T) => void } {
   return { promise, resolve };
 }
 
+const INVALIDATION_WAIT_MS = 1000;
+
+/** Until `cache`'s L1 holds no copy of `key` (the server's invalidation arrived), INVALIDATION_WAIT_MS at most. */
+async function invalidated(cache: Cache, key: Key): Promise<void> {
+  const local = (cache as unknown as { rt: { local: { get(key: string): unknown } } }).rt.local;
+  for (let waited = 0; local.get(key) !== undefined && waited < INVALIDATION_WAIT_MS; waited += 5) await new Promise((resolve) => setTimeout(resolve, 5));
+}
+
 /** What any other process reads: the store, through a second cache without L1. */
 class Peek implements fc.AsyncCommand<Model, Real> {
   constructor(readonly key: Key) {}
@@ -328,41 +345,60 @@ const abortedOp: fc.Arbitrary<Op> = fc
   .map(([key, loaderMs, abortAfter]) => ({ kind: 'abortedGetOrCompute' as const, key, loaderMs, abortAfter }));
 const pair = key.chain((k) => fc.tuple(plainOp(fc.constant(k)), plainOp(fc.constant(k)))).map(([a, b]) => new Pair(a, b));
 
-const coherenceCommands = [
+/** One process's own calls (tagged or not), peeks and other processes' writes: no deleteByTag. */
+const untaggedCommands = (pairs: fc.Arbitrary<Pair> | undefined) => [
   plainOp(key).map((op) => new Single(op)),
-  pair,
+  ...(pairs ? [pairs] : []),
   key.map((k) => new Peek(k)),
   fc.tuple(fc.constantFrom('set' as const, 'delete' as const), key).map(([kind, k]) => new OtherWrite(kind, k)),
-  ...tagCommands,
 ];
+const coherenceCommands = [...untaggedCommands(pair), ...tagCommands];
 const allCommands = fc.commands([...coherenceCommands, abortedOp.map((op) => new Single(op))], { maxCommands: 30 });
-/** Without aborts: what the L1 negative control runs, so that its failure is about L1 alone. */
+/** Without aborts: what the L1 negative controls run, so that their failure is about L1 alone. */
 const withoutAborts = fc.commands(coherenceCommands, { maxCommands: 30 });
+/**
+ * Under tracking: the same, but a set() and a getOrCompute() of one key are never started together.
+ * Their reads go on different connections there (the call's on the tracked one), so the call may miss,
+ * load, and store its value after the set()'s: the fence rule's order (the later grant's write wins,
+ * docs/guarantees.md), as between two processes in every mode, but a result this one-process model,
+ * which orders a call's read with its write, refuses (docs/tracking.md, Limits).
+ */
+const setWithLoad = (p: Pair): boolean => new Set([p.a.kind, p.b.kind]).size === 2 && [p.a.kind, p.b.kind].every((k) => k === 'set' || k === 'getOrCompute');
+const trackingCommands = fc.commands([...untaggedCommands(pair.filter((p) => !setWithLoad(p))), ...tagCommands, abortedOp.map((op) => new Single(op))], { maxCommands: 30 });
+/**
+ * What the tracking negative control runs: one call at a time, peeks and other processes' writes (no
+ * pairs, no aborts, no deleteByTag), so that its failure is about the server's invalidations alone.
+ */
+const oneAtATime = fc.commands(untaggedCommands(undefined), { maxCommands: 30 });
 
 const SEED = Number(process.env.SG_MODEL_SEED ?? 20261201);
 const NUM_RUNS = 150;
+/** Tracking mode: fewer runs (the suite's time is bounded; each run opens two more connections). */
+const TRACKING_RUNS = 60;
 
 /** Numbers every run of every test, so each gets a prefix (and keys) of its own. */
 let run = 0;
 
 /** `endOnFailure`: a negative control stops at its first counterexample (no shrinking). */
-async function runModel(l1: boolean, commands = allCommands, unsafe: UnsafeSwitches = {}, endOnFailure = false): Promise<void> {
+async function runModel(mode: Mode, commands = allCommands, unsafe: UnsafeSwitches = {}, numRuns = NUM_RUNS, endOnFailure = false): Promise<void> {
   // Rejections a previous test's background work left behind (reported against that test by vitest)
   // surface now, before this test's own listener is on.
   await new Promise((resolve) => setTimeout(resolve, 200));
-  const switches = Object.keys(unsafe).map((name) => `, ${name}`).join('');
-  console.log(`model test (L1 ${l1 ? 'on' : 'off'}${switches}): seed ${SEED}, ${NUM_RUNS} runs; replay with SG_MODEL_SEED=${SEED}`);
+  const switches = Object.keys(unsafe).filter((k) => unsafe[k as keyof UnsafeSwitches]);
+  console.log(`model test (L1 ${mode}${switches.map((k) => `, ${k}`).join('')}): seed ${SEED}, ${numRuns} runs; replay with SG_MODEL_SEED=${SEED}`);
+  const local = mode === 'off' ? false : mode === 'notes' ? { max: 100 } : { max: 100, invalidation: 'tracking' as const };
   await fc.assert(
     fc.asyncProperty(commands, async (cmds) => {
       const prefix = `model${process.pid}x${++run}`;
       const clients = [new Redis(provided.url, { maxRetriesPerRequest: 1 }), new Redis(provided.url, { maxRetriesPerRequest: 1 })];
       const defaults = { ttl: 60_000, failBackoff: 60_000, waitTimeout: 2_000 };
-      const cache = createCache({ redis: clients[0] as Redis, prefix, local: l1 ? { max: 100 } : false, defaults, [UNSAFE]: unsafe } as CacheOptions);
+      const cache = createCache({ redis: clients[0] as Redis, prefix, local, defaults, [UNSAFE]: unsafe } as CacheOptions);
       const observer = createCache({ redis: clients[1] as Redis, prefix, defaults });
-      const real: Real = { cache, client: clients[0] as Redis, observer, unhandled: [], seq: 0, tagsOf: new Map() };
+      const real: Real = { cache, mode, client: clients[0] as Redis, observer, unhandled: [], seq: 0, tagsOf: new Map() };
       const onUnhandled = (e: unknown) => real.unhandled.push(e);
       process.on('unhandledRejection', onUnhandled);
       try {
+        // ready() is true once subscribed (and, under tracking, tracked): L1 serves only from then on.
         await Promise.all([cache.ready(), observer.ready()]);
         const model: Model = new Map(KEYS.map((k) => [k, new Set<Val>([undefined])]));
         await fc.asyncModelRun(() => ({ model, real }), cmds);
@@ -374,32 +410,41 @@ async function runModel(l1: boolean, commands = allCommands, unsafe: UnsafeSwitc
         for (const c of clients) c.disconnect();
       }
     }),
-    { seed: SEED, numRuns: NUM_RUNS, endOnFailure },
+    { seed: SEED, numRuns, endOnFailure },
   );
+}
+
+/** A negative control: the model (without aborts by default, so the failure is about L1 alone) must find a result no order of the calls allows. */
+async function expectDisallowedResult(mode: Mode, unsafe: UnsafeSwitches, numRuns: number, commands = withoutAborts): Promise<void> {
+  const failure = await runModel(mode, commands, unsafe, numRuns, true).then(() => undefined, (e: unknown) => e);
+  const why = String((failure as { cause?: unknown } | undefined)?.cause);
+  console.log(`negative control caught: ${String(failure).split('\n').find((l) => l.startsWith('Counterexample'))} — ${why}`);
+  expect(why).not.toMatch(/unhandled rejection/);
+  expect(why).toMatch(/no order of these calls|peek\([ab]\) from another cache/);
 }
 
 describe('model-based: one process against a reference model (real Redis)', () => {
   it('L1 on: get/set/delete/getOrCompute (tagged or not), deleteByTag, pairs started together, aborted calls: every result allowed by the model, no unhandled rejection', async () => {
-    await runModel(true);
+    await runModel('notes');
   }, 120_000);
 
   it('L1 off: the same commands and model', async () => {
-    await runModel(false);
+    await runModel('off');
+  }, 120_000);
+
+  it("L1 on under tracking (local.invalidation 'tracking'): the same commands and model (no set() started together with a getOrCompute() of its key: docs/tracking.md, Limits), another process's change dropped by the server's invalidation", async () => {
+    await runModel('tracking', trackingCommands, {}, TRACKING_RUNS);
   }, 120_000);
 
   it('negative control: with an incoherent L1 (UNSAFE incoherentL1), the model finds a result no order of the calls allows', async () => {
-    const failure = await runModel(true, withoutAborts, { incoherentL1: true }).then(() => undefined, (e: unknown) => e);
-    const why = String((failure as { cause?: unknown } | undefined)?.cause);
-    console.log(`negative control caught: ${String(failure).split('\n').find((l) => l.startsWith('Counterexample'))} — ${why}`);
-    expect(why).not.toMatch(/unhandled rejection/);
-    expect(why).toMatch(/no order of these calls|peek\([ab]\) from another cache/);
+    await expectDisallowedResult('notes', { incoherentL1: true }, NUM_RUNS);
+  }, 120_000);
+
+  it('negative control: under tracking with the invalidation pushes ignored (UNSAFE ignoreInvalidations), the model finds a result no order of the calls allows', async () => {
+    await expectDisallowedResult('tracking', { ignoreInvalidations: true }, TRACKING_RUNS, oneAtATime);
   }, 120_000);
 
   it('negative control: with the tag snapshot taken at the write instead of the grant (UNSAFE tagSnapshotAtWrite), the model finds a value that outlived a deleteByTag', async () => {
-    const failure = await runModel(true, withoutAborts, { tagSnapshotAtWrite: true }, true).then(() => undefined, (e: unknown) => e);
-    const why = String((failure as { cause?: unknown } | undefined)?.cause);
-    console.log(`negative control caught: ${String(failure).split('\n').find((l) => l.startsWith('Counterexample'))} — ${why}`);
-    expect(why).not.toMatch(/unhandled rejection/);
-    expect(why).toMatch(/no order of these calls|peek\([ab]\) from another cache/);
+    await expectDisallowedResult('notes', { tagSnapshotAtWrite: true }, NUM_RUNS);
   }, 120_000);
 });

@@ -37,7 +37,8 @@ const cache = createCache({
   redis,
   prefix: env.SG_PREFIX,
   redisTimeout: Number(env.SG_REDIS_TIMEOUT),
-  local: env.SG_L1 === '1' ? { max: 1000 } : false,
+  // SG_L1: '0' off, '1' on (notes drop other processes' changes), 'tracking' (the server's invalidations do).
+  local: env.SG_L1 === '1' ? { max: 1000 } : env.SG_L1 === 'tracking' ? { max: 1000, invalidation: 'tracking' } : false,
   // Further createCache options of one campaign (JSON: e.g. degradedMemo).
   ...(JSON.parse(env.SG_CACHE_OPTIONS ?? '{}') as Partial<CacheOptions>),
   [UNSAFE]: unsafe,
