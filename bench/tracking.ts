@@ -2,7 +2,7 @@
  * `npm run bench:tracking [-- --quick] [--runs R] [--processes 1,4,16] [--modes notes,tracking,tracking+sharded] [--out FILE]`:
  * L1 kept by notes against L1 kept by the server, and tracking with sharded notes, side by side in
  * one run, on P separate reader processes and one writer process (bench/lib/tracking.ts says what is
- * measured and how). `--quick`: a smoke run (1 run, fewer writes and deletes, short hit windows).
+ * measured and how). `--quick`: a smoke run (1 run, no warm-up run, fewer writes and deletes, short hit windows).
  * Always on a redis-server of its own (bench/lib/server.ts): its figures are server-wide counters.
  * `--out FILE`: also writes the table and the per-run lines there.
  */
@@ -29,6 +29,7 @@ const sizes: TrackingSizes = {
   processes: (args.processes ?? '1,4,16').split(',').map(Number),
   modes: modes(args.modes ?? Object.keys(TRACKING_MODES).join(',')),
   runs: args.runs === undefined ? (quick ? 1 : 5) : Number(args.runs),
+  warmupRuns: quick ? 0 : 1,
   writes: quick ? 50 : 300,
   hitKeys: 20,
   hitWarmupMs: quick ? 300 : 1500,

@@ -153,6 +153,8 @@ export interface TrackingSizes {
   readonly processes: readonly number[];
   readonly modes: readonly TrackingMode[];
   readonly runs: number;
+  /** Unmeasured runs of every mode on fresh processes, before the measured ones. */
+  readonly warmupRuns: number;
   /** Writes per phase (the sentinel included). */
   readonly writes: number;
   /** Keys each reader holds and gets round and round in the hit phase. */
@@ -246,6 +248,9 @@ export async function trackingBench(url: string, adminUrl: string, s: TrackingSi
     for (const P of s.processes) {
       const workers = await Promise.all(Array.from({ length: P + 1 }, () => Worker.start()));
       try {
+        // Fresh processes run cold code (JIT): every mode once, unmeasured, before the measured runs.
+        for (let w = 0; w < s.warmupRuns; w++) for (const mode of s.modes) await oneRun(url, admin, workers, mode, `tb${P}warm${w}${mode}`, s);
+        if (s.warmupRuns > 0) log(`tracking · P=${P} · warm-up done (${s.warmupRuns} unmeasured run${s.warmupRuns > 1 ? 's' : ''} of every mode)`);
         const samples = new Map<TrackingMode, TrackingRun[]>(s.modes.map((m) => [m, []]));
         for (let r = 0; r < s.runs; r++) {
           for (let i = 0; i < s.modes.length; i++) {
@@ -285,7 +290,7 @@ export function trackingMarkdown(figures: readonly TrackingFigure[], s: Tracking
       `commands and bytes Redis sent from INFO (the bench's own INFO left out), client CPU every process summed until every reader dropped the last key; ` +
       `per L1 hit: every reader \`get()\`s ${s.hitKeys} keys it holds round and round for ${s.hitMs} ms after ${s.hitWarmupMs} ms unmeasured; ` +
       `staleness: ${s.deletes} \`delete()\`s ${s.deleteGapMs} ms apart, each reader polling its L1 every event-loop turn, from \`delete()\` resolving to the reader's last sighting of the old value (0 if none after it), over every (key, reader); ` +
-      `medians of ${s.runs} runs, modes interleaved; CPU ÷ notes: against notes at the same P):`,
+      `medians of ${s.runs} runs after ${s.warmupRuns} unmeasured, modes interleaved; CPU ÷ notes: against notes at the same P):`,
     '',
     '| P | mode | held write: commands | B out | CPU µs | ÷ notes | cold write: commands | B out | CPU µs | ÷ notes | L1 hit: commands | CPU µs | delete staleness p50 ms | p99 ms | stale after resolve |',
     '|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|',
