@@ -98,7 +98,9 @@ async function handle(req: TrackingOp): Promise<unknown> {
       cache = c;
       l1 = (c as unknown as { rt: { local: { get(key: string): unknown } } }).rt.local;
       degraded = 0;
-      if (!(await c.ready())) throw new Error(`${req.mode}: ready() resolved false`);
+      // ready() answers false after redisTimeout while the subscription or tracking is not there yet
+      // (17 processes opening at once on 2 busy cores): they keep trying in the background; ask again.
+      for (let tries = 1; !(await c.ready()); tries++) if (tries === 20) throw new Error(`${req.mode}: ready() resolved false 20 times`);
       return undefined;
     }
     case 'set': {
