@@ -1,4 +1,4 @@
-import { provideRedis, type ProvidedRedis } from '../../test/support/redis-server.js';
+import { provideRedis, startRedisServer, type ProvidedRedis, type RedisServer } from '../../test/support/redis-server.js';
 
 /**
  * The Redis a bench that flushes between runs (FLUSHALL: every contender starts cold) runs against.
@@ -28,4 +28,14 @@ function redact(url: string): string {
   } catch {
     return '(unparsable URL)';
   }
+}
+
+/**
+ * The Redis a bench that reads server-wide counters (INFO commandstats, bytes sent) runs against:
+ * always a redis-server of its own on a free port, stopped at the end, whatever REDIS_URL says (on a
+ * shared server the counters would count the others' commands too). Needs the redis-server binary.
+ */
+export async function ownRedis(bench: string): Promise<RedisServer> {
+  if (process.env.REDIS_URL) console.error(`${bench}: REDIS_URL is set (${redact(process.env.REDIS_URL)}) and not used: this bench starts a redis-server of its own.`);
+  return startRedisServer();
 }
