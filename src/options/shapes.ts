@@ -9,7 +9,7 @@
  * call, and the garbage it leaves while the call waits on Redis, cost more on a hit than the hit itself
  * spends in this library (measured with bench:hit's `ours-options` variant).
  */
-import { abortSignal } from './fields.js';
+import { abortSignal, tagList } from './fields.js';
 import { lockModeFor } from './effective.js';
 import type { CallOptions, LockMode } from './public.js';
 import { mergeCallOptions, withLockFor, type MergedCall } from './resolve.js';
@@ -21,15 +21,28 @@ export const MAX_SHAPES = 256;
 const MAX_RECENT = 8;
 
 /**
+ * The options read per call, never remembered with a shape: their presence is part of the shape, their
+ * value is checked and attached per call. A signal is new per request; a tags array is usually built
+ * per request too (`[\`user:${id}\`]`), and an array can be mutated in place.
+ */
+const PER_CALL = {
+  signal: (value: unknown, key: string) => abortSignal(value, 'signal', key),
+  tags: (value: unknown, key: string) => tagList(value, 'tags', key),
+} as const;
+type PerCall = keyof typeof PER_CALL;
+const perCall = (name: string): name is PerCall => name === 'signal' || name === 'tags';
+
+/**
  * The shape's id: each own enumerable option name (all known ones) and its primitive value, strings
- * length-prefixed so no value can spell another shape's id. `undefined` when the object cannot be
- * remembered by its values: an unknown name (the full resolution refuses it), or a value that is not a
- * primitive (a lock function or a `refreshAhead` object given per call: resolved per call instead,
- * since equal-looking functions and objects can differ, and one may be mutated in place).
+ * length-prefixed so no value can spell another shape's id, then the per-call options given (their
+ * presence only). `undefined` when the object cannot be remembered by its values: an unknown name (the
+ * full resolution refuses it), or a value that is not a primitive (a lock function or a `refreshAhead`
+ * object given per call: resolved per call instead, since equal-looking functions and objects can
+ * differ, and one may be mutated in place).
  */
 function shapeId(input: object): string | undefined {
   let id = '';
-  let signal = false;
+  let given = '';
   for (const name of Object.keys(input)) {
     if (!Object.hasOwn(CALL_FIELDS, name)) return undefined;
     const value = (input as Record<string, unknown>)[name];
@@ -38,20 +51,20 @@ function shapeId(input: object): string | undefined {
         // Absent, as validation reads it.
         break;
       default:
-        // The signal is per call: its presence is in the shape (last, whatever its place), never its value.
-        if (name === 'signal') signal = true;
+        // A per-call option: its presence is in the shape (last, whatever its place), never its value.
+        if (perCall(name)) given += `${name};`;
         else if (typeof value === 'number' || typeof value === 'boolean') id += `${name}=${value};`;
         else if (typeof value === 'string') id += `${name}"${value.length}:${value};`;
         else return undefined;
     }
   }
-  return signal ? `${id}signal;` : id;
+  return id + given;
 }
 
-/** The options object as read now, without its signal: what a shape is resolved from. */
-function withoutSignal(input: object): Record<string, unknown> {
+/** The options object as read now, without its per-call options: what a shape is resolved from. */
+function withoutPerCall(input: object): Record<string, unknown> {
   const out: Record<string, unknown> = {};
-  for (const name of Object.keys(input)) if (name !== 'signal') out[name] = (input as Record<string, unknown>)[name];
+  for (const name of Object.keys(input)) if (!perCall(name)) out[name] = (input as Record<string, unknown>)[name];
   return out;
 }
 
@@ -62,7 +75,8 @@ class Shape {
 
   constructor(
     private readonly merged: MergedCall,
-    readonly hasSignal: boolean,
+    /** The per-call options this shape's objects give (none: a call gets the frozen resolution itself). */
+    readonly perCall: readonly PerCall[],
   ) {
     this.fixed = typeof merged.lock === 'function' ? undefined : withLockFor(merged, '');
   }
@@ -96,8 +110,10 @@ export class CallShapes {
     const names = Object.keys(input);
     const shape = this.recentMatch(input, names) ?? this.slowResolve(input, names, key);
     const call = shape.forKey(key);
-    if (!shape.hasSignal) return call;
-    return Object.freeze({ ...call, signal: abortSignal(input.signal, 'signal', key) });
+    if (shape.perCall.length === 0) return call;
+    const own: { signal?: AbortSignal; tags?: readonly string[] } = {};
+    for (const name of shape.perCall) (own as Record<PerCall, unknown>)[name] = PER_CALL[name](input[name], key);
+    return Object.freeze({ ...call, ...own });
   }
 
   /**
@@ -113,7 +129,7 @@ export class CallShapes {
         const name = names[i] as string;
         if (seen.names[i] !== name) continue next;
         const value = values[name];
-        if (name === 'signal' ? (value !== undefined) !== seen.values[i] : value !== seen.values[i]) continue next;
+        if (perCall(name) ? (value !== undefined) !== seen.values[i] : value !== seen.values[i]) continue next;
       }
       return seen.shape;
     }
@@ -126,13 +142,14 @@ export class CallShapes {
     if (known !== undefined) return known;
     // Resolved from one reading of the object, and remembered under that reading's id (a getter
     // that answers differently on a second read cannot file one shape under another's id).
-    const read = withoutSignal(input);
-    const shape = new Shape(mergeCallOptions(this.defaults, read, key), Object.hasOwn(input, 'signal') && input.signal !== undefined);
+    const read = withoutPerCall(input);
+    const given = (Object.keys(PER_CALL) as PerCall[]).filter((name) => Object.hasOwn(input, name) && input[name] !== undefined);
+    const shape = new Shape(mergeCallOptions(this.defaults, read, key), given);
     const readId = id === undefined ? undefined : shapeId(read);
     if (readId === undefined) return shape;
-    this.remember(shape.hasSignal ? `${readId}signal;` : readId, shape);
-    // The recent entry holds that same reading: its values, and for the signal whether it was given.
-    this.recent.unshift({ names, values: names.map((name) => (name === 'signal' ? shape.hasSignal : read[name])), shape });
+    this.remember(readId + given.map((name) => `${name};`).join(''), shape);
+    // The recent entry holds that same reading: its values, and for a per-call option whether it was given.
+    this.recent.unshift({ names, values: names.map((name) => (perCall(name) ? given.includes(name) : read[name])), shape });
     if (this.recent.length > MAX_RECENT) this.recent.pop();
     return shape;
   }

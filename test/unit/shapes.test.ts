@@ -74,6 +74,23 @@ describe('call options resolved once per shape', () => {
     expect(shapes.resolve({ ttl: 1000, signal: a }, 'k').signal).toBe(a);
   });
 
+  it('tags are per call: one shape for every tags array, each call gets its own (validated) tags, a bad one is refused, an array mutated in place is read afresh', () => {
+    const shapes = new CallShapes(defaults);
+    const t1 = ['user:1', 'org:3'];
+    expect(shapes.resolve({ ttl: 1000, tags: t1 }, 'k').tags).toEqual(['user:1', 'org:3']);
+    expect(shapes.resolve({ ttl: 1000, tags: ['user:2'] }, 'k').tags).toEqual(['user:2']);
+    expect(shapes.resolve({ ttl: 1000, tags: ['a', 'a'] }, 'k').tags).toEqual(['a']);
+    expect(shapes.size).toBe(1);
+    t1.push('org:4');
+    expect(shapes.resolve({ ttl: 1000, tags: t1 }, 'k').tags).toEqual(['user:1', 'org:3', 'org:4']);
+    t1.push('');
+    expect(refusal(() => shapes.resolve({ ttl: 1000, tags: t1 }, 'k'))).toMatchObject({ option: 'tags', value: '' });
+    expect(refusal(() => shapes.resolve({ ttl: 1000, tags: 'org:3' as unknown as string[] }, 'k'))).toMatchObject({ option: 'tags', value: 'org:3' });
+    expect(shapes.resolve({ ttl: 1000 }, 'k').tags).toBeUndefined();
+    expect(shapes.resolve({ ttl: 1000, tags: undefined }, 'k').tags).toBeUndefined();
+    expect(Object.isFrozen(shapes.resolve({ ttl: 1000, tags: ['x'] }, 'k'))).toBe(true);
+  });
+
   it('a lock policy that is a function of the key (cache defaults) is asked for every call, with its key', () => {
     const policy = vi.fn((key: string): LockMode => (key.startsWith('n') ? 'none' : 'single'));
     const shapes = new CallShapes({ ...defaults, lock: policy });
