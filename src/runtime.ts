@@ -226,6 +226,7 @@ export class Runtime {
       onUp: () => {
         this.generations.resume();
         this.trust.up('subscription');
+        this.tags.states.up();
         // Notes sent while the subscription was down are lost, so a degraded copy may be older than a
         // write or delete made meanwhile: like L1, the memo starts over on every (re)subscribe.
         this.memo.clear();
@@ -233,6 +234,7 @@ export class Runtime {
       onDown: () => {
         this.generations.suspend();
         this.trust.down('subscription', this.keepInMemo); // served only while Redis is unavailable
+        this.tags.states.down();
         // The heartbeat found the node silent: if it answered our operations nothing since either, it is
         // hung — suspect now, so the calls that L1 answered until now answer from memory at once instead
         // of each waiting out a read. (A close alone is no such sign: a subscriber killed on a live
@@ -316,6 +318,8 @@ export class Runtime {
   tagsInvalidated(scope: string, tags: readonly string[]): void {
     const reaches = (key: string, entryTags: readonly string[]): boolean => noteReaches(scope, tags, key, entryTags);
     this.heard.heard(scope, tags);
+    // UNSAFE tagStatesUndropped (negative control only): the kept tag states outlive the note.
+    if (!this.options.unsafe.tagStatesUndropped) this.tags.dropStates(scope, tags);
     this.local.invalidateTagged(reaches);
     this.memo.invalidateTagged(reaches);
     this.calls.tagsInvalidated(reaches);

@@ -22,6 +22,7 @@ import type { OwnKey } from './node-of.js';
 import { parseNamespacedKey, RESERVED_KEY_START } from './namespace.js';
 import { tagList } from './options/fields.js';
 import type { Clock } from './options.js';
+import { TagStates } from './tag-states.js';
 
 /**
  * How long a record created by a grant (or re-created by a refused write) lives at least: a write
@@ -278,7 +279,12 @@ export type GrantTime = number | Error;
 
 /** The records of one cache: the read-side check, the invalidation, the acknowledgement. */
 export class TagRecords {
-  constructor(private readonly d: TagDeps) {}
+  /** The records' states this process read and keeps (tag-states.ts): a tagged hit's second round trip, saved. */
+  readonly states: TagStates;
+
+  constructor(private readonly d: TagDeps) {
+    this.states = new TagStates(d.clock);
+  }
 
   records(key: string, tags: readonly string[]): string[] {
     return recordsOf(this.d.prefix, key, tags);
@@ -319,13 +325,25 @@ export class TagRecords {
 
   /**
    * What THE TAG RULE says of the entry at `key` tagged `tags` and granted at `grantedAt` (see
-   * `judge`): one round trip, to the records' node. Throws RedisUnavailableError.
+   * `judge`): from the states this process keeps, or one round trip, to the records' node. Throws
+   * RedisUnavailableError.
    */
   async judge(key: string, tags: readonly string[], grantedAt: number): Promise<TagVerdict> {
     const records = this.records(key, tags);
+    // Kept states are plain D's: their verdict needs no server clock (valid or invalid, never expired).
+    const kept = this.states.get(records);
+    if (kept !== undefined) return judge(kept, grantedAt, 0);
+    const ticket = this.states.begin();
     const reply = (await this.d.io.run('read', () => this.d.port.run(STATES(records.length), records, []), this.on(key))) as (string | null)[];
     if (reply.length !== records.length + 1) return INVALID;
-    return judge(reply.slice(0, records.length), grantedAt, Number(reply[records.length]));
+    const states = reply.slice(0, records.length);
+    this.states.fill(ticket, records, states);
+    return judge(states, grantedAt, Number(reply[records.length]));
+  }
+
+  /** A tag note for `tags` in `scope` (heard here or sent from here): their records' kept states go. */
+  dropStates(scope: string, tags: readonly string[]): void {
+    this.states.drop(tags.map((tag) => tagRecordKey(this.d.prefix, scope, tag)));
   }
 
   /** A key of the records' slot, never written: routes a script with no record there. */

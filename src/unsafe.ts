@@ -12,4 +12,6 @@ export interface UnsafeSwitches {
   tagReadUnchecked?: boolean;
   /** Negative control (tracking tests): tracking is on, but the server's invalidation pushes are dropped unread (runtime.ts startTracking). */
   ignoreInvalidations?: boolean;
+  /** Negative control (tag-state tests): a tag note does not drop this process's kept tag states (tag-states.ts). */
+  tagStatesUndropped?: boolean;
 }

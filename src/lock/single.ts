@@ -85,8 +85,9 @@ export class StoreLock implements Locker {
       attempt.failed(error);
       throw error;
     });
-    const elsewhere = await apart; // sent alongside: both answered before any loader starts
+    // Not granted: no loader starts, so nothing waits on G (`apart` never rejects: nothing unobserved).
     if (reply[0] !== 1) return attempt.answered(reply as [number, number], false);
+    const elsewhere = await apart; // sent alongside: both answered before any loader starts
     // Granted: {1, fence, G} and, for acquireReadTagged with an entry, READ's [pttl, bytes].
     const [, fence, scriptG, ...read] = reply as [1, number, number, number, Buffer | number];
     let grantedAt: number | undefined;

@@ -244,6 +244,7 @@ export const UNSAFE_FIELDS = {
   tagSnapshotAtWrite: field(boolean, false),
   tagReadUnchecked: field(boolean, false),
   ignoreInvalidations: field(boolean, false),
+  tagStatesUndropped: field(boolean, false),
 } satisfies { readonly [K in keyof UnsafeSwitches]-?: Field<Required<UnsafeSwitches>[K]> };
 
 // ---------------------------------------------------------------- DEFAULTS

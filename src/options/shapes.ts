@@ -42,7 +42,8 @@ const perCall = (name: string): name is PerCall => name === 'signal' || name ===
  */
 function shapeId(input: object): string | undefined {
   let id = '';
-  let given = '';
+  let signal = false;
+  let tags = false;
   for (const name of Object.keys(input)) {
     if (!Object.hasOwn(CALL_FIELDS, name)) return undefined;
     const value = (input as Record<string, unknown>)[name];
@@ -52,13 +53,15 @@ function shapeId(input: object): string | undefined {
         break;
       default:
         // A per-call option: its presence is in the shape (last, whatever its place), never its value.
-        if (perCall(name)) given += `${name};`;
+        if (name === 'signal') signal = true;
+        else if (name === 'tags') tags = true;
         else if (typeof value === 'number' || typeof value === 'boolean') id += `${name}=${value};`;
         else if (typeof value === 'string') id += `${name}"${value.length}:${value};`;
         else return undefined;
     }
   }
-  return id + given;
+  // In PER_CALL's order, whatever the object's: the same id as slowResolve files the shape under.
+  return `${id}${signal ? 'signal;' : ''}${tags ? 'tags;' : ''}`;
 }
 
 /** The options object as read now, without its per-call options: what a shape is resolved from. */

@@ -39,6 +39,8 @@ export async function degraded(t: Trip, operation: string, error: unknown, fillL
     return t.failSafe(result.error, 'loaderError');
   }
   t.carries(result.entry.overrides?.tags);
+  // The same tags rule as a stored load's (on a Cluster, a loader adds tags only in a call that declares them).
+  d.store.assertTaggable(key, t.call.tags, result.entry.overrides?.tags);
   if (result.value !== undefined && !result.entry.skipped) {
     const { ttl } = entryCall(t.call, result.entry.overrides);
     // Its tags go with the L1 copy and the memo's (a tag's note drops them).

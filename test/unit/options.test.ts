@@ -301,15 +301,15 @@ describe('redlock options', () => {
 describe('test-only switches (options[UNSAFE])', () => {
   it('are all off unless given, and frozen', () => {
     const u = resolveCacheOptions({ redis: fakeClient }).unsafe;
-    expect(u).toEqual({ unfencedWrites: false, incoherentL1: false, sharedBreaker: false, clockSkewMs: 0, tagSnapshotAtWrite: false, tagReadUnchecked: false, ignoreInvalidations: false });
+    expect(u).toEqual({ unfencedWrites: false, incoherentL1: false, sharedBreaker: false, clockSkewMs: 0, tagSnapshotAtWrite: false, tagReadUnchecked: false, ignoreInvalidations: false, tagStatesUndropped: false });
     expect(Object.isFrozen(u)).toBe(true);
   });
 
   it('are read from the UNSAFE symbol key', () => {
     const o = { redis: fakeClient, [UNSAFE]: { unfencedWrites: true } } as CacheOptions;
-    expect(resolveCacheOptions(o).unsafe).toEqual({ unfencedWrites: true, incoherentL1: false, sharedBreaker: false, clockSkewMs: 0, tagSnapshotAtWrite: false, tagReadUnchecked: false, ignoreInvalidations: false });
+    expect(resolveCacheOptions(o).unsafe).toEqual({ unfencedWrites: true, incoherentL1: false, sharedBreaker: false, clockSkewMs: 0, tagSnapshotAtWrite: false, tagReadUnchecked: false, ignoreInvalidations: false, tagStatesUndropped: false });
     const both = { redis: fakeClient, [UNSAFE]: { unfencedWrites: true, incoherentL1: true } } as CacheOptions;
-    expect(resolveCacheOptions(both).unsafe).toEqual({ unfencedWrites: true, incoherentL1: true, sharedBreaker: false, clockSkewMs: 0, tagSnapshotAtWrite: false, tagReadUnchecked: false, ignoreInvalidations: false });
+    expect(resolveCacheOptions(both).unsafe).toEqual({ unfencedWrites: true, incoherentL1: true, sharedBreaker: false, clockSkewMs: 0, tagSnapshotAtWrite: false, tagReadUnchecked: false, ignoreInvalidations: false, tagStatesUndropped: false });
   });
 
   it.each([
