@@ -4,35 +4,14 @@
  */
 import { Redis } from 'ioredis';
 import { describe, expect, it } from 'vitest';
-import { createCache, type Cache, type CacheOptions } from '../../src/index.js';
+import { createCache, type CacheOptions } from '../../src/index.js';
 import { deferred, useRedis } from '../support/harness.js';
-import { holdingClient } from '../support/holding-client.js';
+import { heldPair } from '../support/holding-client.js';
 
 const h = useRedis();
 let n = 0;
 
-async function warmPair(options: Partial<CacheOptions> = {}): Promise<{ a: Cache; b: Cache; held: ReturnType<typeof holdingClient>; done: () => Promise<void> }> {
-  const held = holdingClient(h.url);
-  const other = new Redis(h.url);
-  const prefix = `rvs${process.pid}x${++n}`;
-  const a = createCache({ redis: held.client, prefix, ...options });
-  const b = createCache({ redis: other, prefix });
-  expect(await a.ready()).toBe(true);
-  expect(await b.ready()).toBe(true);
-  await b.set('warm', 'w', 60_000);
-  expect(await a.getOrCompute('warm', () => 'loaded', 60_000)).toBe('w'); // the node's clock sampled: later reads are plain
-  return {
-    a,
-    b,
-    held,
-    done: async () => {
-      await a.close();
-      await b.close();
-      held.client.disconnect();
-      other.disconnect();
-    },
-  };
-}
+const warmPair = (options: Partial<CacheOptions> = {}) => heldPair(h.url, `rvs${process.pid}x${++n}`, options);
 
 const settledSoon = async <T>(p: Promise<T>): Promise<PromiseSettledResult<T> | 'pending'> => {
   const out: { r: PromiseSettledResult<T> | 'pending' } = { r: 'pending' };

@@ -6,38 +6,14 @@
  * ioredis only: the sharing is the library's, not the client's, and the reply is held back through
  * ioredis's Command (its resolve is called by the reply parser).
  */
-import { Redis } from 'ioredis';
 import { describe, expect, it, vi } from 'vitest';
-import { createCache, type Cache } from '../../src/index.js';
 import { commandCalls, deferred, keysOf, nextEvent, useRedis } from '../support/harness.js';
-import { holdingClient } from '../support/holding-client.js';
+import { heldPair } from '../support/holding-client.js';
 
 const h = useRedis();
 let n = 0;
 
-async function pair(): Promise<{ a: Cache; b: Cache; held: ReturnType<typeof holdingClient>; done: () => Promise<void> }> {
-  const held = holdingClient(h.url);
-  const other = new Redis(h.url);
-  const prefix = `shr${process.pid}x${++n}`;
-  const a = createCache({ redis: held.client, prefix });
-  const b = createCache({ redis: other, prefix });
-  expect(await a.ready()).toBe(true);
-  expect(await b.ready()).toBe(true);
-  // The first read of a node is the read script (it samples the node's clock); later ones are plain.
-  await b.set('warm', 'w', 60_000);
-  expect(await a.getOrCompute('warm', () => 'loaded', 60_000)).toBe('w');
-  return {
-    a,
-    b,
-    held,
-    done: async () => {
-      await a.close();
-      await b.close();
-      held.client.disconnect();
-      other.disconnect();
-    },
-  };
-}
+const pair = () => heldPair(h.url, `shr${process.pid}x${++n}`);
 
 describe('a store read shared by the calls that start while it is out', () => {
   it('concurrent hits of a key send one read and all get its value', async () => {

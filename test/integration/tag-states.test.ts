@@ -5,45 +5,18 @@
  * starts here is judged by a state from before it), and a records read overtaken by a note keeps
  * nothing. ioredis only: the replies are held back through ioredis's Command.
  */
-import { Redis } from 'ioredis';
 import { describe, expect, it } from 'vitest';
-import { createCache, type Cache, type CacheOptions } from '../../src/index.js';
+import type { CacheOptions } from '../../src/index.js';
 import { UNSAFE } from '../../src/unsafe.js';
 import { useRedis } from '../support/harness.js';
-import { holdingClient } from '../support/holding-client.js';
+import { heldPair } from '../support/holding-client.js';
 
 const h = useRedis();
 let n = 0;
 const tagged = (tag: string) => ({ ttl: 60_000, tags: [tag] });
 
 /** `a` on a client whose replies can be held, `b` another process; L1 off in both (every hit from Redis). */
-async function pair(options: Partial<CacheOptions> = {}): Promise<{ a: Cache; b: Cache; held: ReturnType<typeof holdingClient>; sent: () => string[]; done: () => Promise<void> }> {
-  const held = holdingClient(h.url);
-  const other = new Redis(h.url);
-  const prefix = `tgs${process.pid}x${++n}`;
-  const a = createCache({ redis: held.client, prefix, ...options });
-  const b = createCache({ redis: other, prefix });
-  expect(await a.ready()).toBe(true);
-  expect(await b.ready()).toBe(true);
-  const names: string[] = [];
-  const send = held.client.sendCommand.bind(held.client);
-  held.client.sendCommand = ((command: { name: string }, ...rest: unknown[]) => {
-    names.push(command.name);
-    return (send as (...a: unknown[]) => unknown)(command, ...rest);
-  });
-  return {
-    a,
-    b,
-    held,
-    sent: () => names.splice(0),
-    done: async () => {
-      await a.close();
-      await b.close();
-      held.client.disconnect();
-      other.disconnect();
-    },
-  };
-}
+const pair = (options: Partial<CacheOptions> = {}) => heldPair(h.url, `tgs${process.pid}x${++n}`, options, false);
 
 describe('tag states kept in the process', () => {
   it('a tagged hit from Redis whose records this process read recently sends one command: the entry read (no records script)', async () => {
