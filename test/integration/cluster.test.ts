@@ -376,7 +376,7 @@ describe.each<Family>(['ioredis', 'ioredis6', 'node-redis', 'node-redis5'])('Red
       expect(await b.get('e4')).toBe('other');
     });
 
-    it("what a hit costs: untagged, one command on its entry's master; tagged from Redis, that and one script on the records' master; tagged from L1, none; an untagged miss sends nothing to the records' master", async () => {
+    it("what a hit costs: untagged, one command on its entry's master; tagged from Redis, that and one script on the records' master (none while its tag states are kept); tagged from L1, none; an untagged miss sends nothing to the records' master", async () => {
       const prefix = `${family}-tg6`;
       const a = await cache('tg6', { local: false });
       const l1 = await cache('tg6', { local: { max: 100 } });
@@ -389,8 +389,11 @@ describe.each<Family>(['ioredis', 'ioredis6', 'node-redis', 'node-redis5'])('Red
       const recordsMaster = masterOf(Number(await admin.cluster('KEYSLOT', tagRecordKey(prefix, '', 'x'))));
       // A tagged key whose entry is on another master than the records.
       const key = Array.from({ length: 50 }, (_, i) => `tagged${i}`).find((k) => masterOf(hashSlot(k)) !== recordsMaster) as string;
+      // A second tagged key on the same master, whose tag this cache has not read yet.
+      const fresh = Array.from({ length: 50 }, (_, i) => `other${i}`).find((k) => masterOf(hashSlot(k)) === masterOf(hashSlot(key))) as string;
       await a.set('plain', 'p', 60_000);
       await a.set(key, 't', { ttl: 60_000, tags: ['x'] });
+      await a.set(fresh, 'f', { ttl: 60_000, tags: ['y'] });
       await a.get('plain'); // each node's clock sampled: hits are plain reads from now on
       await a.get(key);
       // The reads each master ran meanwhile (INFO commandstats): plain reads and scripts — the commands
@@ -417,7 +420,10 @@ describe.each<Family>(['ioredis', 'ioredis6', 'node-redis', 'node-redis5'])('Red
         return out.sort();
       };
       expect(await sentBy('plain', async () => expect(await a.get('plain')).toBe('p'))).toEqual(['getrange@entry']);
-      expect(await sentBy(key, async () => expect(await a.get(key)).toBe('t'))).toEqual(['evalsha@records', 'getrange@entry']);
+      // Its tag's record read for the first time here: the records' script; then its state is kept.
+      expect(await sentBy(fresh, async () => expect(await a.get(fresh)).toBe('f'))).toEqual(['evalsha@records', 'getrange@entry']);
+      expect(await sentBy(fresh, async () => expect(await a.get(fresh)).toBe('f'))).toEqual(['getrange@entry']);
+      expect(await sentBy(key, async () => expect(await a.get(key)).toBe('t'))).toEqual(['getrange@entry']);
       await l1.set(key, 't', { ttl: 60_000, tags: ['x'] });
       expect(await sentBy(key, async () => expect(await l1.get(key)).toBe('t'))).toEqual([]);
       // A miss of a call that declares no tags: its grant, load and write, none on the records' master.
