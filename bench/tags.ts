@@ -39,7 +39,7 @@ import { parseArgs } from 'node:util';
 import { Redis } from 'ioredis';
 import { provideRedis } from '../test/support/redis-server.js';
 import { library } from './lib/library.js';
-import { median, percentile } from './lib/scenarios.js';
+import { exited, median, percentile } from './lib/scenarios.js';
 import { makeTagContender, TAG_VARIANTS, TAG_VARIANT_NOTES, type RaceDelete, type TagContender, type TagVariant } from './lib/tags.js';
 import type { RaceJob, RaceReport } from './tags-worker.js';
 
@@ -409,16 +409,7 @@ async function raceRun(variant: TagVariant, url: string, r: number, f: RaceFigur
     progress(`tags · race · ${variant} · run ${r + 1}/${RUNS}: ${f.before} answers loaded before a resolved deleteByTag so far`);
   } finally {
     await deleter?.close();
-    await Promise.all(
-      children.map((c) =>
-        c.exitCode !== null || c.signalCode !== null
-          ? Promise.resolve()
-          : new Promise((resolve) => {
-              c.once('exit', resolve);
-              setTimeout(() => c.kill(), 5000).unref();
-            }),
-      ),
-    );
+    await exited(children);
   }
 }
 

@@ -20,7 +20,7 @@ import { fork } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { createCache } from '../../src/index.js';
 import { Redis } from 'ioredis';
-import { median } from './scenarios.js';
+import { exited, median } from './scenarios.js';
 
 /** The Redis client families a variant can run on (`--clients`). */
 export const HIT_CLIENTS = ['ioredis', 'node-redis'] as const;
@@ -203,17 +203,7 @@ async function oneRun(req: HitRequest, processes: number, cpuProfDir?: string): 
     const detail = `user ${per((r) => r.userUs).toFixed(2)} + system ${per((r) => r.systemUs).toFixed(2)} µs/request, context switches per request ${per((r) => r.voluntarySwitches).toFixed(3)} voluntary, ${per((r) => r.involuntarySwitches).toFixed(3)} involuntary`;
     return { cpuUsPerRequest: cpu / Math.max(1, requests), throughput: requests / (wall / 1000), redisCpuUsPerRequest: redisUs / Math.max(1, requests), commands: commandsIn((await before).commands, after.commands, requests), detail };
   } finally {
-    // Each child exits after its report; one that does not within 5 s is killed.
-    await Promise.all(
-      children.map((c) =>
-        c.exitCode !== null || c.signalCode !== null
-          ? Promise.resolve()
-          : new Promise((resolve) => {
-              c.once('exit', resolve);
-              setTimeout(() => c.kill(), 5000).unref();
-            }),
-      ),
-    );
+    await exited(children); // each child exits after its report
   }
 }
 

@@ -1,4 +1,5 @@
 /** Benchmark scenarios and the pure figures computed from a run (ideal rebuilds, ratios, percentiles). */
+import type { ChildProcess } from 'node:child_process';
 import { ALL_CONTENDERS, type ContenderName } from './contenders.js';
 
 export interface ScenarioSpec {
@@ -232,4 +233,18 @@ export function median(xs: number[]): number {
   if (s.length === 0) return Number.NaN;
   const m = s.length >> 1;
   return s.length % 2 ? (s[m] as number) : ((s[m - 1] as number) + (s[m] as number)) / 2;
+}
+
+/** Resolves once every child has exited; one still running after `killAfterMs` is killed. */
+export function exited(children: readonly ChildProcess[], killAfterMs = 5000): Promise<unknown> {
+  return Promise.all(
+    children.map((c) =>
+      c.exitCode !== null || c.signalCode !== null
+        ? Promise.resolve()
+        : new Promise((resolve) => {
+            c.once('exit', resolve);
+            setTimeout(() => c.kill(), killAfterMs).unref();
+          }),
+    ),
+  );
 }
