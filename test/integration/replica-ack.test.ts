@@ -88,6 +88,9 @@ describe('replicaAck: grants and writes too few replicas acknowledged are not tr
     expect(await c.get('k')).toBe('v');
     await c.deleteMany(['k', 'k2']); // acknowledged: resolves
     expect(await c.get('k')).toBeUndefined();
+    // Tag invalidations are confirmed like a delete: acknowledged, they resolve.
+    await c.deleteByTag('t');
+    await c.expireByTag(['t', 'u']);
   });
 
   it('replication cut: the grant is released and the call runs degraded (not stored); set() and delete() reject with failure replicaAck', async () => {
@@ -110,6 +113,9 @@ describe('replicaAck: grants and writes too few replicas acknowledged are not tr
     await expect(c.set('k', 'x', 60_000)).rejects.toMatchObject({ code: 'ERR_REDIS_UNAVAILABLE', failure: 'replicaAck', operation: 'set' });
     await expect(c.delete('k')).rejects.toMatchObject({ code: 'ERR_REDIS_UNAVAILABLE', failure: 'replicaAck', operation: 'delete' });
     await expect(c.deleteMany(['k', 'k2'])).rejects.toMatchObject({ code: 'ERR_REDIS_UNAVAILABLE', failure: 'replicaAck', operation: 'delete' });
+    // A tag invalidation is confirmed like a delete (docs/tags.md): unconfirmed, it rejects the same way.
+    await expect(c.deleteByTag('t')).rejects.toMatchObject({ code: 'ERR_REDIS_UNAVAILABLE', failure: 'replicaAck', operation: 'delete' });
+    await expect(c.expireByTag('t')).rejects.toMatchObject({ code: 'ERR_REDIS_UNAVAILABLE', failure: 'replicaAck', operation: 'delete' });
   });
 
   /**
