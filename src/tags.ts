@@ -67,7 +67,8 @@ export function noteReaches(scope: string, tags: readonly string[], key: string,
 export function entryTags(callTags: readonly string[] | undefined, loaderTags: readonly string[] | undefined, key: string): readonly string[] | undefined {
   if (loaderTags === undefined || loaderTags.length === 0) return callTags !== undefined && callTags.length > 0 ? callTags : undefined;
   if (callTags === undefined || callTags.length === 0) return loaderTags;
-  return tagList([...callTags, ...loaderTags], 'ctx.setOptions.tags', key);
+  // Counted without duplicates: a loader that names a tag its call declared adds nothing to the entry.
+  return tagList([...new Set([...callTags, ...loaderTags])], 'ctx.setOptions.tags', key);
 }
 
 /** How many tag notes a process remembers; a flight older than the oldest is judged as reached by every tag. */

@@ -37,3 +37,21 @@ describe('bad tags on every entry point', () => {
     expect(InvalidOptionError).toBeDefined();
   });
 });
+
+describe('loader tags added to the call\'s', () => {
+  it('a loader that names a tag its call already declared adds nothing: 32 distinct tags in all are fine (getOrCompute and a batch key), and the entry is invalidated by that tag', async () => {
+    const [a, b] = pair();
+    await ready(a, b);
+    const most = Array.from({ length: 32 }, (_, i) => `d${i}`);
+    expect(await a.getOrCompute('one', (ctx) => (ctx.setOptions({ tags: ['d0'] }), 'v1'), { ttl: 60_000, tags: most })).toBe('v1');
+    expect(
+      await a.getOrComputeMany(['many'], async (missing, ctx) => {
+        for (const k of missing) ctx.setOptions(k, { tags: ['d31', 'd0'] });
+        return new Map(missing.map((k) => [k, 'v2']));
+      }, { ttl: 60_000, tags: most }),
+    ).toEqual(['v2']);
+    expect(await b.getMany(['one', 'many'])).toEqual(['v1', 'v2']);
+    await b.deleteByTag('d0');
+    expect(await a.getMany(['one', 'many'])).toEqual([undefined, undefined]);
+  });
+});
