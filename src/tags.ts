@@ -79,6 +79,8 @@ interface Heard {
   readonly seq: number;
   readonly scope: string;
   readonly tags: readonly string[];
+  /** Not a note: notes may have been lost here (the subscription went down, or came back): it reaches every tagged entry. */
+  readonly lost?: true;
 }
 
 /**
@@ -99,7 +101,21 @@ export class HeardTags {
   }
 
   heard(scope: string, tags: readonly string[]): void {
-    this.log.push({ seq: ++this.seq, scope, tags });
+    this.push({ seq: ++this.seq, scope, tags });
+  }
+
+  /**
+   * Tag notes may have been lost: the subscription went down, or came back (notes sent meanwhile never
+   * arrive, and a deleteByTag does not wait for a process it cannot reach). Counted as a note that
+   * reaches every tagged entry, so a caller that joins a flight begun before it is not answered with
+   * a tagged value (it runs its call again), as L1 is flushed then.
+   */
+  lost(): void {
+    this.push({ seq: ++this.seq, scope: '', tags: [], lost: true });
+  }
+
+  private push(heard: Heard): void {
+    this.log.push(heard);
     if (this.log.length > HEARD_KEPT) this.log.shift();
   }
 
@@ -109,7 +125,7 @@ export class HeardTags {
     const oldest = this.log[0]?.seq ?? this.seq + 1;
     if (since + 1 < oldest) return true;
     const carried = [...tags];
-    return this.log.some((n) => n.seq > since && n.seq <= upTo && noteReaches(n.scope, n.tags, key, carried));
+    return this.log.some((n) => n.seq > since && n.seq <= upTo && (n.lost === true || noteReaches(n.scope, n.tags, key, carried)));
   }
 
   /**

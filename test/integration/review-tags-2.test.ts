@@ -3,8 +3,11 @@
  * Real redis-server (test/support/harness.ts); two caches on one prefix are two processes.
  */
 import { describe, expect, it } from 'vitest';
-import { InvalidOptionError, type Cache, type CacheOptions } from '../../src/index.js';
-import { countCommands, useRedis } from '../support/harness.js';
+import { createCache, InvalidOptionError, type Cache, type CacheOptions } from '../../src/index.js';
+import { familyClient } from '../support/family.js';
+import { countCommands, heldRebuild, prefixOf, subscribed, subscriptionDowns, useRedis } from '../support/harness.js';
+import { startProxy } from '../support/proxy.js';
+import { asAppUser } from '../support/redis-server.js';
 
 const h = useRedis();
 let prefixes = 0;
@@ -53,5 +56,39 @@ describe('loader tags added to the call\'s', () => {
     expect(await b.getMany(['one', 'many'])).toEqual(['v1', 'v2']);
     await b.deleteByTag('d0');
     expect(await a.getMany(['one', 'many'])).toEqual([undefined, undefined]);
+  });
+});
+
+describe('tag notes lost with the subscription', () => {
+  it("a deleteByTag whose note a process lost (its subscriber went silent): once that process noticed and resubscribed, a call that starts there does not join a tagged load granted before it", async () => {
+    const { hostname, port } = new URL(h.url);
+    const proxy = await startProxy({ host: hostname, port: Number(port) });
+    const { client, dispose } = familyClient(asAppUser(proxy.url));
+    const a = h.cache({ local: { max: 100 }, redisTimeout: 300 });
+    const b = createCache({ redis: client, prefix: prefixOf(a), local: { max: 100 }, redisTimeout: 300 });
+    try {
+      await Promise.all([a.ready(), b.ready()]);
+      const options = { ttl: 60_000, tags: ['t'], lock: 'local' as const };
+      // b's loader is granted, then paused.
+      const held = await heldRebuild<string>(b, 'k', options);
+      // b's subscriber goes silently dead (its data connection keeps working): the note is lost.
+      const clients = (await h.admin.client('LIST')) as string;
+      const subs = clients.split('\n').filter((line) => / sub=1 /.test(line)).map((line) => Number(/ addr=[^ ]*:(\d+) /.exec(line)?.[1]));
+      expect(subs.filter((p) => proxy.silence(p))).toHaveLength(1);
+      const downs = subscriptionDowns(b);
+      await a.deleteByTag('t'); // resolves after its acknowledgement wait: b never acknowledges
+      // b notices (heartbeat) and subscribes again: past the "silently dead" exception.
+      while (downs.count === 0) await new Promise((r) => setTimeout(r, 20));
+      expect(await subscribed(b, 5000)).toBe(true);
+      const after = b.getOrCompute('k', () => 'new', options);
+      held.open('old');
+      expect(await held.call).toBe('old'); // its own caller started before the deleteByTag
+      expect(await after).toBe('new');
+      expect(await b.get('k')).toBe('new');
+    } finally {
+      await b.close();
+      dispose();
+      await proxy.close();
+    }
   });
 });
