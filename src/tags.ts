@@ -94,10 +94,27 @@ interface Heard {
 export class HeardTags {
   private seq = 0;
   private readonly log: Heard[] = [];
+  /**
+   * While the subscription is down (and before it first holds), the `seq` it went down at: a note
+   * sent meanwhile never arrives here, so a caller that joins a tagged flight then cannot know
+   * whether one came between the flight's start and its join. Undefined while subscribed.
+   */
+  private downFrom: number | undefined = 0;
+  /** Past stretches without a subscription: a number taken in [from, to) was taken while down. Bounded. */
+  private readonly downs: { readonly from: number; readonly to: number }[] = [];
+  /** Numbers below it may have been taken in a stretch forgotten (downs' bound): counted as taken while down. */
+  private downsForgottenBelow = 0;
 
   /** The number of the latest note heard (0: none yet). */
   get latest(): number {
-    return this.seq;
+    // While the subscription is down no note orders calls: each number taken is a new one, so a flight
+    // begun before a call is told from one begun after it (THE JOIN RULE judges only the former).
+    return this.downFrom === undefined ? this.seq : ++this.seq;
+  }
+
+  /** Whether the subscription is down now (or has not held yet): notes may be lost. */
+  get deaf(): boolean {
+    return this.downFrom !== undefined;
   }
 
   heard(scope: string, tags: readonly string[]): void {
@@ -110,8 +127,30 @@ export class HeardTags {
    * reaches every tagged entry, so a caller that joins a flight begun before it is not answered with
    * a tagged value (it runs its call again), as L1 is flushed then.
    */
-  lost(): void {
+  private lost(): void {
     this.push({ seq: ++this.seq, scope: '', tags: [], lost: true });
+  }
+
+  /** The subscription went down: notes may be lost from now until it is back (`up`). */
+  down(): void {
+    this.lost();
+    this.downFrom ??= this.seq;
+  }
+
+  /** The subscription holds again (or for the first time): notes sent while it was down were lost. */
+  up(): void {
+    if (this.downFrom !== undefined) {
+      this.downs.push({ from: this.downFrom, to: this.seq + 1 });
+      if (this.downs.length > HEARD_KEPT) this.downsForgottenBelow = (this.downs.shift() as { to: number }).to;
+      this.downFrom = undefined;
+    }
+    this.lost();
+  }
+
+  /** Whether the number `n` (a `latest`) was taken while the subscription was down. */
+  private whileDown(n: number): boolean {
+    if (this.downFrom !== undefined && n >= this.downFrom) return true;
+    return n < this.downsForgottenBelow || this.downs.some((d) => n >= d.from && n < d.to);
   }
 
   private push(heard: Heard): void {
@@ -122,6 +161,8 @@ export class HeardTags {
   /** Whether a note heard after `since` and at or before `upTo` reaches the entry at `key` tagged `tags`. */
   reached(since: number, upTo: number, key: string, tags: ReadonlySet<string> | readonly string[] | undefined): boolean {
     if (upTo <= since || tags === undefined || ('size' in tags ? tags.size : tags.length) === 0) return false;
+    // Joined while the subscription was down: a note may have come, unheard, since the flight began.
+    if (this.whileDown(upTo)) return true;
     const oldest = this.log[0]?.seq ?? this.seq + 1;
     if (since + 1 < oldest) return true;
     const carried = [...tags];

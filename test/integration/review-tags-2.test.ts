@@ -91,4 +91,38 @@ describe('tag notes lost with the subscription', () => {
       await proxy.close();
     }
   });
+
+  it('while its subscription is down (channels revoked: it cannot subscribe again), a call that starts after a deleteByTag does not join a tagged load begun before it', async () => {
+    const user = `rvdown${process.pid}`;
+    await h.admin.call('ACL', 'SETUSER', user, 'on', '>pw', '~*', '&*', '+@all');
+    const u = new URL(h.url);
+    u.username = user;
+    u.password = 'pw';
+    const { client, dispose } = familyClient(u.toString());
+    const a = h.cache({ local: { max: 100 }, redisTimeout: 300 });
+    const b = createCache({ redis: client, prefix: prefixOf(a), local: { max: 100 }, redisTimeout: 300 });
+    b.on('degraded', () => undefined); // its writes publish notes: refused (NOPERM) from here on
+    try {
+      await Promise.all([a.ready(), b.ready()]);
+      const downs = subscriptionDowns(b);
+      // b loses its channels: Redis drops its subscriber, which cannot subscribe again.
+      await h.admin.call('ACL', 'SETUSER', user, 'resetchannels');
+      while (downs.count === 0) await new Promise((r) => setTimeout(r, 20));
+      const options = { ttl: 60_000, tags: ['t'], lock: 'local' as const };
+      const held = await heldRebuild<string>(b, 'k', options); // granted while b is down
+      const coalesced = [b.getOrCompute('k', () => 'before', options)]; // joins it before the deleteByTag
+      await a.deleteByTag('t'); // b is not a receiver: it resolves at once
+      const after = [b.getOrCompute('k', () => 'new', options), b.getOrCompute('k', () => 'new', options)];
+      held.open('old');
+      expect(await held.call).toBe('old');
+      // Started before the deleteByTag: either value (while down, a joiner cannot tell, so it runs its call again).
+      expect(['old', 'before']).toContain((await Promise.all(coalesced))[0]);
+      // Never the load granted before it ('before' is a load granted after it: the rerun of the call above).
+      expect(await Promise.all(after)).not.toContain('old');
+    } finally {
+      await b.close();
+      dispose();
+      await h.admin.call('ACL', 'DELUSER', user);
+    }
+  });
 });
