@@ -104,7 +104,9 @@ export class Calls implements OwnLoads {
    * (its flight carries the abort and the trace).
    */
   read(key: string, loader: Loader<unknown>, call: ResolvedCall): Promise<unknown> {
-    if (call.signal !== undefined || call.forceFresh === true || traced() || this.coalescerOf(call).has(key)) return this.run(key, loader, call, undefined);
+    // A read is shared only while tag notes are heard: else one sent before a deleteByTag this process
+    // never heard could answer a call that started after it (its records read before it).
+    if (call.signal !== undefined || call.forceFresh === true || traced() || this.deps.heard.deaf || this.coalescerOf(call).has(key)) return this.run(key, loader, call, undefined);
     const sent = this.deps.clock.now();
     // Every read being shared was sent after the last tag note (a note detaches them: tagsInvalidated),
     // so the note heard now is the one heard before the read was sent, for a sharer as for its sender.
@@ -151,8 +153,10 @@ export class Calls implements OwnLoads {
   private async trip(key: string, loader: Loader<unknown>, call: ResolvedCall, trace: GetOrComputeContext | undefined, answer: Answer, heardAt: number | undefined): Promise<unknown> {
     const keys = entryKeys(this.prefix, key);
     const { heard } = this.deps;
+    // THE JOIN RULE judges a flight begun before this call started (not before a later join of its
+    // own: a flight begun after the call started began after any note it must respect).
+    const joinedAt = heard.latest;
     for (;;) {
-      const joinedAt = heard.latest;
       let led = false; // this caller's work ran the trip (else it joined another caller's flight)
       const answered = await this.coalescerOf(call).run(key, call.signal, (stop: Stop) => {
         led = true;

@@ -1,6 +1,6 @@
 import { announceClear } from './clearing.js';
 import { callOf, computeDegraded } from './compute.js';
-import { CacheClosedError } from './errors.js';
+import { CacheClosedError, InvalidOptionError } from './errors.js';
 import { invalidateTags } from './writes.js';
 import type { KeyedOps, NamespaceHost } from './namespace.js';
 import { degradedReads } from './reads.js';
@@ -17,6 +17,10 @@ export function namespaceHost(rt: Runtime, ops: KeyedOps): NamespaceHost {
     generations: rt.generations,
     validateKey: (key: unknown): asserts key is string => rt.guard.usable(key),
     checkCall: (key, loader, ttlOrOptions) => void callOf(rt.guard, key, loader, ttlOrOptions, undefined),
+    checkSet: (key, value, ttlOrOptions) => {
+      rt.guard.call(key, ttlOrOptions);
+      if (value === undefined) throw new InvalidOptionError('value', value, 'a value other than undefined (use delete() to remove)', key);
+    },
     degraded: (key, loader, ttlOrOptions, cause) => computeDegraded(rt, guard, key, loader, ttlOrOptions, cause),
     degradedReads: (keys, error, operation) => degradedReads(rt, keys, error, operation),
     invalidateDegraded: (key) => {

@@ -418,6 +418,8 @@ export interface NamespaceHost {
   validateKey(key: unknown): asserts key is string;
   /** A call's checks (its options, its loader, its signal), before any Redis traffic: the generation is read only after them. */
   checkCall(key: string, loader: unknown, ttlOrOptions: number | CallOptions | undefined): void;
+  /** A set()'s checks (its value, its options: `tags` among them), before any Redis traffic: the generation is read only after them. */
+  checkSet(key: string, value: unknown, ttlOrOptions: number | CallOptions | undefined): void;
   /** Clears `path` everywhere: the generation bump and its note. */
   clear(path: PathId): Promise<void>;
   /** Deletes or expires (`how`) the entries of `path` (and of the namespaces nested in it) tagged with any of `tags`, everywhere. */
@@ -532,6 +534,7 @@ export class Namespace {
   }
 
   async set<T>(key: string, value: T, ttlOrOptions?: number | CallOptions): Promise<void> {
+    this.host.checkSet(key, value, ttlOrOptions);
     this.changing(key);
     return this.host.ops.set(await this.internal(key), value, ttlOrOptions);
   }

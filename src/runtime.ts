@@ -227,6 +227,7 @@ export class Runtime {
         this.generations.resume();
         this.trust.up('subscription');
         this.tags.states.up();
+        this.tagNotesLost('up');
         // Notes sent while the subscription was down are lost, so a degraded copy may be older than a
         // write or delete made meanwhile: like L1, the memo starts over on every (re)subscribe.
         this.memo.clear();
@@ -235,6 +236,7 @@ export class Runtime {
         this.generations.suspend();
         this.trust.down('subscription', this.keepInMemo); // served only while Redis is unavailable
         this.tags.states.down();
+        this.tagNotesLost('down');
         // The heartbeat found the node silent: if it answered our operations nothing since either, it is
         // hung — suspect now, so the calls that L1 answered until now answer from memory at once instead
         // of each waiting out a read. (A close alone is no such sign: a subscriber killed on a live
@@ -323,6 +325,18 @@ export class Runtime {
     this.local.invalidateTagged(reaches);
     this.memo.invalidateTagged(reaches);
     this.calls.tagsInvalidated(reaches);
+  }
+
+  /**
+   * Tag notes may have been lost (the subscription went down, or came back): as if a note reaching
+   * every tagged entry was heard — a caller that joins a flight begun before now, or joins any while
+   * the subscription is down, is judged by THE JOIN RULE as reached — and no store read out now is
+   * shared any more (it may have checked its records before a deleteByTag this process never heard).
+   */
+  private tagNotesLost(how: 'down' | 'up'): void {
+    if (how === 'down') this.heard.down();
+    else this.heard.up();
+    this.calls.tagsInvalidated(() => false);
   }
 
   /** Everything was cleared (here, or a note from another process): nothing kept from before may answer a call. */

@@ -67,7 +67,8 @@ export function noteReaches(scope: string, tags: readonly string[], key: string,
 export function entryTags(callTags: readonly string[] | undefined, loaderTags: readonly string[] | undefined, key: string): readonly string[] | undefined {
   if (loaderTags === undefined || loaderTags.length === 0) return callTags !== undefined && callTags.length > 0 ? callTags : undefined;
   if (callTags === undefined || callTags.length === 0) return loaderTags;
-  return tagList([...callTags, ...loaderTags], 'ctx.setOptions.tags', key);
+  // Counted without duplicates: a loader that names a tag its call declared adds nothing to the entry.
+  return tagList([...new Set([...callTags, ...loaderTags])], 'ctx.setOptions.tags', key);
 }
 
 /** How many tag notes a process remembers; a flight older than the oldest is judged as reached by every tag. */
@@ -78,6 +79,8 @@ interface Heard {
   readonly seq: number;
   readonly scope: string;
   readonly tags: readonly string[];
+  /** Not a note: notes may have been lost here (the subscription went down, or came back): it reaches every tagged entry. */
+  readonly lost?: true;
 }
 
 /**
@@ -91,24 +94,79 @@ interface Heard {
 export class HeardTags {
   private seq = 0;
   private readonly log: Heard[] = [];
+  /**
+   * While the subscription is down (and before it first holds), the `seq` it went down at: a note
+   * sent meanwhile never arrives here, so a caller that joins a tagged flight then cannot know
+   * whether one came between the flight's start and its join. Undefined while subscribed.
+   */
+  private downFrom: number | undefined = 0;
+  /** Past stretches without a subscription: a number taken in [from, to) was taken while down. Bounded. */
+  private readonly downs: { readonly from: number; readonly to: number }[] = [];
+  /** Numbers below it may have been taken in a stretch forgotten (downs' bound): counted as taken while down. */
+  private downsForgottenBelow = 0;
 
   /** The number of the latest note heard (0: none yet). */
   get latest(): number {
-    return this.seq;
+    // While the subscription is down no note orders calls: each number taken is a new one, so a flight
+    // begun before a call is told from one begun after it (THE JOIN RULE judges only the former).
+    return this.downFrom === undefined ? this.seq : ++this.seq;
+  }
+
+  /** Whether the subscription is down now (or has not held yet): notes may be lost. */
+  get deaf(): boolean {
+    return this.downFrom !== undefined;
   }
 
   heard(scope: string, tags: readonly string[]): void {
-    this.log.push({ seq: ++this.seq, scope, tags });
+    this.push({ seq: ++this.seq, scope, tags });
+  }
+
+  /**
+   * Tag notes may have been lost: the subscription went down, or came back (notes sent meanwhile never
+   * arrive, and a deleteByTag does not wait for a process it cannot reach). Counted as a note that
+   * reaches every tagged entry, so a caller that joins a flight begun before it is not answered with
+   * a tagged value (it runs its call again), as L1 is flushed then.
+   */
+  private lost(): void {
+    this.push({ seq: ++this.seq, scope: '', tags: [], lost: true });
+  }
+
+  /** The subscription went down: notes may be lost from now until it is back (`up`). */
+  down(): void {
+    this.lost();
+    this.downFrom ??= this.seq;
+  }
+
+  /** The subscription holds again (or for the first time): notes sent while it was down were lost. */
+  up(): void {
+    if (this.downFrom !== undefined) {
+      this.downs.push({ from: this.downFrom, to: this.seq + 1 });
+      if (this.downs.length > HEARD_KEPT) this.downsForgottenBelow = (this.downs.shift() as { to: number }).to;
+      this.downFrom = undefined;
+    }
+    this.lost();
+  }
+
+  /** Whether the number `n` (a `latest`) was taken while the subscription was down. */
+  private whileDown(n: number): boolean {
+    if (this.downFrom !== undefined && n >= this.downFrom) return true;
+    return n < this.downsForgottenBelow || this.downs.some((d) => n >= d.from && n < d.to);
+  }
+
+  private push(heard: Heard): void {
+    this.log.push(heard);
     if (this.log.length > HEARD_KEPT) this.log.shift();
   }
 
   /** Whether a note heard after `since` and at or before `upTo` reaches the entry at `key` tagged `tags`. */
   reached(since: number, upTo: number, key: string, tags: ReadonlySet<string> | readonly string[] | undefined): boolean {
     if (upTo <= since || tags === undefined || ('size' in tags ? tags.size : tags.length) === 0) return false;
+    // Joined while the subscription was down: a note may have come, unheard, since the flight began.
+    if (this.whileDown(upTo)) return true;
     const oldest = this.log[0]?.seq ?? this.seq + 1;
     if (since + 1 < oldest) return true;
     const carried = [...tags];
-    return this.log.some((n) => n.seq > since && n.seq <= upTo && noteReaches(n.scope, n.tags, key, carried));
+    return this.log.some((n) => n.seq > since && n.seq <= upTo && (n.lost === true || noteReaches(n.scope, n.tags, key, carried)));
   }
 
   /**
