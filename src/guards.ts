@@ -3,6 +3,7 @@ import { validateKey } from './keys.js';
 import { RESERVED_KEY_START } from './namespace.js';
 import { CallShapes } from './options/shapes.js';
 import { resolveCallOptions, type CallOptions, type ResolvedCache, type ResolvedCall } from './options.js';
+import { mergeCallOptions } from './options/resolve.js';
 
 /**
  * A call's options, resolved once per bare ttl or per options object's shape (options/shapes.ts) and
@@ -64,5 +65,13 @@ export class Guard {
   call(key: string, ttlOrOptions: number | CallOptions | undefined): ResolvedCall {
     this.usable(key);
     return this.resolver.resolve(key, ttlOrOptions);
+  }
+
+  /**
+   * A batch's options when it has no key (an empty batch): refused (InvalidOptionError) as a key's call
+   * would refuse them, so bad options never pass for want of a key. A lock policy function is not called.
+   */
+  batchOptions(ttlOrOptions: number | CallOptions | undefined): void {
+    mergeCallOptions(this.options.defaults, ttlOrOptions, undefined);
   }
 }

@@ -70,6 +70,7 @@ interface Led {
 /** getOrComputeMany's entry, after the keys' checks: each key's call options, resolved as getOrCompute resolves them. */
 export function getOrComputeMany(rt: Runtime, guard: Guard, keys: readonly string[], loadMany: BatchLoader<unknown>, ttlOrOptions: number | CallOptions | undefined): Promise<unknown[]> {
   if (typeof loadMany !== 'function') throw new InvalidOptionError('loadMany', loadMany, 'a function (missing, ctx) => Map<key, value>');
+  if (keys.length === 0) guard.batchOptions(ttlOrOptions);
   const signal = typeof ttlOrOptions === 'object' ? ttlOrOptions.signal : undefined;
   const host: ManyHost = {
     deps: rt.deps,

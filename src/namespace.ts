@@ -569,6 +569,8 @@ export class Namespace {
   /** `cache.getOrComputeMany` in this namespace: `loadMany` sees and returns the caller's keys. */
   async getOrComputeMany<T>(keys: readonly string[], loadMany: BatchLoader<T>, ttlOrOptions?: number | CallOptions): Promise<(T | undefined)[]> {
     if (Array.isArray(keys)) for (const key of keys as unknown[]) if (typeof key === 'string') this.host.checkCall(key, loadMany, ttlOrOptions);
+    // No key, no generation to read: the cache's batch checks the loader and the options, and answers [].
+    if (Array.isArray(keys) && keys.length === 0) return this.host.ops.getOrComputeMany([], loadMany, ttlOrOptions);
     const at = await this.locateMany(keys);
     if (!Array.isArray(at)) return this.degradedMany(keys, loadMany, ttlOrOptions, at);
     const internal = at;

@@ -75,7 +75,7 @@ export type MergedCall = Omit<ResolvedCall, 'lock'> & { readonly lock: ResolvedD
  * Validates one call's options (a ttl number or an options object) and merges them over the cache
  * defaults. Throws `InvalidOptionError` before any Redis traffic. `key` only names the call in errors.
  */
-export function mergeCallOptions(defaults: ResolvedDefaults, input: number | CallOptions | undefined, key: string): MergedCall {
+export function mergeCallOptions(defaults: ResolvedDefaults, input: number | CallOptions | undefined, key: string | undefined): MergedCall {
   let given: Partial<ResolvedCall>;
   if (typeof input === 'number') given = { ttl: positiveMs(input, 'ttl', key) };
   else if (input === undefined) given = {};

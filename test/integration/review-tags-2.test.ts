@@ -39,6 +39,21 @@ describe('bad tags on every entry point', () => {
     expect(sent.count).toBe(0);
     expect(InvalidOptionError).toBeDefined();
   });
+
+  it('an empty batch with bad options (a bad tag, a bad ttl) is InvalidOptionError too, before any Redis traffic, on the cache and on a namespace', async () => {
+    const [a] = pair();
+    await ready(a);
+    const sent = countCommands(clientOf(a));
+    const load = async () => new Map<string, string>();
+    const ns = a.namespace('never-used');
+    for (const batch of [a, ns]) {
+      await expect(batch.getOrComputeMany([], load, { ttl: 1000, tags: [''] })).rejects.toMatchObject({ code: 'ERR_INVALID_OPTION', option: 'tags' });
+      await expect(batch.getOrComputeMany([], load, -1)).rejects.toMatchObject({ code: 'ERR_INVALID_OPTION', option: 'ttl' });
+      await expect(batch.getOrComputeMany([], 'not a function' as never, 1000)).rejects.toMatchObject({ code: 'ERR_INVALID_OPTION', option: 'loadMany' });
+      expect(await batch.getOrComputeMany([], load, { ttl: 1000, tags: ['ok'] })).toEqual([]);
+    }
+    expect(sent.count).toBe(0);
+  });
 });
 
 describe('loader tags added to the call\'s', () => {
