@@ -4,6 +4,7 @@ import { portFor } from '../../src/client/detect.js';
 import { createCache, type Cache } from '../../src/index.js';
 import { entryKeys } from '../../src/keys.js';
 import { tagRecordKey } from '../../src/tags.js';
+import { whenReady } from '../support/family.js';
 import { clusterClient } from '../support/harness.js';
 import { startRedisCluster, type RedisClusterHandle } from '../support/redis-server.js';
 
@@ -55,9 +56,13 @@ describe('tags on a Cluster, degraded path (docs/tags.md, On a Cluster)', () => 
 
   it("the records' master not answering: a read of an untagged entry is not affected; a read of a tagged entry, by a call with or without tags, is judged by the tag states this process keeps, else degraded (its check is the rule's gate: docs/tags.md)", async () => {
     const client = clusterClient(cluster, clients);
+    const readerClient = clusterClient(cluster, clients);
+    // Connected, with their slot maps, before the caches' ready() is asked: on a busy machine the Cluster
+    // clients' start-up alone outlasted the 300 ms redisTimeout and ready() answered false.
+    await Promise.all([whenReady(client), whenReady(readerClient)]);
     const prefix = 'rv2rm';
     const writer = createCache({ redis: client, prefix, redisTimeout: 300, local: false });
-    const reader = createCache({ redis: clusterClient(cluster, clients), prefix, redisTimeout: 300, local: false });
+    const reader = createCache({ redis: readerClient, prefix, redisTimeout: 300, local: false });
     caches.push(writer, reader);
     expect(await writer.ready()).toBe(true);
     expect(await reader.ready()).toBe(true);
