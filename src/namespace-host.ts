@@ -1,7 +1,7 @@
 import { announceClear } from './clearing.js';
 import { callOf, computeDegraded } from './compute.js';
-import { CacheClosedError, InvalidOptionError } from './errors.js';
-import { invalidateTags } from './writes.js';
+import { CacheClosedError } from './errors.js';
+import { assertSettable, invalidateTags } from './writes.js';
 import type { KeyedOps, NamespaceHost } from './namespace.js';
 import { degradedReads } from './reads.js';
 import type { Runtime } from './runtime.js';
@@ -19,7 +19,7 @@ export function namespaceHost(rt: Runtime, ops: KeyedOps): NamespaceHost {
     checkCall: (key, loader, ttlOrOptions) => void callOf(rt.guard, key, loader, ttlOrOptions, undefined),
     checkSet: (key, value, ttlOrOptions) => {
       rt.guard.call(key, ttlOrOptions);
-      if (value === undefined) throw new InvalidOptionError('value', value, 'a value other than undefined (use delete() to remove)', key);
+      assertSettable(key, value);
     },
     degraded: (key, loader, ttlOrOptions, cause) => computeDegraded(rt, guard, key, loader, ttlOrOptions, cause),
     degradedReads: (keys, error, operation) => degradedReads(rt, keys, error, operation),

@@ -12,9 +12,14 @@ import type { Runtime } from './runtime.js';
 import type { Written } from './store.js';
 import type { TagInvalidation } from './tags.js';
 
+/** set()'s rule on its value, before any Redis traffic (a namespace's set() checks it before reading its generation). */
+export function assertSettable(key: string, value: unknown): void {
+  if (value === undefined) throw new InvalidOptionError('value', value, 'a value other than undefined (use delete() to remove)', key);
+}
+
 /** See Cache.set(). */
 export async function set(rt: Runtime, key: string, value: unknown, call: ResolvedCall): Promise<void> {
-  if (value === undefined) throw new InvalidOptionError('value', value, 'a value other than undefined (use delete() to remove)', key);
+  assertSettable(key, value);
   const keys = entryKeys(rt.options.prefix, key);
   rt.deps.store.assertStorable(key, value, call); // before any Redis traffic
   // The value is changing: this process's copy goes now, and comes back only if the fence accepts ours.
