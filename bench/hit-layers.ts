@@ -1,5 +1,5 @@
 /**
- * `npm run bench:hit-layers [-- --runs R] [--ms D]`: where a fresh hit's client CPU goes (issue 12 §1),
+ * `npm run bench:hit-layers [-- --runs R] [--ms D] [--keys K] [--only "name,name"]`: where a fresh hit's client CPU goes (issue 12 §1),
  * by peeling the library's layers off one at a time, side by side in one process and one run:
  * 1 process × 10 concurrent loops over 20 warm keys, no L1, each variant timed for D ms (default
  * 2,000) after a warm-up, interleaved over R runs (default 3), medians. Every variant reads and
@@ -22,10 +22,10 @@ import { provideRedis } from '../test/support/redis-server.js';
 import { library } from './lib/library.js';
 import { median } from './lib/scenarios.js';
 
-const { values: args } = parseArgs({ options: { runs: { type: 'string' }, ms: { type: 'string' } } });
+const { values: args } = parseArgs({ options: { runs: { type: 'string' }, ms: { type: 'string' }, keys: { type: 'string' }, only: { type: 'string' } } });
 const RUNS = args.runs === undefined ? 3 : Number(args.runs);
 const MS = args.ms === undefined ? 2000 : Number(args.ms);
-const K = 20;
+const K = args.keys === undefined ? 20 : Number(args.keys);
 const LOOPS = 10;
 const VALUE = { id: 42, name: 'Ada Lovelace', roles: ['admin', 'author'], profile: { city: 'London', since: 1843 } };
 const TTL = 3_600_000;
@@ -67,6 +67,7 @@ try {
     ['+ Store.read', async (i) => (await deps.store.read(names[i]!, keys[i]!)).value],
     ['getOrCompute', (i) => cache.getOrCompute(names[i]!, loader, TTL)],
   ];
+  if (args.only !== undefined) { const keep = new Set(args.only.split(',')); for (let i = variants.length - 1; i >= 0; i--) if (!keep.has(variants[i]![0])) variants.splice(i, 1); }
   const figures = new Map<string, { cpu: number[]; user: number[]; sys: number[]; rps: number[] }>(variants.map(([n]) => [n, { cpu: [], user: [], sys: [], rps: [] }]));
   const timed = async (answer: (i: number) => Promise<unknown>, ms: number) => {
     let n = 0;
@@ -94,7 +95,7 @@ try {
     }
   }
   await cache.close();
-  const base = median(figures.get('GET + decode')!.cpu);
+  const base = median((figures.get('GET + decode') ?? [...figures.values()][0]!).cpu);
   console.log(`\nnpm run bench:hit-layers -- ${process.argv.slice(2).join(' ')}`.trim());
   console.log(`\n**Hit layers** (${from}/; 1 process × ${LOOPS} loops over ${K} warm keys, no L1, ${MS} ms per variant, medians of ${RUNS} interleaved runs):\n`);
   console.log('| variant | client CPU µs/request | user | system | ÷ GET + decode | req/s |');

@@ -2,6 +2,7 @@ import { INVALIDATE_CHANNEL, isNoScript, isUnknownCommand, prop, QUEUED, type Pi
 import { InvalidOptionError } from '../errors.js';
 import { Pending } from './pending.js';
 import { slotOf } from './slot.js';
+import { NO_TICK_WRITES, SocketTickWrites, type TickWrites } from './tick-writes.js';
 
 /**
  * The slice of an ioredis client (`Redis` or `Cluster`, ioredis 5 or 6) the adapter uses.
@@ -60,11 +61,16 @@ export class IoredisPort implements RedisPort {
   /** The read-only scripts this port has sent once through defineCommand (see read()). */
   private readonly sent = new Set<string>();
 
+  /** A tick's commands in one socket write (tick-writes.ts): on a single connection, not a Cluster's. */
+  private readonly writes: TickWrites;
+
   constructor(private readonly client: IoredisClient) {
     this.commands = client as unknown as Record<string, Command | undefined>;
+    this.writes = client.isCluster === true ? NO_TICK_WRITES : new SocketTickWrites(client as unknown as ConstructorParameters<typeof SocketTickWrites>[0]);
   }
 
   run(script: Script, keys: readonly string[], args: readonly ScriptArg[], bytes = false): Promise<unknown> {
+    this.writes.gather();
     if (script.readOnly) return this.read(script, keys, args, bytes);
     return this.defined(script, keys, args, bytes);
   }
@@ -92,6 +98,7 @@ export class IoredisPort implements RedisPort {
    * first run that never reached Redis still uses up `sent`. Both known, not fixed.
    */
   getRange(key: string, end: string): Promise<Buffer> {
+    this.writes.gather();
     return (this.client as unknown as IoredisReads).getrangeBuffer(key, 0, end);
   }
 
@@ -204,6 +211,7 @@ export class IoredisPort implements RedisPort {
 
   command(_key: string, args: readonly ScriptArg[]): Promise<unknown> {
     // ioredis routes by the command's key itself (Cluster) and replies with strings for bulk replies.
+    this.writes.gather();
     return (this.client as unknown as { call(...a: ScriptArg[]): Promise<unknown> }).call(...args);
   }
 
