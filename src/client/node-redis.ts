@@ -18,7 +18,10 @@ export interface NodeRedisClient {
 
 type Args = (string | Buffer)[];
 /** node-redis command options: which JS type each RESP type maps to. 36 is RESP_TYPES.BLOB_STRING ('$'). */
-interface CommandOptions { typeMapping: Record<number, unknown> }
+interface CommandOptions {
+  typeMapping: Record<number, unknown>;
+  timeout: undefined;
+}
 type Send = (firstKey: string | undefined, args: Args, options: CommandOptions) => Promise<unknown>;
 interface Emitter {
   on(event: string, listener: (...args: unknown[]) => void): unknown;
@@ -35,10 +38,17 @@ interface NodeRedisSubscriber extends Emitter {
   disconnect?(): Promise<unknown>;
 }
 
+/*
+ * Every command the cache sends carries `timeout: undefined`: node-redis's own per-command timer
+ * (`commandOptions.timeout`, 5 s by default in node-redis 6: an AbortSignal.timeout and two listener
+ * calls per command, about a sixth of a bare GET's client CPU in a profile of bench:hit) is not armed
+ * for them. Each is bounded by `redisTimeout` already (Io), and one applied after that is
+ * compensated there, as one ioredis sends late from its offline queue is.
+ */
 /** Bulk strings as Buffers (the entry bytes). */
-const BYTES: CommandOptions = Object.freeze({ typeMapping: Object.freeze({ 36: Buffer }) });
+const BYTES: CommandOptions = Object.freeze({ typeMapping: Object.freeze({ 36: Buffer }), timeout: undefined });
 /** The default mapping (strings, numbers), whatever `withTypeMapping` the caller's client carries. */
-const PLAIN: CommandOptions = Object.freeze({ typeMapping: Object.freeze({}) });
+const PLAIN: CommandOptions = Object.freeze({ typeMapping: Object.freeze({}), timeout: undefined });
 
 /**
  * Per connection (a client's, or a Cluster node's), the scripts run there: EVAL the first time,

@@ -1,11 +1,15 @@
 /**
- * On a caller's ioredis connection the cache writes a tick's commands in one socket write
- * (src/client/tick-writes.ts): the socket is corked at its first command of the tick and uncorked on
- * nextTick. Counted on the connection's own socket (its `_write`/`_writev` calls: one per flush to
- * the kernel), against this file's own Redis server.
+ * What the cache saves per command on the caller's client, against this file's own Redis server:
+ * - ioredis: a tick's commands leave in one socket write (src/client/tick-writes.ts): the socket is
+ *   corked at the cache's first command of the tick and uncorked on nextTick. Counted on the
+ *   connection's own socket (its `_write`/`_writev` calls: one per flush to the kernel).
+ * - node-redis: no per-command timer (src/client/node-redis.ts): node-redis 6 arms an
+ *   AbortSignal.timeout for every command by default; the cache's commands are bounded by
+ *   redisTimeout instead. Counted by wrapping AbortSignal.timeout.
  */
-import { describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it } from 'vitest';
 import type { Redis } from 'ioredis';
+import { createClient } from 'redis';
 import { createCache } from '../../src/index.js';
 import { useRedis } from '../support/harness.js';
 
@@ -82,5 +86,51 @@ describe('one socket write per tick on an ioredis connection', () => {
     expect(await cache.getOrCompute('k', () => 'again', 60_000)).toBe('loaded');
     expect((client as unknown as { stream: CountedSocket }).stream.writableCorked).toBe(0);
     await cache.close();
+  });
+});
+
+describe('no node-redis per-command timer on the cache\'s commands', () => {
+  const real = AbortSignal.timeout.bind(AbortSignal);
+  afterEach(() => {
+    AbortSignal.timeout = real;
+  });
+
+  it('fresh hits, a miss and its write arm no AbortSignal.timeout; the caller\'s own commands keep theirs', async () => {
+    const client = createClient({ url: h.url });
+    client.on('error', () => undefined);
+    await client.connect();
+    try {
+      const cache = createCache({ redis: client, prefix: prefix() });
+      await cache.ready();
+      // Counted only inside the caller's client's sendCommand (node-redis arms the timer there, synchronously):
+      // the cache's subscriber connection, a duplicate, sends its own heartbeat PINGs with node-redis's timer.
+      let armed = 0;
+      let inClient = false;
+      AbortSignal.timeout = (ms: number) => {
+        if (inClient) armed++;
+        return real(ms);
+      };
+      const c = client as unknown as { sendCommand: (...a: unknown[]) => Promise<unknown> };
+      const send = c.sendCommand.bind(client);
+      c.sendCommand = (...a: unknown[]) => {
+        inClient = true;
+        try {
+          return send(...a);
+        } finally {
+          inClient = false;
+        }
+      };
+      expect(await cache.getOrCompute('k', () => 'loaded', 60_000)).toBe('loaded'); // read, lock, write
+      for (let i = 0; i < 5; i++) expect(await cache.getOrCompute('k', () => 'again', 60_000)).toBe('loaded');
+      expect(await cache.get('k')).toBe('loaded');
+      await cache.delete('k');
+      expect(armed).toBe(0);
+      // The control: node-redis 6 does arm one for a command of the caller's own (its default commandOptions.timeout).
+      await client.sendCommand(['PING']);
+      expect(armed).toBe(1);
+      await cache.close();
+    } finally {
+      client.destroy();
+    }
   });
 });
