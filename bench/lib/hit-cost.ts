@@ -56,7 +56,7 @@ export type HitVariant = (typeof HIT_VARIANTS)[number] | (typeof EXTRA_HIT_VARIA
 /** The family a variant runs on for `client`: `none` for `lru`, undefined where it cannot run (`script` on node-redis). */
 export function familyOf(variant: HitVariant, client: HitClient): HitClient | 'none' | undefined {
   if (variant === 'lru') return 'none';
-  if ((variant === 'script' || variant === 'bare-tuned') && client !== 'ioredis') return undefined;
+  if (variant === 'script' && client !== 'ioredis') return undefined;
   return client;
 }
 
