@@ -15,6 +15,14 @@ export interface Readiness {
   refusal(): RedisUnavailableError | undefined;
   /** Where a part that did not hold is reported (the `degraded` event). */
   why(error: RedisUnavailableError): void;
+  /**
+   * The PINGs an earlier ready() sent that are still unanswered (one holder per cache): a later
+   * ready() joins them instead of sending more. A client keeps a PING sent while Redis is down in its
+   * offline queue until it reconnects (node-redis 5; node-redis 6 for the cache's own commands, which
+   * carry no per-command timer; ioredis up to its retries), so a health check polling ready()
+   * through an outage queues at most one PING per master, not one per call.
+   */
+  readonly pings: { current: Promise<void> | undefined };
 }
 
 /**
@@ -54,17 +62,27 @@ async function pingEveryMaster(r: Readiness): Promise<true | RedisUnavailableErr
   for (;;) {
     const left = deadline - Date.now();
     if (left <= 0 || r.lifetime.aborted) return last;
-    const answer = await within(left, r, async () => {
-      const nodes = r.port.eachNode('masters');
-      if (nodes.length === 0) throw new Error('the client knows no master yet');
-      await Promise.all(nodes.map((send) => send(['PING'])));
-    });
+    const answer = await within(left, r, () => (r.pings.current ??= pingMasters(r)));
     if (answer === true) return true;
     // A timeout of a PING queued behind a refusal says less than the refusal: keep the first reason that is not a timeout.
     if (answer.failure !== 'timeout' || last.failure === 'timeout') last = answer;
     if (answer.failure === 'timeout') return last;
     await within(Math.min(RETRY_MS, Math.max(0, deadline - Date.now())), r, () => new Promise<void>(() => undefined));
   }
+}
+
+/** One PING to every master; `r.pings.current` until it settles (see Readiness.pings). */
+function pingMasters(r: Readiness): Promise<void> {
+  const sent = (async () => {
+    const nodes = r.port.eachNode('masters');
+    if (nodes.length === 0) throw new Error('the client knows no master yet');
+    await Promise.all(nodes.map((send) => send(['PING'])));
+  })();
+  const done = (): void => {
+    if (r.pings.current === sent) r.pings.current = undefined;
+  };
+  sent.then(done, done);
+  return sent;
 }
 
 /**

@@ -88,6 +88,8 @@ export class Runtime {
   closed = false;
   /** The one shutdown: a second close() resolves only when the first has released everything. */
   private closing: Promise<void> | undefined;
+  /** ready()'s PINGs still unanswered, joined by the next ready() (readiness.ts Readiness.pings). */
+  private readonly pings: { current: Promise<void> | undefined } = { current: undefined };
   /** Each node's clock as this process measures it: a fresh hit is then one plain read (node-clock.ts). */
   private readonly clocks: NodeClocks;
   /** Removes the listener on the caller's client's reconnections (close()). */
@@ -365,6 +367,7 @@ export class Runtime {
       lifetime: this.lifetime.signal,
       refusal: () => this.io.refusal(),
       why: (error) => this.emit('degraded', { key: undefined, operation: 'ready', error }),
+      pings: this.pings,
     });
   }
 
