@@ -4,6 +4,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Redis } from 'ioredis';
+import { Redis as Redis6 } from 'ioredis6';
 import { createClient } from 'redis';
 import { createClient as createClient5 } from 'redis5';
 import { createCache } from '../../src/index.js';
@@ -199,5 +200,30 @@ describe('ioredis tick writes: what holds', () => {
     expect(await cache.get('k')).toBe('set');
     expect(streamOf(client).writableCorked).toBe(0);
     await cache.close();
+  });
+
+  it('ioredis 6: ten hits started in one tick leave in one write, the socket ends uncorked', async () => {
+    const client = new Redis6(h.url, { maxRetriesPerRequest: 1 });
+    client.on('error', () => undefined);
+    try {
+      const cache = createCache({ redis: client, prefix: prefix() });
+      const keys = Array.from({ length: 10 }, (_, i) => `k${i}`);
+      for (const k of keys) await cache.set(k, k, 60_000);
+      await cache.get('k0');
+      const socket = (client as unknown as { stream: { _write: (...a: unknown[]) => unknown; _writev: (...a: unknown[]) => unknown; writableCorked: number } }).stream;
+      let flushes = 0;
+      const write = socket._write.bind(socket);
+      const writev = socket._writev.bind(socket);
+      socket._write = (...a) => (flushes++, write(...a));
+      socket._writev = (...a) => (flushes++, writev(...a));
+      const hits = keys.map((k) => cache.getOrCompute(k, () => 'loaded', 60_000));
+      await nextMacrotask();
+      expect(flushes).toBe(1);
+      expect(socket.writableCorked).toBe(0);
+      expect(await Promise.all(hits)).toEqual(keys);
+      await cache.close();
+    } finally {
+      client.disconnect();
+    }
   });
 });
