@@ -26,10 +26,15 @@ export type Answer = (trip: Trip) => Promise<Answered>;
 
 const IGNORE = (): void => undefined;
 
-/** One call's view of a shared read: the read, and whether this call's work sent it (known once it runs). */
+/**
+ * A store read out now (`read`), shared by the calls of its key that start while it is out. Its
+ * settling is the read's own (Io's): close() settles it at once (Io.stopReads), so no guard of its
+ * own is needed.
+ */
 interface SharedRead {
-  sender: boolean;
-  found: Promise<Found>;
+  readonly found: Promise<Found>;
+  /** The calls answered by it, bounded by maxWaitersPerKey. */
+  callers: number;
 }
 
 export class Calls implements OwnLoads {
@@ -52,23 +57,24 @@ export class Calls implements OwnLoads {
   private readonly holdOffs = new HoldOffs();
   /**
    * Store reads made before any trip (`read`), shared by the calls of a key that start while one is
-   * out: a flight like the others (singleflight's cleanup rule, a change of the key detaches it at
-   * once through `forget`), so the same edges hold for a call waiting on a read as on a load: close()
-   * rejects it at once with CacheClosedError, and callers past maxWaitersPerKey are refused at once.
+   * out. Invariant: a key is here only while its read is out and no change of the key (`forget`, a
+   * tag note, clear()) came since it was sent; its sender's call removes it once it settled, only if
+   * it is still the key's (singleflight's cleanup rule). The same edges hold for a call waiting on a
+   * read as on a load: close() rejects it at once with CacheClosedError (Io.stopReads), and callers
+   * past maxWaitersPerKey are refused at once.
    */
-  private readonly reads: SingleFlight;
+  private readonly reads = new Map<string, SharedRead>();
 
   constructor(
     parts: Omit<ProtocolDeps, 'loads'>,
     private readonly prefix: string,
-    maxCallers: number,
+    private readonly maxCallers: number,
   ) {
     this.deps = { ...parts, loads: this };
     const { lifetime } = parts;
     this.flight = new SingleFlight(maxCallers, lifetime);
     this.freshFlight = new SingleFlight(maxCallers, lifetime);
     this.backgroundFlight = new SingleFlight(Number.POSITIVE_INFINITY, lifetime);
-    this.reads = new SingleFlight(maxCallers, lifetime);
     this.coalescers = { none: new NoFlight(lifetime), local: this.flight, single: this.flight, redlock: this.flight };
   }
 
@@ -111,31 +117,36 @@ export class Calls implements OwnLoads {
     // Every read being shared was sent after the last tag note (a note detaches them: tagsInvalidated),
     // so the note heard now is the one heard before the read was sent, for a sharer as for its sender.
     const heardAt = this.deps.heard.latest;
-    const read: SharedRead = { sender: false, found: undefined as unknown as Promise<Found> };
-    read.found = this.reads.run(key, undefined, () => {
-      read.sender = true;
-      return readEntry(this.deps, key, entryKeys(this.prefix, key), sent);
-    });
-    return this.answerRead(key, loader, call, read, sent, heardAt);
+    let read = this.reads.get(key);
+    const sender = read === undefined;
+    if (read === undefined) {
+      read = { found: readEntry(this.deps, key, entryKeys(this.prefix, key), sent), callers: 0 };
+      this.reads.set(key, read);
+    } else if (read.callers >= this.maxCallers) return Promise.reject(new TooManyWaitersError(key, this.maxCallers));
+    read.callers++;
+    return this.answerRead(key, loader, call, read, sender, sent, heardAt);
   }
 
   /**
    * `sent`: when this call began its read (a sharer: when it joined one already out); `heardAt`: the
    * last tag note heard before the read was sent (the trip it may go on as judges its joiners by it).
    */
-  private async answerRead(key: string, loader: Loader<unknown>, call: ResolvedCall, read: SharedRead, sent: number, heardAt: number): Promise<unknown> {
+  private async answerRead(key: string, loader: Loader<unknown>, call: ResolvedCall, read: SharedRead, sender: boolean, sent: number, heardAt: number): Promise<unknown> {
     let found: Found;
     try {
       found = await read.found;
     } catch (error) {
-      // The call's own edges (close(), too many callers), not a failed read: no trip.
-      if (error instanceof CacheClosedError || error instanceof TooManyWaitersError) throw error;
+      if (sender && this.reads.get(key) === read) this.reads.delete(key);
+      // close(), not a failed read: no trip.
+      if (error instanceof CacheClosedError) throw error;
       return this.trip(key, loader, call, undefined, (trip) => trip.answerFailedRead(error), heardAt);
     }
+    // The sender's reaction runs first (it awaited first): no call joins a settled read.
+    if (sender && this.reads.get(key) === read) this.reads.delete(key);
     if (found.state !== 'fresh') return this.trip(key, loader, call, undefined, (trip) => trip.answerFound(found, sent), heardAt);
     this.deps.telemetry.redisHit();
     // The read's sender checks the refresh point (once per read, as a trip's caller does for its joiners).
-    if (read.sender && refreshPolicyFor(call.refreshAhead, found) !== 0) {
+    if (sender && refreshPolicyFor(call.refreshAhead, found) !== 0) {
       this.refreshAhead(key, () => entryKeys(this.prefix, key), loader, call, { value: found.value, freshUntil: sent + freshRemaining(found.pttl, found.graceMs), facts: found });
     }
     return found.value;
@@ -231,7 +242,7 @@ export class Calls implements OwnLoads {
    * and an early refresh begun before it is abandoned.
    */
   forget(key: string): void {
-    this.reads.forget(key);
+    this.reads.delete(key);
     this.flight.forget(key);
     this.freshFlight.forget(key);
     this.backgroundFlight.abort(key, new RefreshAbandoned(key));
@@ -247,12 +258,12 @@ export class Calls implements OwnLoads {
   tagsInvalidated(reaches: (key: string, tags: readonly string[]) => boolean): void {
     // A read out now may have checked its entry's tag records before the invalidation: no call that
     // starts from now shares it (its own callers may still use it: they started before).
-    this.reads.forgetAll();
+    this.reads.clear();
     for (const [key, { tags }] of this.backgroundTags) if (reaches(key, tags)) this.backgroundFlight.abort(key, new RefreshAbandoned(key));
   }
 
   forgetAll(): void {
-    this.reads.forgetAll();
+    this.reads.clear();
     this.flight.forgetAll();
     this.freshFlight.forgetAll();
     this.backgroundFlight.abortAll((key) => new RefreshAbandoned(key));

@@ -40,6 +40,8 @@ interface InFlight {
   readonly target: ProbeTarget;
   /** A background probe of a suspect node: its timeout counts as no failure and fails no caller. */
   readonly probe: boolean;
+  /** A read (operation 'read'): settled at close()'s start (stopReads), not at its end. */
+  readonly read: boolean;
   /** When it times out: start + redisTimeout, moved later by stalls of this process (see startSweeper). */
   deadline: number;
   settled: boolean;
@@ -59,6 +61,11 @@ export const MAX_STALL_CREDIT = 2;
 export class Io {
   /** After close(): every operation rejects with CacheClosedError at once. */
   private closed = false;
+  /**
+   * After stopReads() (close() began): reads reject with CacheClosedError at once. Other operations
+   * go on until close(): close() still releases the grants it holds, and sends their notes.
+   */
+  private readsStopped = false;
   /** One breaker and suspicion per node, created on first use (a Cluster has few masters; bounded by BREAKER_NODES). */
   private readonly nodes = new Map<string, NodeHealth>();
   /**
@@ -96,7 +103,8 @@ export class Io {
   run<T>(operation: string, fn: () => Promise<T>, target?: string | OwnKey, compensate?: () => void): Promise<T> {
     const key = typeof target === 'object' ? target.key : target;
     const subject: Subject = typeof target === 'object' ? (target.key ?? { namespace: target.namespace }) : target;
-    if (this.closed) return Promise.reject(new CacheClosedError(key));
+    const read = operation === 'read';
+    if (this.closed || (read && this.readsStopped)) return Promise.reject(new CacheClosedError(key));
     const node = this.nodeOf(target);
     const start = this.clock.now();
     const refused = this.notSendable(node, operation, subject, start);
@@ -107,6 +115,7 @@ export class Io {
         node,
         target,
         probe: false,
+        read,
         deadline: start + this.timeoutMs,
         settled: false,
         prev: undefined,
@@ -276,6 +285,7 @@ export class Io {
       node,
       target: node.probeTarget,
       probe: true,
+      read: false,
       // Never timed out: a probe unanswered stays the node's one probe until its reply or error (a
       // silently dead socket would otherwise queue one more EXISTS per redisTimeout behind it).
       deadline: Number.POSITIVE_INFINITY,
@@ -303,6 +313,22 @@ export class Io {
       () => done(true),
       (err: unknown) => done(classify('probe', err, undefined).failure === 'reply'),
     );
+  }
+
+  /**
+   * close() began: every read in flight settles now with CacheClosedError (not a Redis failure), and so
+   * does every later one, so a call waiting on a read (shared by other calls: call.ts) is settled at
+   * once, as one waiting on a load is (flight.ts).
+   */
+  stopReads(): void {
+    this.readsStopped = true;
+    const reads: InFlight[] = [];
+    for (let entry = this.inFlight.first; entry; entry = entry.next) if (entry.read) reads.push(entry);
+    for (const entry of reads) {
+      const abandon = entry.abandon;
+      this.settle(entry);
+      abandon();
+    }
   }
 
   /** Stops the sweeper; operations still in flight settle at once with CacheClosedError (not a Redis failure), and so does every later one. */

@@ -379,6 +379,7 @@ export class Runtime {
   private async shutDown(): Promise<void> {
     this.closed = true;
     this.lifetime.abort(new CacheClosedError());
+    this.io.stopReads();
     this.waiters.wakeAll();
     // Loaders may ignore their signal; close() never waits for them. Their grants are released now
     // (and any grant acquired meanwhile is refused by the registry); a loader that finishes later writes nothing.
