@@ -143,6 +143,9 @@ export class Calls implements OwnLoads {
     }
     // The sender's reaction runs first (it awaited first): no call joins a settled read.
     if (sender && this.reads.get(key) === read) this.reads.delete(key);
+    // close() began after the read's reply came in but before this call was answered (Io.stopReads
+    // settles only reads still out): the call is in progress, so it rejects, as a flight's callers do.
+    if (this.deps.lifetime.aborted) throw new CacheClosedError(key);
     if (found.state !== 'fresh') return this.trip(key, loader, call, undefined, (trip) => trip.answerFound(found, sent), heardAt);
     this.deps.telemetry.redisHit();
     // The read's sender checks the refresh point (once per read, as a trip's caller does for its joiners).
