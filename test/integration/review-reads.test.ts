@@ -144,3 +144,55 @@ describe('close() between a shared read answering and its callers being answered
     }
   });
 });
+
+describe('close() while an early refresh started by a shared read re-reads under its grant', () => {
+  it('runs no loader, reports no refreshError or loaderError, and the lock is free for another process at once', async () => {
+    const { a, b, held, done } = await warmPair();
+    const events: string[] = [];
+    for (const name of ['refreshError', 'loaderError', 'degraded', 'computed'] as const) a.on(name, () => events.push(name));
+    let loads = 0;
+    try {
+      await b.set('k', 'v', 1000);
+      await new Promise((r) => setTimeout(r, 100)); // past the refresh point of refreshAhead 0.05
+      const hit = a.getOrCompute('k', () => (loads++, 'refreshed'), { ttl: 1000, refreshAhead: 0.05 });
+      expect(await hit).toBe('v');
+      held.holdNext('getrange'); // the refresh's re-read under its grant (its acquire is out now)
+      await new Promise((r) => setTimeout(r, 50));
+      const holding = held.holding();
+      await a.close();
+      held.release();
+      await new Promise((r) => setTimeout(r, 50));
+      // Another process takes the lock at once (released by close()), so it loads now.
+      const other = await b.getOrCompute('k', () => 'b-loaded', { ttl: 1000, forceFresh: true, waitTimeout: 200 });
+      expect({ holding, loads, events, other }).toEqual({ holding: true, loads: 0, events: [], other: 'b-loaded' });
+    } finally {
+      held.release();
+      await done();
+    }
+  });
+});
+
+describe('changes that detach a read out', () => {
+  it('another process\'s clear() and expireByTag each leave no read out to join', async () => {
+    const { a, b, held, done } = await warmPair();
+    try {
+      await b.set('k', 'v', 60_000);
+      held.hold();
+      const detached: number[] = [];
+      const calls: Promise<unknown>[] = [];
+      for (const change of [() => b.clear(), () => b.expireByTag('t')]) {
+        calls.push(a.getOrCompute('k', () => 'loaded', 60_000));
+        const before = readsOf(a).get('k');
+        await change();
+        await new Promise((r) => setTimeout(r, 50));
+        detached.push(before !== undefined && readsOf(a).get('k') !== before ? 1 : 0);
+      }
+      held.release();
+      await Promise.allSettled(calls);
+      expect({ detached, left: readsOf(a).size }).toEqual({ detached: [1, 1], left: 0 });
+    } finally {
+      held.release();
+      await done();
+    }
+  });
+});
