@@ -196,3 +196,29 @@ describe('changes that detach a read out', () => {
     }
   });
 });
+
+describe('close() from a health listener while a shared read is timing out', () => {
+  it('its callers reject with ERR_CLOSED and no degraded event is reported (the read is abandoned by stopReads, not failed)', async () => {
+    const { a, b, held, done } = await warmPair({ redisTimeout: 100, breakerThreshold: 1 });
+    const events: string[] = [];
+    let closing: Promise<void> | undefined;
+    try {
+      await b.set('k', 'v', 60_000);
+      // The node's health changes as the read goes unanswered: close() from there.
+      a.on('health', () => {
+        closing ??= a.close();
+      });
+      a.on('degraded', () => events.push(closing === undefined ? 'degraded' : 'degraded after close()'));
+      held.hold();
+      const calls = [a.getOrCompute('k', () => 'loaded', 60_000), a.getOrCompute('k', () => 'loaded', 60_000)];
+      const results = await Promise.allSettled(calls);
+      held.release();
+      await closing;
+      await new Promise((r) => setTimeout(r, 20));
+      expect({ closed: closing !== undefined, results: results.map((r) => (r.status === 'fulfilled' ? r.value : (r.reason as { code?: string }).code)), events }).toEqual({ closed: true, results: ['ERR_CLOSED', 'ERR_CLOSED'], events: [] });
+    } finally {
+      held.release();
+      await done();
+    }
+  });
+});
