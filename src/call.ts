@@ -137,8 +137,9 @@ export class Calls implements OwnLoads {
       found = await read.found;
     } catch (error) {
       if (sender && this.reads.get(key) === read) this.reads.delete(key);
-      // close(), not a failed read: no trip.
+      // close(), not a failed read (or a read that failed just before close() began): no trip.
       if (error instanceof CacheClosedError) throw error;
+      if (this.deps.lifetime.aborted) throw new CacheClosedError(key);
       return this.trip(key, loader, call, undefined, (trip) => trip.answerFailedRead(error), heardAt);
     }
     // The sender's reaction runs first (it awaited first): no call joins a settled read.
